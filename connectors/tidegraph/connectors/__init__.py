@@ -1,0 +1,1 @@
+"""tidegraph.connectors."""

@@ -1,0 +1,40 @@
+"""Realm and space names: the only user input that ever reaches SQL as an identifier.
+
+Validated here, then always quoted through ``psycopg.sql.Identifier`` by whoever uses them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tidegraph.schemas.errors import InvalidNameError
+
+REALM_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+SPACE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+DEFAULT_SPACE = "default"
+ANY_SPACE = "*"
+"""Read-time wildcard over every space of a realm; never valid on a write."""
+
+_REALM_RE = re.compile(REALM_PATTERN)
+_SPACE_RE = re.compile(SPACE_PATTERN)
+
+
+def validate_realm(name: str) -> str:
+    """Return ``name`` unchanged when it is a valid realm name, else raise."""
+    if not _REALM_RE.fullmatch(name):
+        raise InvalidNameError("realm", name, REALM_PATTERN)
+    return name
+
+
+def validate_space(name: str, *, allow_wildcard: bool = False) -> str:
+    """Return ``name`` when it is a valid space name (``*`` only where reads allow it)."""
+    if name == ANY_SPACE and allow_wildcard:
+        return name
+    if not _SPACE_RE.fullmatch(name):
+        raise InvalidNameError("space", name, SPACE_PATTERN)
+    return name
+
+
+def realm_schema(realm: str) -> str:
+    """The PostgreSQL schema that holds a realm (prefixed so no realm can shadow ``public``)."""
+    return "realm_" + validate_realm(realm)
