@@ -1,1 +1,79 @@
-"""tidegraph.schemas."""
+"""tidegraph.schemas: the public contracts — event models, names, topics, realm configuration.
+
+No I/O happens here; every other package depends on this one and on nothing else shared.
+"""
+
+from tidegraph.schemas._validation import Problem, RecordValidationError
+from tidegraph.schemas.changes import (
+    CHANGE_SCHEMA,
+    ChangeKind,
+    EntityRef,
+    GraphChange,
+    RelationRef,
+    change_id,
+)
+from tidegraph.schemas.documents import (
+    DOCUMENT_SCHEMA,
+    DocumentVersion,
+    compare_source_versions,
+)
+from tidegraph.schemas.errors import (
+    ConfigError,
+    ContractError,
+    InvalidNameError,
+    TidegraphError,
+    TransientError,
+)
+from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.names import (
+    ANY_SPACE,
+    DEFAULT_SPACE,
+    REALM_PATTERN,
+    SPACE_PATTERN,
+    validate_realm,
+    validate_space,
+)
+from tidegraph.schemas.realm_config import (
+    DEFAULT_REALM_CONFIG,
+    EmbedderSpec,
+    RealmConfig,
+    parse_embedder,
+    preset,
+)
+from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.schemas.topics import TopicSpec, topic_specs
+
+__all__ = [
+    "ANY_SPACE",
+    "CHANGE_SCHEMA",
+    "DEFAULT_REALM_CONFIG",
+    "DEFAULT_SPACE",
+    "DOCUMENT_SCHEMA",
+    "REALM_PATTERN",
+    "SPACE_PATTERN",
+    "ChangeKind",
+    "ConfigError",
+    "ContractError",
+    "DocumentVersion",
+    "EmbedderSpec",
+    "EntityRef",
+    "GraphChange",
+    "InvalidNameError",
+    "Problem",
+    "RealmConfig",
+    "RecordValidationError",
+    "RelationRef",
+    "Settings",
+    "TidegraphError",
+    "TopicSpec",
+    "TransientError",
+    "change_id",
+    "compare_source_versions",
+    "content_hash",
+    "load_settings",
+    "parse_embedder",
+    "preset",
+    "topic_specs",
+    "validate_realm",
+    "validate_space",
+]

@@ -1,0 +1,241 @@
+"""``DocumentVersion`` (``tidegraph.document.v1``): what every connector publishes.
+
+One record is one version of one document of one realm, as its source saw it. The rules are
+the contract's (CONTRACT.md, "DocumentVersion"); where the contract leaves a choice open it
+is decided here and written on the field:
+
+* ``schema`` is required on the wire (:meth:`DocumentVersion.from_json` refuses a record
+  without it); Python callers may omit it, it defaults to the v1 id.
+* A ``delete`` carries neither ``content`` nor ``content_hash``: a delete with content is a
+  producer bug (wrong ``op``) and is rejected rather than guessed at.
+* ``event_time`` must carry a UTC offset (naive datetimes are rejected); any offset is
+  accepted and normalised to UTC, and it is written back with a ``Z`` suffix.
+* The model checks the *format* of ``content_hash``; whether it matches the content is a
+  separate check (:meth:`DocumentVersion.hash_matches`) because the indexer must tell a
+  hash mismatch apart from a malformed record and hashing 8 MiB is not free.
+* Unknown fields are ignored, so a v1 reader accepts records from a producer that already
+  knows a later additive field.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+import orjson
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+)
+from tidegraph.schemas._validation import RecordValidationError, load_object, problems_from
+from tidegraph.schemas.hashing import CONTENT_HASH_PATTERN, content_hash
+from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPACE_PATTERN
+
+DOCUMENT_SCHEMA: Final = "tidegraph.document.v1"
+DOC_KEY_MAX = 1024
+
+Op = Literal["upsert", "delete"]
+
+
+def format_utc(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z`` suffix, the form every tidegraph record uses."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _order_form(value: datetime) -> str:
+    """Fixed-width UTC form, so event times compare correctly as strings."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _op_rules(extra: dict[str, Any]) -> None:
+    """JSON Schema for the ``op`` rules pydantic cannot express from annotations."""
+    extra.setdefault("required", [])
+    if "schema" not in extra["required"]:
+        extra["required"].insert(0, "schema")
+    extra["allOf"] = [
+        {
+            "if": {"properties": {"op": {"const": "upsert"}}, "required": ["op"]},
+            "then": {
+                "required": ["content", "content_hash"],
+                "properties": {"content": {"type": "string"}, "content_hash": {"type": "string"}},
+            },
+        },
+        {
+            "if": {"properties": {"op": {"const": "delete"}}, "required": ["op"]},
+            "then": {"properties": {"content": {"type": "null"}, "content_hash": {"type": "null"}}},
+        },
+    ]
+
+
+class DocumentVersion(BaseModel):
+    """One version of one document, keyed on Kafka by its realm."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        title="DocumentVersion",
+        json_schema_extra=_op_rules,
+    )
+
+    schema_id: Literal["tidegraph.document.v1"] = Field(
+        DOCUMENT_SCHEMA, alias="schema", description="Schema id; required on the wire."
+    )
+    realm: str = Field(pattern=REALM_PATTERN, description="Tenant; one PostgreSQL schema each.")
+    space: str = Field(
+        DEFAULT_SPACE,
+        pattern=SPACE_PATTERN,
+        description="Scope inside the realm; `*` is a read-time wildcard, never written.",
+    )
+    doc_key: str = Field(
+        min_length=1, max_length=DOC_KEY_MAX, description="Identity of the document in its realm."
+    )
+    op: Op = Field(description="`upsert` replaces the document, `delete` removes it.")
+    content: str | None = Field(
+        None, validate_default=True, description="Full text; required for upsert, absent on delete."
+    )
+    content_hash: str | None = Field(
+        None,
+        validate_default=True,
+        pattern=CONTENT_HASH_PATTERN,
+        description="`sha256:` + 64 lowercase hex of the UTF-8 content; required for upsert.",
+    )
+    title: str | None = Field(None, description="Human title, when the source has one.")
+    source: str | None = Field(None, description="Which connector or system produced it.")
+    metadata: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Free-form attributes carried to the graph."
+    )
+    source_version: str | None = Field(
+        None,
+        description="Monotonic per doc_key as the source sees it; integers compare as integers.",
+    )
+    order_key: str | None = Field(
+        None,
+        description="Document order for supersession, compared as strings; defaults to event_time.",
+    )
+    event_time: AwareDatetime = Field(description="When the source changed, with a UTC offset.")
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _no_wildcard(cls, value: object) -> object:
+        if value == ANY_SPACE:
+            raise ValueError("'*' is a read-time wildcard and never valid on a write")
+        return value
+
+    @field_validator("content", "content_hash")
+    @classmethod
+    def _op_needs(cls, value: str | None, info: ValidationInfo) -> str | None:
+        op = info.data.get("op")
+        if op == "upsert" and value is None:
+            raise ValueError("required when op is 'upsert'")
+        if op == "delete" and value is not None:
+            raise ValueError("must be absent when op is 'delete'")
+        return value
+
+    @field_validator("event_time", mode="before")
+    @classmethod
+    def _rfc3339_only(cls, value: object) -> object:
+        # pydantic would also take a number as a Unix time; the contract says ISO text.
+        if not isinstance(value, str | datetime):
+            raise ValueError("must be an ISO 8601 / RFC 3339 date-time string with an offset")
+        return value
+
+    @field_validator("event_time")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        return value.astimezone(UTC)
+
+    @field_serializer("event_time")
+    def _event_time_z(self, value: datetime) -> str:
+        return format_utc(value)
+
+    @property
+    def effective_order_key(self) -> str:
+        """``order_key`` when given, else ``event_time`` in a fixed-width UTC form."""
+        return self.order_key if self.order_key is not None else _order_form(self.event_time)
+
+    def hash_matches(self) -> bool:
+        """True for a delete, or when ``content_hash`` is the hash of ``content``."""
+        if self.content is None:
+            return self.content_hash is None
+        return self.content_hash == content_hash(self.content)
+
+    def to_json(self) -> bytes:
+        """The record value as published (absent optional fields are left out)."""
+        return orjson.dumps(self.model_dump(mode="json", exclude_none=True))
+
+    @classmethod
+    def from_json(cls, data: bytes | bytearray | memoryview | str) -> DocumentVersion:
+        """Parse and validate a record value; raises :class:`RecordValidationError`."""
+        obj = load_object(DOCUMENT_SCHEMA, data)
+        return cls.from_dict(obj)
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> DocumentVersion:
+        """Validate an already-parsed object; raises :class:`RecordValidationError`."""
+        try:
+            return cls.model_validate(obj)
+        except ValidationError as exc:
+            raise RecordValidationError(DOCUMENT_SCHEMA, problems_from(exc)) from None
+
+    @classmethod
+    def for_upsert(
+        cls,
+        realm: str,
+        doc_key: str,
+        content: str,
+        *,
+        event_time: datetime | None = None,
+        **fields: Any,
+    ) -> DocumentVersion:
+        """An upsert with its hash computed and ``event_time`` defaulting to now."""
+        return cls.from_dict(
+            {
+                **fields,
+                "realm": realm,
+                "doc_key": doc_key,
+                "op": "upsert",
+                "content": content,
+                "content_hash": content_hash(content),
+                "event_time": event_time or datetime.now(UTC),
+            }
+        )
+
+    @classmethod
+    def for_delete(
+        cls, realm: str, doc_key: str, *, event_time: datetime | None = None, **fields: Any
+    ) -> DocumentVersion:
+        """A delete, ``event_time`` defaulting to now."""
+        return cls.from_dict(
+            {
+                **fields,
+                "realm": realm,
+                "doc_key": doc_key,
+                "op": "delete",
+                "event_time": event_time or datetime.now(UTC),
+            }
+        )
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def compare_source_versions(a: str, b: str) -> int:
+    """-1, 0 or 1 as ``a`` is older than, equal to or newer than ``b``.
+
+    Compared as integers when both are integers (so ``"9" < "10"``), else as strings.
+    """
+    if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):
+        ia, ib = int(a), int(b)
+        return (ia > ib) - (ia < ib)
+    return (a > b) - (a < b)

@@ -1,0 +1,263 @@
+"""Realm configuration (CONTRACT.md, "Realm configuration") and its presets.
+
+A realm fixes, at creation, how predicates are normalised and superseded (vocabulary, alias
+map, exclusive groups) and which extractor and embedder build it. The embedder id includes
+its dimension and never changes afterwards: vectors of two geometries cannot be compared.
+
+Presets follow the paper (§4.5, §5.2, §8.10): ``biography`` a 35-term vocabulary,
+``finance`` 32 predicates in 8 exclusive groups, ``narrative`` the relationship group
+``{friend_of, enemy_of, rival_of, ally_of, opponent_of}``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, NamedTuple
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
+
+PREDICATE_PATTERN = r"^[a-z][a-z0-9_]*$"
+EMBEDDER_HELP = "llm:<model>:<dimension> or hashing:<dimension>"
+MAX_DIMENSION = 16000
+"""pgvector's limit for the ``vector`` type."""
+
+_PREDICATE = re.compile(PREDICATE_PATTERN)
+Extractor = Literal["llm", "rules"]
+
+
+class EmbedderSpec(NamedTuple):
+    """A parsed embedder id."""
+
+    kind: Literal["llm", "hashing"]
+    """``llm``: an OpenAI-compatible embeddings endpoint; ``hashing``: offline, deterministic."""
+    model: str | None
+    """Model name for ``llm`` (may itself contain colons); ``None`` for ``hashing``."""
+    dimension: int
+    """Vector dimension, pinned for the realm's lifetime."""
+
+    def __str__(self) -> str:
+        if self.kind == "hashing":
+            return f"hashing:{self.dimension}"
+        return f"llm:{self.model}:{self.dimension}"
+
+
+def parse_embedder(text: str) -> EmbedderSpec:
+    """Parse ``llm:<model>:<dim>`` or ``hashing:<dim>``; raises ``ValueError`` naming the form."""
+    kind, _, rest = text.partition(":")
+    model: str | None
+    if kind == "hashing":
+        model, dim_text = None, rest
+        spec_kind: Literal["llm", "hashing"] = "hashing"
+    elif kind == "llm":
+        spec_kind = "llm"
+        model, _, dim_text = rest.rpartition(":")
+        if not model:
+            raise ValueError(f"embedder {text!r} names no model; expected {EMBEDDER_HELP}")
+    else:
+        raise ValueError(f"embedder {text!r}: expected {EMBEDDER_HELP}")
+    if not dim_text.isascii() or not dim_text.isdigit() or not 1 <= int(dim_text) <= MAX_DIMENSION:
+        raise ValueError(f"embedder {text!r}: dimension must be an integer in 1..{MAX_DIMENSION}")
+    return EmbedderSpec(spec_kind, model, int(dim_text))
+
+
+def _predicate(value: str, what: str) -> str:
+    if not _PREDICATE.fullmatch(value):
+        raise ValueError(f"{what} {value!r} must be a normalised predicate ({PREDICATE_PATTERN})")
+    return value
+
+
+class RealmConfig(BaseModel):
+    """How a realm normalises, supersedes, extracts and embeds. Unknown keys are refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", title="RealmConfig")
+
+    vocabulary: tuple[str, ...] = Field(
+        (), description="Controlled predicates the extractor is steered towards and snapped to."
+    )
+    predicate_aliases: dict[str, str] = Field(
+        default_factory=dict, description="Explicit merges of unrelated wordings: alias → target."
+    )
+    exclusive_groups: tuple[frozenset[str], ...] = Field(
+        (), description="Predicates that cannot co-hold on one ordered pair; later one wins."
+    )
+    extractor: Extractor = Field("rules", description="`llm` or the offline `rules` extractor.")
+    embedder: str = Field("hashing:384", description=EMBEDDER_HELP + "; fixed at realm creation.")
+
+    @field_validator("vocabulary")
+    @classmethod
+    def _vocabulary(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for p in value:
+            _predicate(p, "vocabulary entry")
+        if len(set(value)) != len(value):
+            raise ValueError("vocabulary entries must be distinct")
+        return value
+
+    @field_validator("predicate_aliases")
+    @classmethod
+    def _aliases(cls, value: dict[str, str]) -> dict[str, str]:
+        for alias, target in value.items():
+            _predicate(alias, "alias")
+            _predicate(target, "alias target")
+            if target in value:
+                raise ValueError(f"alias target {target!r} is itself an alias (no chains)")
+        return value
+
+    @field_validator("exclusive_groups")
+    @classmethod
+    def _groups(cls, value: tuple[frozenset[str], ...]) -> tuple[frozenset[str], ...]:
+        for group in value:
+            if len(group) < 2:
+                raise ValueError("an exclusive group needs at least two distinct predicates")
+            for p in group:
+                _predicate(p, "exclusive group member")
+        return value
+
+    @field_validator("embedder")
+    @classmethod
+    def _embedder(cls, value: str) -> str:
+        return str(parse_embedder(value))
+
+    @property
+    def embedder_spec(self) -> EmbedderSpec:
+        """The parsed ``embedder``."""
+        return parse_embedder(self.embedder)
+
+    def groups_of(self, predicate: str) -> tuple[frozenset[str], ...]:
+        """The exclusive groups ``predicate`` belongs to."""
+        return tuple(g for g in self.exclusive_groups if predicate in g)
+
+    def to_json(self) -> bytes:
+        """The contract's JSON form (groups as sorted lists, so output is stable)."""
+        body = self.model_dump(mode="json")
+        body["exclusive_groups"] = [sorted(g) for g in self.exclusive_groups]
+        return orjson.dumps(body, option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> RealmConfig:
+        """Parse a configuration file's content; raises :class:`RecordValidationError`."""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            problem = Problem("$", f"malformed JSON ({exc})")
+            raise RecordValidationError("realm config", [problem]) from None
+        try:
+            return cls.model_validate(obj)
+        except ValidationError as exc:
+            raise RecordValidationError("realm config", problems_from(exc)) from None
+
+
+DEFAULT_REALM_CONFIG = RealmConfig()
+"""Service defaults: no vocabulary, rules extractor, ``hashing:384`` embedder."""
+
+
+def _g(*predicates: str) -> frozenset[str]:
+    return frozenset(predicates)
+
+
+_BIOGRAPHY_GROUPS: tuple[frozenset[str], ...] = (
+    _g("works_at", "left"),
+    _g("married_to", "divorced_from"),
+    _g("member_of", "resigned_from"),
+    _g("appointed_to", "dismissed_from"),
+    _g("lives_in", "moved_from"),
+    _g("friend_of", "rival_of"),
+    _g("supported", "opposed"),
+)
+_BIOGRAPHY_VOCABULARY: tuple[str, ...] = (
+    "born_in", "died_in", "lives_in", "moved_from", "educated_at", "studied_under", "taught",
+    "mentored", "works_at", "left", "founded", "led", "member_of", "resigned_from",
+    "married_to", "divorced_from", "parent_of", "child_of", "sibling_of", "friend_of",
+    "rival_of", "worked_with", "designed", "invented", "wrote", "composed", "discovered",
+    "published", "awarded", "influenced", "supported", "opposed", "succeeded", "appointed_to",
+    "dismissed_from",
+)  # fmt: skip
+_BIOGRAPHY_ALIASES = {
+    "collaborated_with": "worked_with",
+    "employed_by": "works_at",
+    "worked_for": "works_at",
+    "spouse_of": "married_to",
+    "studied_at": "educated_at",
+    "attended": "educated_at",
+    "authored": "wrote",
+    "resided_in": "lives_in",
+    "lived_in": "lives_in",
+    "won": "awarded",
+    "founder_of": "founded",
+    "headed": "led",
+}
+
+_FINANCE_GROUPS: tuple[frozenset[str], ...] = (
+    _g("generates_cash_flow", "consumes_cash"),
+    _g("grounds", "certifies"),
+    _g("increases_revenue", "reduces_revenue"),
+    _g("reports_profit", "reports_loss"),
+    _g("incurs_charge", "reverses_charge"),
+    _g("acquires", "divests"),
+    _g("raises_guidance", "lowers_guidance"),
+    _g("increases_debt", "repays_debt"),
+)
+_FINANCE_VOCABULARY: tuple[str, ...] = (
+    "generates_cash_flow", "consumes_cash", "grounds", "certifies", "increases_revenue",
+    "reduces_revenue", "reports_profit", "reports_loss", "incurs_charge", "reverses_charge",
+    "acquires", "divests", "raises_guidance", "lowers_guidance", "increases_debt",
+    "repays_debt", "owns", "subsidiary_of", "competes_with", "supplies", "customer_of",
+    "partners_with", "invests_in", "employs", "led_by", "headquartered_in", "operates_in",
+    "produces", "regulates", "audits", "pays_dividend", "repurchases_shares",
+)  # fmt: skip
+_FINANCE_ALIASES = {
+    "bought": "acquires",
+    "sold": "divests",
+    "competitor_of": "competes_with",
+    "supplier_to": "supplies",
+    "audited_by_firm": "audits",
+    "collaborates_with": "partners_with",
+    "manufactures": "produces",
+}
+
+_NARRATIVE_GROUPS: tuple[frozenset[str], ...] = (
+    _g("friend_of", "enemy_of", "rival_of", "ally_of", "opponent_of"),
+    _g("loves", "hates"),
+    _g("married_to", "divorced_from"),
+    _g("serves", "rebels_against"),
+    _g("trusts", "distrusts"),
+)
+_NARRATIVE_VOCABULARY: tuple[str, ...] = (
+    "friend_of", "enemy_of", "rival_of", "ally_of", "opponent_of", "loves", "hates",
+    "married_to", "divorced_from", "parent_of", "child_of", "sibling_of", "serves",
+    "rebels_against", "trusts", "distrusts", "mentor_of", "member_of", "leads", "rules",
+    "betrayed", "rescued", "killed", "lives_in", "travels_to", "owns", "located_in",
+)  # fmt: skip
+_NARRATIVE_ALIASES = {
+    "befriended": "friend_of",
+    "fought_alongside": "ally_of",
+    "fought_against": "opponent_of",
+    "spouse_of": "married_to",
+    "mentored": "mentor_of",
+    "resides_in": "lives_in",
+}
+
+PresetName = Literal["biography", "finance", "narrative"]
+PRESET_NAMES: tuple[PresetName, ...] = ("biography", "finance", "narrative")
+
+
+def preset(
+    name: PresetName, *, extractor: Extractor = "rules", embedder: str = "hashing:384"
+) -> RealmConfig:
+    """A preset's vocabulary, aliases and groups with the given extractor and embedder."""
+    if name == "biography":
+        vocab, aliases, groups = _BIOGRAPHY_VOCABULARY, _BIOGRAPHY_ALIASES, _BIOGRAPHY_GROUPS
+    elif name == "finance":
+        vocab, aliases, groups = _FINANCE_VOCABULARY, _FINANCE_ALIASES, _FINANCE_GROUPS
+    elif name == "narrative":
+        vocab, aliases, groups = _NARRATIVE_VOCABULARY, _NARRATIVE_ALIASES, _NARRATIVE_GROUPS
+    else:
+        raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(PRESET_NAMES)}")
+    return RealmConfig(
+        vocabulary=vocab,
+        predicate_aliases=dict(aliases),
+        exclusive_groups=groups,
+        extractor=extractor,
+        embedder=embedder,
+    )
