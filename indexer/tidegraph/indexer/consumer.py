@@ -1,0 +1,420 @@
+"""The indexer: a Kafka consumer group applying document versions to realm graphs.
+
+Per poll and partition: decode, decide (no-op / stale / apply / delete) against the stored
+document states, prepare the records to apply concurrently (bounded), then write them one
+transaction each, strictly in log order. Offsets live in PostgreSQL (``positions.py``);
+Kafka's committed offsets are refreshed afterwards only so standard tools can show lag.
+
+Failure handling (DESIGN invariant 8):
+* undecodable, schema-invalid or hash-mismatched records → DLQ, then the position advances;
+* retriable failures (database, model endpoint) → the partition pauses, seeks back to the
+  failed record and retries after a bounded, growing backoff; nothing advances;
+* losing the partition (rebalance, fencing) → stop at once; the new owner continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
+
+from tidegraph.indexer import metrics, positions
+from tidegraph.indexer.errors import Fenced, classify_db_error
+from tidegraph.indexer.fold import Action, DocState, decide, next_state
+from tidegraph.indexer.interfaces import Embedder
+from tidegraph.indexer.plan import PreparedDocument, RecordPosition
+from tidegraph.indexer.realms import RealmInfo, create_realm, ensure_control, open_realm
+from tidegraph.indexer.writer import advance_only, write_document
+from tidegraph.schemas._validation import RecordValidationError
+from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas.names import realm_schema
+from tidegraph.schemas.realm_config import RealmConfig
+
+log = logging.getLogger("tidegraph.indexer")
+
+Prepare = Callable[[DocumentVersion, RealmInfo], Awaitable[PreparedDocument]]
+EmbedderFor = Callable[[RealmInfo], Embedder]
+
+
+@dataclass(frozen=True)
+class IndexerConfig:
+    """How one indexer process consumes."""
+
+    bootstrap: str
+    """Kafka bootstrap servers."""
+    pg_dsn: str
+    """PostgreSQL connection string."""
+    topic: str = "tidegraph.documents"
+    """Documents topic."""
+    dlq_topic: str = "tidegraph.documents.dlq"
+    """Where records that can never be applied go."""
+    group_id: str = "tidegraph-indexer"
+    """Consumer group; positions in PostgreSQL are kept per group."""
+    default_realm: RealmConfig = field(default_factory=RealmConfig)
+    """Configuration of a realm first seen in a record."""
+    max_poll_records: int = 256
+    """Records fetched per poll."""
+    prepare_concurrency: int = 8
+    """Documents chunked, extracted and embedded at once."""
+    backoff_initial: float = 0.5
+    """First pause after a transient failure, seconds."""
+    backoff_max: float = 30.0
+    """Longest pause between retries, seconds."""
+    pool_size: int = 4
+    """PostgreSQL connections."""
+
+
+@dataclass
+class _Owned:
+    epoch: int
+    next_offset: int | None = None
+    failures: int = 0
+    resume_at: float | None = None
+
+
+@dataclass(frozen=True)
+class _Item:
+    msg: ConsumerRecord[bytes, bytes]
+    action: Action | None
+    """``None`` means dead-letter."""
+    record: DocumentVersion | None = None
+    error: str | None = None
+    error_class: str | None = None
+
+
+class Indexer:
+    """Consumes ``tidegraph.documents`` and keeps realm graphs in step."""
+
+    def __init__(self, config: IndexerConfig, prepare: Prepare, embedder_for: EmbedderFor) -> None:
+        self.config = config
+        self._prepare = prepare
+        self._embedder_for = embedder_for
+        self._owned: dict[TopicPartition, _Owned] = {}
+        self._lock = asyncio.Lock()
+        self._realms: dict[str, RealmInfo] = {}
+        self._stop = asyncio.Event()
+        self._sem = asyncio.Semaphore(config.prepare_concurrency)
+        self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: AIOKafkaProducer | None = None
+        self.applied = 0
+        """Records whose position advanced in this process (any outcome)."""
+
+    def stop(self) -> None:
+        """Finish the record in flight, leave the group cleanly, return from ``run``."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        cfg = self.config
+        self.pool = AsyncConnectionPool(
+            cfg.pg_dsn, min_size=1, max_size=cfg.pool_size, open=False,
+            kwargs={"autocommit": True},
+        )
+        await self.pool.open(wait=True, timeout=30)
+        async with self.pool.connection() as conn:
+            await ensure_control(conn)
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.bootstrap, acks="all", enable_idempotence=True,
+            compression_type="lz4", max_request_size=16 * 1024 * 1024,
+        )
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=cfg.bootstrap, group_id=cfg.group_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
+            session_timeout_ms=30000, heartbeat_interval_ms=3000,
+            max_poll_interval_ms=600000,
+        )
+        await self.producer.start()
+        try:
+            self.consumer.subscribe([cfg.topic], listener=_Listener(self))
+            await self.consumer.start()
+            try:
+                await self._loop()
+            finally:
+                async with self._lock:
+                    self._owned.clear()
+                await self.consumer.stop()
+        finally:
+            await self.producer.stop()
+            await self.pool.close()
+
+    async def _loop(self) -> None:
+        assert self.consumer is not None
+        while not self._stop.is_set():
+            self._resume_due()
+            batch = await self.consumer.getmany(
+                timeout_ms=200, max_records=self.config.max_poll_records
+            )
+            for tp in sorted(batch, key=lambda t: t.partition):
+                if self._stop.is_set():
+                    break
+                await self._process_partition(tp, batch[tp])
+            self._update_lag()
+
+    # -- rebalance ---------------------------------------------------------------------
+
+    async def on_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        assert self.consumer is not None and self.pool is not None
+        if not assigned:
+            return
+        starts = await self.consumer.beginning_offsets(list(assigned))
+        async with self._lock, self.pool.connection() as conn:
+            for tp in assigned:
+                next_offset, epoch = await positions.claim(
+                    conn, self.config.group_id, tp.topic, tp.partition, starts[tp]
+                )
+                self._owned[tp] = _Owned(epoch, next_offset)
+                self.consumer.seek(tp, next_offset)
+                log.info("claimed %s/%d at offset %d (epoch %d)",
+                         tp.topic, tp.partition, next_offset, epoch)
+        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+
+    async def on_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        async with self._lock:  # waits for the record in flight
+            for tp in revoked:
+                self._owned.pop(tp, None)
+        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+
+    # -- processing --------------------------------------------------------------------
+
+    def _decode(self, msg: ConsumerRecord[bytes, bytes]) -> _Item:
+        if msg.value is None:
+            return _Item(msg, None, error="record has no value", error_class="invalid")
+        try:
+            record = DocumentVersion.from_json(msg.value)
+        except RecordValidationError as exc:
+            return _Item(msg, None, error=str(exc), error_class="invalid")
+        if msg.key is not None and msg.key != record.realm.encode():
+            return _Item(
+                msg, None, error=f"record key {msg.key!r} is not its realm {record.realm!r}",
+                error_class="invalid",
+            )
+        if not record.hash_matches():
+            return _Item(
+                msg, None,
+                error=f"content_hash {record.content_hash} does not match the content",
+                error_class="hash_mismatch",
+            )
+        return _Item(msg, Action.NOOP, record)
+
+    async def _process_partition(
+        self, tp: TopicPartition, msgs: list[ConsumerRecord[bytes, bytes]]
+    ) -> None:
+        owned = self._owned.get(tp)
+        if owned is None or owned.resume_at is not None or not msgs:
+            return
+        assert self.pool is not None
+        try:
+            items = await self._plan([self._decode(m) for m in msgs])
+        except BaseException as exc:  # noqa: BLE001 - classified below
+            await self._pause(tp, msgs[0].offset, exc)
+            return
+        prepared = await self._prepare_all(items)
+        for item in items:
+            if self._stop.is_set():
+                return
+            async with self._lock:
+                if self._owned.get(tp) is not owned:
+                    return  # revoked while we worked
+                try:
+                    await self._apply(tp, owned, item, prepared.get(item.msg.offset))
+                except Fenced as exc:
+                    log.warning("%s", exc)
+                    self._owned.pop(tp, None)
+                    return
+                except BaseException as exc:  # noqa: BLE001 - classified in _pause
+                    await self._pause(tp, item.msg.offset, exc)
+                    return
+            owned.failures = 0
+            owned.next_offset = item.msg.offset + 1
+
+    async def _plan(self, decoded: list[_Item]) -> list[_Item]:
+        """Decide every decodable record against stored state, in log order."""
+        assert self.pool is not None
+        keys: dict[str, set[tuple[str, str]]] = {}
+        for it in decoded:
+            if it.record is not None:
+                keys.setdefault(it.record.realm, set()).add((it.record.space, it.record.doc_key))
+        states: dict[tuple[str, str, str], DocState] = {}
+        async with self.pool.connection() as conn:
+            for realm, docs in keys.items():
+                info = await self._realm(conn, realm)
+                states.update(await _load_states(conn, info, docs))
+        out: list[_Item] = []
+        for it in decoded:
+            rec = it.record
+            if rec is None:
+                out.append(it)
+                continue
+            key = (rec.realm, rec.space, rec.doc_key)
+            state = states.get(key)
+            action = decide(rec.op, rec.content_hash, rec.source_version, state)
+            new_state = next_state(action, rec.content_hash, rec.source_version, state)
+            if new_state is not None:
+                states[key] = new_state
+            out.append(_Item(it.msg, action, rec))
+        return out
+
+    async def _prepare_all(self, items: list[_Item]) -> dict[int, PreparedDocument | BaseException]:
+        async def one(item: _Item) -> tuple[int, PreparedDocument | BaseException]:
+            assert item.record is not None
+            async with self._sem:
+                started = time.perf_counter()
+                try:
+                    info = self._realms[item.record.realm]
+                    doc = await self._prepare(item.record, info)
+                except BaseException as exc:  # noqa: BLE001 - surfaced when applied in order
+                    return item.msg.offset, exc
+                metrics.PREPARE_SECONDS.observe(time.perf_counter() - started)
+                return item.msg.offset, doc
+
+        todo = [one(it) for it in items if it.action is Action.APPLY]
+        return dict(await asyncio.gather(*todo))
+
+    async def _apply(
+        self, tp: TopicPartition, owned: _Owned, item: _Item,
+        prepared: PreparedDocument | BaseException | None,
+    ) -> None:
+        assert self.pool is not None
+        msg = item.msg
+        pos = RecordPosition(
+            self.config.group_id, tp.topic, tp.partition, msg.offset, owned.epoch,
+            datetime.fromtimestamp(msg.timestamp / 1000, tz=UTC),
+        )
+        rec = item.record
+        if item.action is None or rec is None:
+            await self._dead_letter(item)
+            async with self.pool.connection() as conn:
+                await advance_only(conn, pos)
+            metrics.RECORDS.labels(_realm_label(msg), "dead_lettered").inc()
+            self.applied += 1
+            return
+        if isinstance(prepared, BaseException):
+            raise prepared
+        started = time.perf_counter()
+        async with self.pool.connection() as conn:
+            if item.action in (Action.NOOP, Action.STALE):
+                await advance_only(conn, pos)
+                outcome = item.action.value
+            else:
+                info = self._realms[rec.realm]
+                result = await write_document(
+                    conn, info, pos, self._embedder_for(info),
+                    prepared if item.action is Action.APPLY else None,
+                    space=rec.space, doc_key=rec.doc_key, source_version=rec.source_version,
+                )
+                outcome = {"indexed": "applied", "deleted": "deleted"}.get(
+                    result.status, result.status
+                )
+        metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
+        metrics.RECORDS.labels(rec.realm, outcome).inc()
+        self.applied += 1
+
+    async def _dead_letter(self, item: _Item) -> None:
+        assert self.producer is not None
+        msg = item.msg
+        headers = [
+            ("tg-error", (item.error or "")[:4000].encode()),
+            ("tg-error-class", (item.error_class or "invalid").encode()),
+            ("tg-origin", f"{msg.topic}/{msg.partition}/{msg.offset}".encode()),
+        ]
+        await self.producer.send_and_wait(
+            self.config.dlq_topic, msg.value, key=msg.key, headers=headers
+        )
+        log.warning("dead-lettered %s/%d/%d: %s", msg.topic, msg.partition, msg.offset, item.error)
+
+    async def _realm(self, conn: AsyncConnection[Any], realm: str) -> RealmInfo:
+        info = self._realms.get(realm)
+        if info is None:
+            cur = await conn.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
+                " AND table_name = 'meta'", (realm_schema(realm),),
+            )
+            if await cur.fetchone() is None:
+                info = await create_realm(conn, realm, self.config.default_realm)
+                log.info("created realm %s (%s, %s)", realm, info.extractor, info.embedder)
+            else:
+                info = await open_realm(conn, realm)
+            self._realms[realm] = info
+        return info
+
+    async def _pause(self, tp: TopicPartition, offset: int, exc: BaseException) -> None:
+        """Seek back to ``offset`` and retry after a growing backoff."""
+        assert self.consumer is not None
+        exc = classify_db_error(exc)
+        owned = self._owned.get(tp)
+        if owned is None:
+            return
+        owned.failures += 1
+        delay = min(self.config.backoff_max, self.config.backoff_initial * 2 ** (owned.failures - 1))
+        retriable = isinstance(exc, TidegraphError) and exc.retriable
+        level = logging.WARNING if retriable else logging.ERROR
+        log.log(level, "%s/%d offset %d: %s: %s; retrying in %.1fs",
+                tp.topic, tp.partition, offset, type(exc).__name__, exc, delay,
+                exc_info=not retriable)
+        metrics.TRANSIENT_FAILURES.labels(type(exc).__name__).inc()
+        self._realms.clear()  # re-read realm state after any failure
+        self.consumer.pause(tp)
+        self.consumer.seek(tp, offset)
+        owned.resume_at = time.monotonic() + delay
+        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+
+    def _resume_due(self) -> None:
+        assert self.consumer is not None
+        now = time.monotonic()
+        for tp, owned in list(self._owned.items()):
+            if owned.resume_at is not None and owned.resume_at <= now:
+                owned.resume_at = None
+                self.consumer.resume(tp)
+        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+
+    def _update_lag(self) -> None:
+        assert self.consumer is not None
+        for tp, owned in list(self._owned.items()):
+            high = self.consumer.highwater(tp)
+            if high is not None and owned.next_offset is not None:
+                metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - owned.next_offset))
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, indexer: Indexer) -> None:
+        self.indexer = indexer
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.indexer.on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.indexer.on_assigned(assigned)
+
+
+async def _load_states(
+    conn: AsyncConnection[Any], info: RealmInfo, docs: set[tuple[str, str]]
+) -> dict[tuple[str, str, str], DocState]:
+    ordered = sorted(docs)
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT d.space, d.doc_key, d.status, d.content_hash, d.source_version FROM {} d"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(s, k) ON d.space = k.s AND d.doc_key = k.k"
+        ).format(sql.Identifier(info.schema, "documents")),
+        ([d[0] for d in ordered], [d[1] for d in ordered]),
+    )
+    return {
+        (info.realm, s, k): DocState(status, h, v) for s, k, status, h, v in await cur.fetchall()
+    }
+
+
+def _realm_label(msg: ConsumerRecord[bytes, bytes]) -> str:
+    try:
+        return msg.key.decode() if msg.key else "unknown"
+    except UnicodeDecodeError:
+        return "unknown"

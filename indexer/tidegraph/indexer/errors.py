@@ -1,0 +1,63 @@
+"""Errors of the indexer.
+
+    TidegraphError
+    ├── RealmSchemaError     a realm's tables disagree with its pinned embedding (invariant 10)
+    ├── EmbedderMismatch     writing or querying with another embedder than the realm's
+    ├── Fenced               another consumer owns the partition now: stop, do not retry
+    └── TransientError
+        └── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
+
+``classify_db_error`` maps psycopg's SQLSTATE classes onto ``retriable``.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from tidegraph.schemas.errors import TidegraphError, TransientError
+
+
+class RealmSchemaError(TidegraphError):
+    """The realm schema cannot be used as it stands."""
+
+
+class EmbedderMismatch(TidegraphError):
+    """Embedding geometry differs from the realm's pinned embedder."""
+
+    def __init__(self, realm: str, pinned: str, given: str) -> None:
+        super().__init__(
+            f"realm {realm!r} is pinned to embedder {pinned!r}; refusing {given!r} "
+            "(vectors from different embedders are not comparable)"
+        )
+
+
+class Fenced(TidegraphError):
+    """The stored position moved under us: this consumer lost the partition."""
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        super().__init__(
+            f"{topic}/{partition}: position is no longer {offset} at epoch we hold; "
+            "another consumer owns this partition"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class DatabaseUnavailable(TransientError):
+    """PostgreSQL cannot serve the write now; the partition pauses and retries."""
+
+
+_TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")
+
+
+def classify_db_error(exc: BaseException) -> BaseException:
+    """Turn a psycopg error into ``DatabaseUnavailable`` when retrying can help."""
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        sqlstate = getattr(exc, "sqlstate", None)
+        if sqlstate is None or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:
+            return DatabaseUnavailable(f"database unavailable: {exc}")
+    if isinstance(exc, psycopg.Error):
+        sqlstate = exc.sqlstate or ""
+        if sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:
+            return DatabaseUnavailable(f"database busy ({sqlstate}): {exc}")
+    return exc

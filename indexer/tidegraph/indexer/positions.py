@@ -1,0 +1,61 @@
+"""Consumer positions in PostgreSQL: the fencing half of exactly-once (invariant 2).
+
+A partition's row holds the next offset to apply and an ownership epoch. Claiming a
+partition bumps the epoch; every apply advances the offset with a compare-and-set on
+(offset, epoch) inside the record's own transaction. A zombie that lost the partition
+holds an old epoch, so its next CAS matches no row and its transaction rolls back.
+"""
+
+from __future__ import annotations
+
+from psycopg import AsyncConnection
+from tidegraph.indexer.errors import Fenced
+
+
+async def claim(
+    conn: AsyncConnection[object], group_id: str, topic: str, partition: int, start_offset: int
+) -> tuple[int, int]:
+    """Take ownership of a partition; return (next offset to apply, our epoch)."""
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO tidegraph.consumer_positions (group_id, topic, partition, next_offset)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (group_id, topic, partition, start_offset),
+        )
+        cur = await conn.execute(
+            "UPDATE tidegraph.consumer_positions SET epoch = epoch + 1, updated_at = now()"
+            " WHERE group_id = %s AND topic = %s AND partition = %s"
+            " RETURNING next_offset, epoch",
+            (group_id, topic, partition),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    next_offset, epoch = row
+    return int(next_offset), int(epoch)  # type: ignore[call-overload]
+
+
+async def advance(
+    conn: AsyncConnection[object], group_id: str, topic: str, partition: int,
+    offset: int, epoch: int,
+) -> None:
+    """Move the position past ``offset``, inside the caller's transaction, or raise Fenced."""
+    cur = await conn.execute(
+        "UPDATE tidegraph.consumer_positions SET next_offset = %s, updated_at = now()"
+        " WHERE group_id = %s AND topic = %s AND partition = %s"
+        " AND next_offset = %s AND epoch = %s",
+        (offset + 1, group_id, topic, partition, offset, epoch),
+    )
+    if cur.rowcount != 1:
+        raise Fenced(topic, partition, offset)
+
+
+async def stored(
+    conn: AsyncConnection[object], group_id: str, topic: str
+) -> dict[int, int]:
+    """Next offset per partition for a group (for lag and status)."""
+    cur = await conn.execute(
+        "SELECT partition, next_offset FROM tidegraph.consumer_positions"
+        " WHERE group_id = %s AND topic = %s",
+        (group_id, topic),
+    )
+    return {int(p): int(o) for p, o in await cur.fetchall()}  # type: ignore[call-overload]

@@ -1,0 +1,616 @@
+"""The ordered write phase: one record, one transaction (DESIGN invariants 2–7).
+
+Commit order, all in one PostgreSQL transaction:
+
+1. take the realm lock and draw the next commit sequence (``UPDATE meta … RETURNING seq``),
+   which also fixes the belief instant (non-decreasing per realm);
+2. withdraw the document's previous contribution: expire its chunks, drop their mentions
+   and relation provenance;
+3. write the new version's chunks, resolve its entities, attach its relations;
+4. reconcile every touched relation (weight, order, retraction, supersession) and every
+   touched entity (dormancy, revival) against belief time;
+5. upsert the document state;
+6. append the changes to the outbox under the drawn sequence;
+7. advance the consumer position with a compare-and-set (fencing);
+8. commit.
+
+A failure anywhere rolls everything back, position included, so a crash at any instant
+neither skips nor repeats a record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+from psycopg.types.json import Jsonb
+from tidegraph.indexer import positions
+from tidegraph.indexer.graph_rules import (
+    EntityRecord,
+    desired_relation_states,
+    merge_entity,
+    merge_relation_attrs,
+    period_bounds,
+    render_entity,
+    render_relation,
+)
+from tidegraph.indexer.interfaces import Embedder
+from tidegraph.indexer.plan import PreparedDocument, RecordPosition
+from tidegraph.indexer.realms import RealmInfo
+
+
+@dataclass
+class ChangeSet:
+    """Changes of one transaction, in the order they happened."""
+
+    space: str
+    items: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def add(self, kind: str, space: str | None = None, **payload: Any) -> None:
+        self.items.append((kind, space or self.space, payload))
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a record's transaction did."""
+
+    seq: int | None
+    """Commit sequence drawn, ``None`` when nothing but the position moved."""
+    kinds: tuple[str, ...]
+    """Kinds of the changes appended, in order."""
+    status: str
+    """Document status after the write."""
+
+
+def _t(schema: str, table: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+
+
+async def advance_only(conn: AsyncConnection[Any], pos: RecordPosition) -> None:
+    """No-op, stale and dead-lettered records: move the position, write nothing else."""
+    async with conn.transaction():
+        await positions.advance(
+            conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
+        )
+
+
+async def write_document(
+    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
+    doc: PreparedDocument | None, *, space: str, doc_key: str, source_version: str | None,
+) -> WriteResult:
+    """Apply (``doc`` given) or delete (``doc`` None) one document version atomically."""
+    async with conn.transaction():
+        w = _Writer(conn, info, embedder)
+        seq, bt = await w.begin(pos.log_time)
+        changes = ChangeSet(space)
+        previous = await w.previous_status(space, doc_key)
+        old_entities, old_relations = await w.withdraw(space, doc_key, bt)
+        new_entities: set[int] = set()
+        new_relations: set[int] = set()
+        failure = doc.failure if doc is not None else None
+        if doc is None:
+            status = "deleted"
+            changes.add("document_deleted", doc_key=doc_key)
+        elif failure is not None:
+            status = "failed"
+            changes.add("document_failed", doc_key=doc_key, error=failure)
+        else:
+            status = "indexed"
+            replaced = previous in ("indexed", "failed")
+            changes.add("document_replaced" if replaced else "document_indexed", doc_key=doc_key)
+            new_entities, new_relations = await w.write_contribution(doc, bt, changes)
+        await w.reconcile_relations(old_relations | new_relations, bt, changes)
+        await w.reconcile_entities(old_entities | new_entities, bt, changes)
+        await w.upsert_document(space, doc_key, status, doc, source_version, failure, bt)
+        await w.append_outbox(seq, bt, changes)
+        await positions.advance(
+            conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
+        )
+    return WriteResult(seq, tuple(k for k, _, _ in changes.items), status)
+
+
+class _Writer:
+    """Statements of one write transaction; holds no state beyond it."""
+
+    def __init__(self, conn: AsyncConnection[Any], info: RealmInfo, embedder: Embedder) -> None:
+        self.conn = conn
+        self.info = info
+        self.s = info.schema
+        self.embedder = embedder
+
+    async def _rows(self, query: sql.Composable, params: Sequence[Any] = ()) -> list[Any]:
+        cur = await self.conn.execute(query, params)
+        return await cur.fetchall()
+
+    async def begin(self, log_time: datetime) -> tuple[int, datetime]:
+        """Realm lock + sequence + belief instant, in one statement."""
+        rows = await self._rows(
+            sql.SQL(
+                "UPDATE {} SET seq = seq + 1,"
+                " last_write_at = greatest(coalesce(last_write_at, %(t)s), %(t)s)"
+                " RETURNING seq, last_write_at"
+            ).format(_t(self.s, "meta")),
+            {"t": log_time},  # type: ignore[arg-type]
+        )
+        seq, bt = rows[0]
+        return int(seq), bt
+
+    async def previous_status(self, space: str, doc_key: str) -> str | None:
+        rows = await self._rows(
+            sql.SQL("SELECT status FROM {} WHERE space = %s AND doc_key = %s FOR UPDATE").format(
+                _t(self.s, "documents")
+            ),
+            (space, doc_key),
+        )
+        return str(rows[0][0]) if rows else None
+
+    async def withdraw(self, space: str, doc_key: str, bt: datetime) -> tuple[set[int], set[int]]:
+        """Expire the document's live chunks; return entities and relations they touched."""
+        chunk_ids = [
+            r[0]
+            for r in await self._rows(
+                sql.SQL(
+                    "UPDATE {} SET t_expired = %s WHERE space = %s AND doc_key = %s"
+                    " AND t_expired IS NULL RETURNING id"
+                ).format(_t(self.s, "chunks")),
+                (bt, space, doc_key),
+            )
+        ]
+        if not chunk_ids:
+            return set(), set()
+        entities = {
+            r[0]
+            for r in await self._rows(
+                sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s) RETURNING entity_id").format(
+                    _t(self.s, "mentions")
+                ),
+                (chunk_ids,),
+            )
+        }
+        relations = {
+            r[0]
+            for r in await self._rows(
+                sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s) RETURNING relation_id").format(
+                    _t(self.s, "relation_sources")
+                ),
+                (chunk_ids,),
+            )
+        }
+        return entities, relations
+
+    async def _vectors(self, texts: Sequence[str], known: dict[str, list[float]]) -> list[Any]:
+        missing = sorted({t for t in texts if t not in known})
+        if missing:
+            for text, vec in zip(missing, await self.embedder.embed(missing), strict=True):
+                known[text] = vec
+        return [_vec(known[t]) for t in texts]
+
+    async def write_contribution(
+        self, doc: PreparedDocument, bt: datetime, changes: ChangeSet
+    ) -> tuple[set[int], set[int]]:
+        """Chunks, entities, mentions, relations and provenance of a new version."""
+        space = doc.space
+        vectors = dict(doc.vectors)
+        chunk_rows = await self._rows(
+            sql.SQL(
+                "INSERT INTO {} (space, doc_key, ordinal, text, content_hash, metadata,"
+                " embedding, t_created)"
+                " SELECT %s, %s, o, t, %s, m, e::vector, %s"
+                " FROM unnest(%s::int[], %s::text[], %s::jsonb[], %s::text[]) AS u(o, t, m, e)"
+                " RETURNING id, ordinal"
+            ).format(_t(self.s, "chunks")),
+            (
+                space, doc.doc_key, doc.content_hash, bt,
+                [c.ordinal for c in doc.chunks],
+                [c.text for c in doc.chunks],
+                [Jsonb(c.metadata) for c in doc.chunks],
+                [_vec_text(c.embedding) for c in doc.chunks],
+            ),
+        )
+        chunk_id = {int(o): int(i) for i, o in chunk_rows}
+
+        ids = await self._resolve_entities(doc, bt, vectors, changes)
+
+        mention_pairs = sorted(
+            {
+                (chunk_id[c.ordinal], ids[name.lower()])
+                for c in doc.chunks
+                for name in [e.name for e in c.entities]
+                + [n for r in c.relations for n in (r.subject, r.object)]
+            }
+        )
+        if mention_pairs:
+            await self.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (chunk_id, entity_id)"
+                    " SELECT * FROM unnest(%s::bigint[], %s::bigint[]) ON CONFLICT DO NOTHING"
+                ).format(_t(self.s, "mentions")),
+                ([p[0] for p in mention_pairs], [p[1] for p in mention_pairs]),
+            )
+        relation_ids = await self._attach_relations(doc, chunk_id, ids, bt, vectors)
+        return {p[1] for p in mention_pairs}, relation_ids
+
+    async def _resolve_entities(
+        self, doc: PreparedDocument, bt: datetime, vectors: dict[str, list[float]],
+        changes: ChangeSet,
+    ) -> dict[str, int]:
+        """Resolve every entity of the document to a row; return lower(surface) → id."""
+        facts: dict[str, EntityRecord] = {}
+        for chunk in doc.chunks:
+            for e in chunk.entities:
+                rec = EntityRecord(e.name, e.type, e.description, frozenset(e.aliases))
+                key = e.name.lower()
+                facts[key] = merge_entity(facts[key], rec) if key in facts else rec
+            for r in chunk.relations:
+                for name in (r.subject, r.object):
+                    facts.setdefault(name.lower(), EntityRecord(name, "Concept", "", frozenset()))
+        keys = sorted({k for k in facts} | {a.lower() for f in facts.values() for a in f.aliases})
+        by_name: dict[str, tuple[int, EntityRecord]] = {}
+        for i, name, typ, desc, aliases in await self._rows(
+            sql.SQL(
+                "SELECT id, name, type, description, aliases FROM {}"
+                " WHERE space = %s AND lower(name) = ANY(%s)"
+            ).format(_t(self.s, "entities")),
+            (doc.space, keys),
+        ):
+            by_name[name.lower()] = (int(i), EntityRecord(name, typ, desc, frozenset(aliases)))
+        by_alias: dict[str, tuple[int, EntityRecord]] = {}
+        for alias, i, name, typ, desc, aliases in await self._rows(
+            sql.SQL(
+                "SELECT a.alias_lower, e.id, e.name, e.type, e.description, e.aliases"
+                " FROM {} a JOIN {} e ON e.id = a.entity_id"
+                " WHERE a.space = %s AND a.alias_lower = ANY(%s) ORDER BY e.id"
+            ).format(_t(self.s, "entity_aliases"), _t(self.s, "entities")),
+            (doc.space, keys),
+        ):
+            by_alias.setdefault(alias, (int(i), EntityRecord(name, typ, desc, frozenset(aliases))))
+
+        ids: dict[str, int] = {}
+        for key in sorted(facts):
+            fact = facts[key]
+            if key in ids:
+                continue
+            probes = [key, *sorted(a.lower() for a in fact.aliases)]
+            match = next((by_name[p] for p in probes if p in by_name), None) or next(
+                (by_alias[p] for p in probes if p in by_alias), None
+            )
+            if match is None:
+                entity_id = await self._insert_entity(doc.space, fact, bt, vectors)
+                merged = fact
+                changes.add("entity_added", doc.space, entity=_entity_ref(entity_id, fact))
+            else:
+                entity_id, current = match
+                merged = merge_entity(current, fact)
+                if merged.name.lower() != current.name.lower() and merged.name.lower() in by_name:
+                    merged = EntityRecord(
+                        current.name, merged.type, merged.description,
+                        merged.aliases | {merged.name},
+                    )
+                if merged != current:
+                    await self._update_entity(entity_id, merged, vectors)
+            for surface in (merged.name, *merged.aliases, fact.name, *fact.aliases):
+                ids[surface.lower()] = entity_id
+            by_name[merged.name.lower()] = (entity_id, merged)
+            for a in merged.aliases:
+                by_alias.setdefault(a.lower(), (entity_id, merged))
+            if merged.aliases:
+                await self.conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (space, alias_lower, entity_id)"
+                        " SELECT %s, a, %s FROM unnest(%s::text[]) a ON CONFLICT DO NOTHING"
+                    ).format(_t(self.s, "entity_aliases")),
+                    (doc.space, entity_id, sorted({a.lower() for a in merged.aliases})),
+                )
+        return ids
+
+    async def _insert_entity(
+        self, space: str, e: EntityRecord, bt: datetime, vectors: dict[str, list[float]]
+    ) -> int:
+        [vec] = await self._vectors([render_entity(e.name, e.description)], vectors)
+        rows = await self._rows(
+            sql.SQL(
+                "INSERT INTO {} (space, name, type, description, aliases, embedding, created_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s::vector, %s) RETURNING id"
+            ).format(_t(self.s, "entities")),
+            (space, e.name, e.type, e.description, sorted(e.aliases), vec, bt),
+        )
+        return int(rows[0][0])
+
+    async def _update_entity(
+        self, entity_id: int, e: EntityRecord, vectors: dict[str, list[float]]
+    ) -> None:
+        [vec] = await self._vectors([render_entity(e.name, e.description)], vectors)
+        await self.conn.execute(
+            sql.SQL(
+                "UPDATE {} SET name = %s, type = %s, description = %s, aliases = %s,"
+                " embedding = %s::vector WHERE id = %s"
+            ).format(_t(self.s, "entities")),
+            (e.name, e.type, e.description, sorted(e.aliases), vec, entity_id),
+        )
+
+    async def _attach_relations(
+        self, doc: PreparedDocument, chunk_id: dict[int, int], ids: dict[str, int],
+        bt: datetime, vectors: dict[str, list[float]],
+    ) -> set[int]:
+        """Upsert one edge per (subject, predicate, object, negated); record provenance."""
+        grouped: dict[tuple[int, str, int, bool], list[tuple[int, Any]]] = {}
+        for c in doc.chunks:
+            for r in c.relations:
+                key = (ids[r.subject.lower()], r.predicate, ids[r.object.lower()], r.negated)
+                grouped.setdefault(key, []).append((chunk_id[c.ordinal], r))
+        if not grouped:
+            return set()
+        keys = sorted(grouped)
+        existing = {
+            (int(s), p, int(o), bool(n)): (int(i), d, float(conf), vf, vt)
+            for i, s, p, o, n, d, conf, vf, vt in await self._rows(
+                sql.SQL(
+                    "SELECT r.id, r.subject_id, r.predicate, r.object_id, r.negated,"
+                    " r.description, r.confidence, r.valid_from, r.valid_to FROM {} r"
+                    " JOIN unnest(%s::bigint[], %s::text[], %s::bigint[], %s::bool[])"
+                    " AS k(s, p, o, n) ON r.subject_id = k.s AND r.predicate = k.p"
+                    " AND r.object_id = k.o AND r.negated = k.n WHERE r.space = %s"
+                ).format(_t(self.s, "relations")),
+                (
+                    [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+                    [k[3] for k in keys], doc.space,
+                ),
+            )
+        }
+        names = await self._entity_names({k[0] for k in keys} | {k[2] for k in keys})
+        relation_ids: set[int] = set()
+        sources: list[tuple[int, int]] = []
+        for key in keys:
+            facts = [r for _, r in grouped[key]]
+            prior = existing.get(key)
+            attrs = merge_relation_attrs(
+                [(f.description, f.confidence, f.valid_from, f.valid_to) for f in facts]
+                + ([prior[1:]] if prior else [])
+            )
+            description, confidence, valid_from, valid_to = attrs
+            lo, hi = period_bounds(valid_from, valid_to)
+            text = render_relation(
+                names[key[0]], key[1], names[key[2]], key[3], valid_from, valid_to
+            )
+            if prior is None:
+                [vec] = await self._vectors([text], vectors)
+                rows = await self._rows(
+                    sql.SQL(
+                        "INSERT INTO {} (space, subject_id, predicate, object_id, negated,"
+                        " description, confidence, valid_from, valid_to, valid_from_d,"
+                        " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s,"
+                        " 'retracted', %s, %s, %s::vector) RETURNING id"
+                    ).format(_t(self.s, "relations")),
+                    (
+                        doc.space, key[0], key[1], key[2], key[3], description, confidence,
+                        valid_from, valid_to, lo, hi, doc.order_key, bt, text, vec,
+                    ),
+                )
+                rid = int(rows[0][0])
+            else:
+                rid = prior[0]
+                if attrs != prior[1:]:
+                    [vec] = await self._vectors([text], vectors)
+                    await self.conn.execute(
+                        sql.SQL(
+                            "UPDATE {} SET description = %s, confidence = %s, valid_from = %s,"
+                            " valid_to = %s, valid_from_d = %s, valid_to_d = %s, rendered = %s,"
+                            " embedding = %s::vector WHERE id = %s"
+                        ).format(_t(self.s, "relations")),
+                        (description, confidence, valid_from, valid_to, lo, hi, text, vec, rid),
+                    )
+            relation_ids.add(rid)
+            sources.extend((rid, cid) for cid in sorted({cid for cid, _ in grouped[key]}))
+        await self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (relation_id, chunk_id, doc_key, order_key)"
+                " SELECT r, c, %s, %s FROM unnest(%s::bigint[], %s::bigint[]) AS u(r, c)"
+                " ON CONFLICT DO NOTHING"
+            ).format(_t(self.s, "relation_sources")),
+            (doc.doc_key, doc.order_key, [s[0] for s in sources], [s[1] for s in sources]),
+        )
+        return relation_ids
+
+    async def _entity_names(self, entity_ids: set[int]) -> dict[int, str]:
+        rows = await self._rows(
+            sql.SQL("SELECT id, name FROM {} WHERE id = ANY(%s)").format(
+                _t(self.s, "entities")
+            ),
+            (sorted(entity_ids),),
+        )
+        return {int(i): str(n) for i, n in rows}
+
+    async def reconcile_relations(
+        self, touched: set[int], bt: datetime, changes: ChangeSet
+    ) -> None:
+        """Weight, order, retraction and supersession of every relation on a touched pair."""
+        if not touched:
+            return
+        rows = await self._rows(
+            sql.SQL(
+                "WITH pairs AS (SELECT DISTINCT space, subject_id, object_id FROM {rel}"
+                "  WHERE id = ANY(%s))"
+                " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
+                "  r.weight, r.order_key, r.valid_from, r.valid_to,"
+                "  count(s.chunk_id) AS w, max(s.order_key) AS ok,"
+                "  h.state, h.superseded_by, h.t_created"
+                " FROM {rel} r JOIN pairs USING (space, subject_id, object_id)"
+                " LEFT JOIN {src} s ON s.relation_id = r.id"
+                " LEFT JOIN {hist} h ON h.relation_id = r.id AND h.t_expired IS NULL"
+                " GROUP BY r.id, h.state, h.superseded_by, h.t_created"
+            ).format(
+                rel=_t(self.s, "relations"), src=_t(self.s, "relation_sources"),
+                hist=_t(self.s, "relation_history"),
+            ),
+            (sorted(touched),),
+        )
+        live = [
+            (int(r[0]), (r[1], int(r[2]), int(r[4])), r[3], bool(r[5]), r[11])
+            for r in rows
+            if int(r[10]) > 0
+        ]
+        desired = desired_relation_states(live, self.info.exclusive_groups)
+        names = await self._entity_names({int(r[2]) for r in rows} | {int(r[4]) for r in rows})
+        for r in rows:
+            rid, space, weight, order_key = int(r[0]), r[1], int(r[10]), r[11]
+            if weight != int(r[6]) or (weight > 0 and order_key != r[7]):
+                await self.conn.execute(
+                    sql.SQL("UPDATE {} SET weight = %s, order_key = %s WHERE id = %s").format(
+                        _t(self.s, "relations")
+                    ),
+                    (weight, order_key if weight > 0 else r[7], rid),
+                )
+            want = desired.get(rid, ("retracted", None))
+            have = (r[12], int(r[13]) if r[13] is not None else None) if r[12] else (
+                "retracted", None
+            )
+            if want == have:
+                continue
+            await self._move_history(rid, have, want, r[14], bt)
+            ref = {
+                "id": str(rid), "subject": names[int(r[2])], "predicate": r[3],
+                "object": names[int(r[4])], "negated": bool(r[5]),
+                "valid_from": r[8], "valid_to": r[9],
+            }
+            for kind, by in _transition_kinds(have, want):
+                extra = {"superseded_by": str(by)} if by is not None else {}
+                changes.add(kind, space, relation=ref, **extra)
+
+    async def _move_history(
+        self, rid: int, have: tuple[str, int | None], want: tuple[str, int | None],
+        open_since: datetime | None, bt: datetime,
+    ) -> None:
+        hist = _t(self.s, "relation_history")
+        rel = _t(self.s, "relations")
+        if have[0] != "retracted":
+            if open_since == bt:
+                await self.conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE relation_id = %s AND t_created = %s").format(
+                        hist
+                    ),
+                    (rid, bt),
+                )
+            else:
+                await self.conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET t_expired = %s WHERE relation_id = %s AND t_expired IS NULL"
+                    ).format(hist),
+                    (bt, rid),
+                )
+        if want[0] != "retracted":
+            await self.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (relation_id, state, superseded_by, t_created)"
+                    " VALUES (%s, %s, %s, %s)"
+                ).format(hist),
+                (rid, want[0], want[1], bt),
+            )
+        await self.conn.execute(
+            sql.SQL(
+                "UPDATE {} SET status = %s, superseded_by = %s,"
+                " t_expired = CASE WHEN %s = 'current' THEN NULL ELSE %s END WHERE id = %s"
+            ).format(rel),
+            (want[0], want[1], want[0], bt, rid),
+        )
+
+    async def reconcile_entities(self, touched: set[int], bt: datetime, changes: ChangeSet) -> None:
+        """Dormant when the last mention went, revived when mentioned again."""
+        if not touched:
+            return
+        rows = await self._rows(
+            sql.SQL(
+                "SELECT e.id, e.space, e.name, e.type, e.dormant_since IS NOT NULL,"
+                " EXISTS (SELECT 1 FROM {m} m WHERE m.entity_id = e.id)"
+                " FROM {e} e WHERE e.id = ANY(%s) ORDER BY e.id"
+            ).format(m=_t(self.s, "mentions"), e=_t(self.s, "entities")),
+            (sorted(touched),),
+        )
+        for eid, space, name, typ, dormant, mentioned in rows:
+            if dormant == mentioned:
+                await self.conn.execute(
+                    sql.SQL("UPDATE {} SET dormant_since = %s WHERE id = %s").format(
+                        _t(self.s, "entities")
+                    ),
+                    (None if mentioned else bt, eid),
+                )
+                ref = {"id": str(eid), "name": name, "type": typ}
+                changes.add("entity_revived" if mentioned else "entity_dormant", space, entity=ref)
+
+    async def upsert_document(
+        self, space: str, doc_key: str, status: str, doc: PreparedDocument | None,
+        source_version: str | None, error: str | None, bt: datetime,
+    ) -> None:
+        await self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {} AS d (space, doc_key, status, content_hash, source_version,"
+                " order_key, title, source, metadata, error, chunk_count, indexed_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (space, doc_key) DO UPDATE SET status = excluded.status,"
+                " content_hash = excluded.content_hash,"
+                " source_version = coalesce(excluded.source_version, d.source_version),"
+                " order_key = coalesce(excluded.order_key, d.order_key),"
+                " title = coalesce(excluded.title, d.title),"
+                " source = coalesce(excluded.source, d.source),"
+                " metadata = excluded.metadata, error = excluded.error,"
+                " chunk_count = excluded.chunk_count, indexed_at = excluded.indexed_at"
+            ).format(_t(self.s, "documents")),
+            (
+                space, doc_key, status,
+                doc.content_hash if doc else None,
+                source_version,
+                doc.order_key if doc else None,
+                doc.title if doc else None,
+                doc.source if doc else None,
+                Jsonb(doc.metadata if doc else {}),
+                error,
+                len(doc.chunks) if doc and status == "indexed" else 0,
+                bt,
+            ),
+        )
+
+    async def append_outbox(self, seq: int, bt: datetime, changes: ChangeSet) -> None:
+        if not changes.items:
+            return
+        await self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (seq, idx, kind, space, belief_time, payload)"
+                " SELECT %s, i - 1, k, s, %s, p"
+                " FROM unnest(%s::text[], %s::text[], %s::jsonb[]) WITH ORDINALITY AS u(k, s, p, i)"
+            ).format(_t(self.s, "outbox")),
+            (
+                seq, bt,
+                [k for k, _, _ in changes.items],
+                [s for _, s, _ in changes.items],
+                [Jsonb(p) for _, _, p in changes.items],
+            ),
+        )
+
+
+def _transition_kinds(
+    have: tuple[str, int | None], want: tuple[str, int | None]
+) -> list[tuple[str, int | None]]:
+    """Change kinds for a relation moving between belief states."""
+    h, w = have[0], want[0]
+    if w == "retracted":
+        return [("relation_retracted", None)]
+    if w == "current":
+        return [("relation_restored" if h == "superseded" else "relation_added", None)]
+    if h == "retracted":
+        return [("relation_added", None), ("relation_superseded", want[1])]
+    return [("relation_superseded", want[1])]
+
+
+def _entity_ref(entity_id: int, e: EntityRecord) -> dict[str, str]:
+    return {"id": str(entity_id), "name": e.name, "type": e.type}
+
+
+def _vec(v: list[float]) -> str:
+    return _vec_text(v)
+
+
+def _vec_text(v: list[float]) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in v) + "]"

@@ -1,0 +1,234 @@
+"""The PostgreSQL layout: one control schema, and one schema per realm.
+
+Realm schemas are named by :func:`tidegraph.schemas.names.realm_schema` and only ever reach
+SQL through ``sql.Identifier``. Every embedding column has the realm's pinned dimension
+(DESIGN invariant 10); :data:`EMBEDDING_COLUMNS` lists them so initialisation can verify
+each one (paper §3.5) instead of trusting that an earlier run created them right.
+
+Belief time lives in two places: ``chunks.t_created/t_expired`` (chunks are expired, never
+deleted) and ``relation_history`` (one row per belief interval of a relation's state, so
+the graph as believed at any instant can be read back after later writes).
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+CONTROL_SCHEMA = "tidegraph"
+
+EMBEDDING_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("chunks", "embedding"),
+    ("entities", "embedding"),
+    ("relations", "embedding"),
+    ("communities", "embedding"),
+)
+"""(table, column) pairs that must be ``vector(<realm dimension>)``."""
+
+_CONTROL = """
+CREATE SCHEMA IF NOT EXISTS tidegraph;
+CREATE TABLE IF NOT EXISTS tidegraph.realms (
+    realm        text PRIMARY KEY,
+    schema_name  text NOT NULL UNIQUE,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS tidegraph.consumer_positions (
+    group_id     text   NOT NULL,
+    topic        text   NOT NULL,
+    partition    int    NOT NULL,
+    next_offset  bigint NOT NULL,
+    epoch        bigint NOT NULL DEFAULT 0,
+    last_belief  timestamptz,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (group_id, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS tidegraph.publisher_positions (
+    realm          text PRIMARY KEY,
+    published_seq  bigint NOT NULL DEFAULT 0,
+    updated_at     timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+_REALM = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.meta (
+    singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    realm          text NOT NULL,
+    embedder       text NOT NULL,
+    dimension      int  NOT NULL,
+    extractor      text NOT NULL,
+    config         jsonb NOT NULL,
+    seq            bigint NOT NULL DEFAULT 0,
+    last_write_at  timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.documents (
+    space           text NOT NULL,
+    doc_key         text NOT NULL,
+    status          text NOT NULL CHECK (status IN ('indexed', 'deleted', 'failed')),
+    content_hash    text,
+    source_version  text,
+    order_key       text,
+    title           text,
+    source          text,
+    metadata        jsonb NOT NULL DEFAULT '{{}}',
+    error           text,
+    chunk_count     int  NOT NULL DEFAULT 0,
+    indexed_at      timestamptz NOT NULL,
+    PRIMARY KEY (space, doc_key)
+);
+CREATE TABLE IF NOT EXISTS {schema}.chunks (
+    id            bigserial PRIMARY KEY,
+    space         text NOT NULL,
+    doc_key       text NOT NULL,
+    ordinal       int  NOT NULL,
+    text          text NOT NULL,
+    content_hash  text NOT NULL,
+    metadata      jsonb NOT NULL DEFAULT '{{}}',
+    embedding     vector({dim}) NOT NULL,
+    t_created     timestamptz NOT NULL,
+    t_expired     timestamptz
+);
+CREATE INDEX IF NOT EXISTS chunks_live_doc ON {schema}.chunks (space, doc_key)
+    WHERE t_expired IS NULL;
+CREATE INDEX IF NOT EXISTS chunks_belief ON {schema}.chunks (t_created, t_expired);
+CREATE TABLE IF NOT EXISTS {schema}.entities (
+    id             bigserial PRIMARY KEY,
+    space          text NOT NULL,
+    name           text NOT NULL,
+    type           text NOT NULL,
+    description    text NOT NULL DEFAULT '',
+    aliases        text[] NOT NULL DEFAULT '{{}}',
+    embedding      vector({dim}) NOT NULL,
+    dormant_since  timestamptz,
+    created_at     timestamptz NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entities_name ON {schema}.entities (space, lower(name));
+CREATE TABLE IF NOT EXISTS {schema}.entity_aliases (
+    space        text   NOT NULL,
+    alias_lower  text   NOT NULL,
+    entity_id    bigint NOT NULL REFERENCES {schema}.entities (id),
+    PRIMARY KEY (space, alias_lower, entity_id)
+);
+CREATE TABLE IF NOT EXISTS {schema}.mentions (
+    chunk_id   bigint NOT NULL REFERENCES {schema}.chunks (id),
+    entity_id  bigint NOT NULL REFERENCES {schema}.entities (id),
+    PRIMARY KEY (chunk_id, entity_id)
+);
+CREATE INDEX IF NOT EXISTS mentions_entity ON {schema}.mentions (entity_id);
+CREATE TABLE IF NOT EXISTS {schema}.relations (
+    id             bigserial PRIMARY KEY,
+    space          text   NOT NULL,
+    subject_id     bigint NOT NULL REFERENCES {schema}.entities (id),
+    predicate      text   NOT NULL,
+    object_id      bigint NOT NULL REFERENCES {schema}.entities (id),
+    negated        boolean NOT NULL DEFAULT false,
+    description    text   NOT NULL DEFAULT '',
+    confidence     real   NOT NULL DEFAULT 1.0,
+    valid_from     text,
+    valid_to       text,
+    valid_from_d   date,
+    valid_to_d     date,
+    weight         int    NOT NULL DEFAULT 0,
+    order_key      text,
+    status         text   NOT NULL CHECK (status IN ('current', 'superseded', 'retracted')),
+    superseded_by  bigint,
+    t_created      timestamptz NOT NULL,
+    t_expired      timestamptz,
+    rendered       text   NOT NULL,
+    tsv            tsvector GENERATED ALWAYS AS (to_tsvector('simple', rendered)) STORED,
+    embedding      vector({dim}) NOT NULL,
+    UNIQUE (space, subject_id, predicate, object_id, negated)
+);
+CREATE INDEX IF NOT EXISTS relations_subject ON {schema}.relations (subject_id) INCLUDE (object_id);
+CREATE INDEX IF NOT EXISTS relations_object ON {schema}.relations (object_id) INCLUDE (subject_id);
+CREATE INDEX IF NOT EXISTS relations_pair ON {schema}.relations (space, subject_id, object_id);
+CREATE INDEX IF NOT EXISTS relations_tsv ON {schema}.relations USING gin (tsv);
+CREATE INDEX IF NOT EXISTS relations_valid ON {schema}.relations (valid_from_d, valid_to_d);
+CREATE TABLE IF NOT EXISTS {schema}.relation_sources (
+    relation_id  bigint NOT NULL REFERENCES {schema}.relations (id),
+    chunk_id     bigint NOT NULL REFERENCES {schema}.chunks (id),
+    doc_key      text   NOT NULL,
+    order_key    text,
+    PRIMARY KEY (relation_id, chunk_id)
+);
+CREATE INDEX IF NOT EXISTS relation_sources_chunk ON {schema}.relation_sources (chunk_id);
+CREATE TABLE IF NOT EXISTS {schema}.relation_history (
+    relation_id    bigint NOT NULL REFERENCES {schema}.relations (id),
+    state          text   NOT NULL CHECK (state IN ('current', 'superseded')),
+    superseded_by  bigint,
+    t_created      timestamptz NOT NULL,
+    t_expired      timestamptz,
+    PRIMARY KEY (relation_id, t_created)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS relation_history_open ON {schema}.relation_history (relation_id)
+    WHERE t_expired IS NULL;
+CREATE INDEX IF NOT EXISTS relation_history_belief
+    ON {schema}.relation_history (t_created, t_expired);
+CREATE TABLE IF NOT EXISTS {schema}.outbox (
+    seq          bigint NOT NULL,
+    idx          int    NOT NULL,
+    kind         text   NOT NULL,
+    space        text   NOT NULL,
+    belief_time  timestamptz NOT NULL,
+    payload      jsonb  NOT NULL,
+    PRIMARY KEY (seq, idx)
+);
+CREATE INDEX IF NOT EXISTS outbox_belief ON {schema}.outbox (belief_time);
+CREATE TABLE IF NOT EXISTS {schema}.extraction_cache (
+    key         text PRIMARY KEY,
+    output      jsonb NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.communities (
+    id          bigserial PRIMARY KEY,
+    space       text NOT NULL,
+    level       int  NOT NULL DEFAULT 0,
+    parent_id   bigint,
+    title       text NOT NULL,
+    summary     text NOT NULL,
+    findings    jsonb NOT NULL DEFAULT '[]',
+    rating      real NOT NULL DEFAULT 0,
+    size        int  NOT NULL,
+    built_at    timestamptz NOT NULL,
+    embedding   vector({dim}) NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {schema}.community_members (
+    community_id  bigint NOT NULL REFERENCES {schema}.communities (id) ON DELETE CASCADE,
+    entity_id     bigint NOT NULL REFERENCES {schema}.entities (id),
+    PRIMARY KEY (community_id, entity_id)
+);
+"""
+
+_VECTOR_INDEXES = """
+CREATE INDEX IF NOT EXISTS chunks_embedding ON {schema}.chunks
+    USING hnsw (embedding vector_cosine_ops);
+CREATE INDEX IF NOT EXISTS entities_embedding ON {schema}.entities
+    USING hnsw (embedding vector_cosine_ops);
+CREATE INDEX IF NOT EXISTS relations_embedding ON {schema}.relations
+    USING hnsw (embedding vector_cosine_ops);
+CREATE INDEX IF NOT EXISTS communities_embedding ON {schema}.communities
+    USING hnsw (embedding vector_cosine_ops);
+"""
+
+
+def control_ddl() -> sql.SQL:
+    """Statements creating the control schema (realms, consumer and publisher positions)."""
+    return sql.SQL(_CONTROL)  # type: ignore[arg-type]
+
+
+def _compose(template: str, schema: str, dimension: int) -> sql.Composed:
+    if not 1 <= dimension <= 16000:
+        raise ValueError(f"embedding dimension {dimension} outside 1..16000")
+    return sql.SQL(template).format(  # type: ignore[arg-type]
+        schema=sql.Identifier(schema), dim=sql.Literal(dimension)
+    )
+
+
+def realm_ddl(schema: str, dimension: int) -> sql.Composed:
+    """Statements creating one realm's tables (idempotent), without vector indexes."""
+    return _compose(_REALM, schema, dimension)
+
+
+def vector_index_ddl(schema: str, dimension: int) -> sql.Composed:
+    """HNSW indexes; separate so a bulk load (replay) can build them after loading."""
+    return _compose(_VECTOR_INDEXES, schema, dimension)

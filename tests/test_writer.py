@@ -1,0 +1,144 @@
+"""The write path against a real PostgreSQL: replacement, dormancy, retraction, supersession,
+restoration and append-only belief history (DESIGN invariants 3–7)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from graph_helpers import GraphHarness, ent, rel
+from tidegraph.indexer.errors import Fenced
+from tidegraph.schemas.realm_config import RealmConfig
+
+pytestmark = pytest.mark.postgres
+
+GROUPS = RealmConfig(
+    embedder="hashing:8",
+    exclusive_groups=(frozenset({"ally_of", "enemy_of", "friend_of"}),),
+)
+
+
+@pytest.fixture
+async def conn(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+async def graph(conn: psycopg.AsyncConnection[Any], unique_name: Callable[[str], str]) -> GraphHarness:
+    return await GraphHarness.create(conn, unique_name("w"), GROUPS)
+
+
+async def test_replacement_dormancy_and_revival(graph: GraphHarness) -> None:
+    await graph.upsert("a", [([ent("Ada Lovelace"), ent("Charles Babbage")],
+                              [rel("Ada Lovelace", "worked_with", "Charles Babbage")])])
+    assert await graph.relations() == {
+        ("Ada Lovelace", "worked_with", "Charles Babbage", False, "current")
+    }
+    # v2 of the same document no longer mentions Babbage: the relation is retracted and
+    # Babbage goes dormant; nothing is deleted.
+    await graph.upsert("a", [([ent("Ada Lovelace"), ent("Mary Somerville")],
+                              [rel("Ada Lovelace", "studied_with", "Mary Somerville")])])
+    assert await graph.relations() == {
+        ("Ada Lovelace", "studied_with", "Mary Somerville", False, "current")
+    }
+    ents = await graph.entities()
+    assert ents["Charles Babbage"][1] is True
+    assert ents["Ada Lovelace"][1] is False
+    # Another document mentions Babbage again: revived.
+    await graph.upsert("b", [([ent("Charles Babbage")], [])])
+    assert (await graph.entities())["Charles Babbage"][1] is False
+    kinds = [k for _, _, k in await graph.changes()]
+    assert "relation_retracted" in kinds and "entity_dormant" in kinds
+    assert "entity_revived" in kinds and "document_replaced" in kinds
+
+
+async def test_delete_withdraws_contribution(graph: GraphHarness) -> None:
+    await graph.upsert("a", [([ent("X Corp", "Organization"), ent("Jane Roe")],
+                              [rel("Jane Roe", "works_at", "X Corp")])])
+    result = await graph.delete("a")
+    assert result.status == "deleted"
+    assert await graph.relations() == set()
+    assert all(dormant for _, dormant, _ in (await graph.entities()).values())
+
+
+async def test_corroboration_counts_distinct_chunks_and_never_inflates(graph: GraphHarness) -> None:
+    facts = ([ent("Ada Lovelace"), ent("Charles Babbage")],
+             [rel("Ada Lovelace", "worked_with", "Charles Babbage")])
+    await graph.upsert("a", [facts, facts])
+    await graph.upsert("b", [facts])
+    assert (await graph.weights())[("Ada Lovelace", "worked_with", "Charles Babbage")] == 3
+    await graph.upsert("a", [facts, facts], content="sha256:" + "1" * 64)  # re-index a
+    assert (await graph.weights())[("Ada Lovelace", "worked_with", "Charles Babbage")] == 3
+
+
+async def test_supersession_by_order_key_whatever_the_arrival(graph: GraphHarness) -> None:
+    pair = [ent("Arthur"), ent("Mordred")]
+    await graph.upsert("late", [(pair, [rel("Arthur", "enemy_of", "Mordred")])], order_key="2")
+    await graph.upsert("early", [(pair, [rel("Arthur", "ally_of", "Mordred")])], order_key="1")
+    assert await graph.relations() == {("Arthur", "enemy_of", "Mordred", False, "current")}
+    assert ("Arthur", "ally_of", "Mordred", False, "superseded") in await graph.relations(
+        include_superseded=True
+    )
+
+
+async def test_reassertion_after_supersession_and_restoration(graph: GraphHarness) -> None:
+    pair = [ent("Arthur"), ent("Mordred")]
+    await graph.upsert("d1", [(pair, [rel("Arthur", "ally_of", "Mordred")])], order_key="1")
+    await graph.upsert("d2", [(pair, [rel("Arthur", "enemy_of", "Mordred")])], order_key="2")
+    await graph.upsert("d3", [(pair, [rel("Arthur", "ally_of", "Mordred")])], order_key="3")
+    everything = await graph.relations(include_superseded=True)
+    assert ("Arthur", "ally_of", "Mordred", False, "current") in everything
+    assert ("Arthur", "enemy_of", "Mordred", False, "superseded") in everything
+    assert await graph.relations() == {("Arthur", "ally_of", "Mordred", False, "current")}
+    # Withdraw d3 and d1: enemy is current again (restored).
+    await graph.delete("d3")
+    await graph.delete("d1")
+    assert await graph.relations() == {("Arthur", "enemy_of", "Mordred", False, "current")}
+    assert "relation_restored" in [k for _, _, k in await graph.changes()]
+
+
+async def test_past_answers_never_change(graph: GraphHarness) -> None:
+    pair = [ent("Arthur"), ent("Mordred")]
+    await graph.upsert("d1", [(pair, [rel("Arthur", "ally_of", "Mordred")])], order_key="1")
+    instants = [graph.clock + timedelta(milliseconds=500)]
+    await graph.upsert("d2", [(pair, [rel("Arthur", "enemy_of", "Mordred")])], order_key="2")
+    instants.append(graph.clock + timedelta(milliseconds=500))
+    before = [await graph.relations(believed_at=t, include_superseded=True) for t in instants]
+    await graph.delete("d2")
+    await graph.upsert("d1", [(pair, [rel("Arthur", "friend_of", "Mordred")])], order_key="5")
+    after = [await graph.relations(believed_at=t, include_superseded=True) for t in instants]
+    assert before == after
+    assert before[0] == {("Arthur", "ally_of", "Mordred", False, "current")}
+
+
+async def test_outbox_sequence_is_gap_free(graph: GraphHarness) -> None:
+    for i in range(5):
+        await graph.upsert(f"d{i}", [([ent(f"Person {i}"), ent("Hub")],
+                                      [rel(f"Person {i}", "knows", "Hub")])])
+    seqs = sorted({s for s, _, _ in await graph.changes()})
+    assert seqs == list(range(1, 6))
+
+
+async def test_zombie_write_is_fenced(graph: GraphHarness) -> None:
+    from tidegraph.indexer import positions
+
+    # A new owner claims the partition: the harness's epoch is now stale.
+    await positions.claim(graph.conn, "test", graph.topic, 0, 0)
+    with pytest.raises(Fenced):
+        await graph.upsert("z", [([ent("Zed")], [])])
+    assert await graph.entities() == {}
+
+
+async def test_alias_resolution_longest_form_wins(graph: GraphHarness) -> None:
+    await graph.upsert("a", [([ent("Babbage", "Concept")], [])])
+    await graph.upsert("b", [([ent("Charles Babbage", "Person", "mathematician",
+                                   aliases=("Babbage",))], [])])
+    ents = await graph.entities()
+    assert set(ents) == {"Charles Babbage"}
+    assert ents["Charles Babbage"][0] == "Person"
+    assert "Babbage" in ents["Charles Babbage"][2]
