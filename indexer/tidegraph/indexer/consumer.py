@@ -26,7 +26,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.abc import ConsumerRebalanceListener
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
-
 from tidegraph.indexer import metrics, positions
 from tidegraph.indexer.errors import Fenced, classify_db_error
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
@@ -95,7 +94,10 @@ class _Item:
 class Indexer:
     """Consumes ``tidegraph.documents`` and keeps realm graphs in step."""
 
-    def __init__(self, config: IndexerConfig, prepare: Prepare, embedder_for: EmbedderFor) -> None:
+    def __init__(
+        self, config: IndexerConfig, prepare: Prepare, embedder_for: EmbedderFor,
+        pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None,
+    ) -> None:
         self.config = config
         self._prepare = prepare
         self._embedder_for = embedder_for
@@ -104,7 +106,10 @@ class Indexer:
         self._realms: dict[str, RealmInfo] = {}
         self._stop = asyncio.Event()
         self._sem = asyncio.Semaphore(config.prepare_concurrency)
-        self.pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self.pool = pool or AsyncConnectionPool(
+            config.pg_dsn, min_size=1, max_size=config.pool_size, open=False,
+            kwargs={"autocommit": True},
+        )
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.applied = 0
@@ -116,10 +121,6 @@ class Indexer:
 
     async def run(self) -> None:
         cfg = self.config
-        self.pool = AsyncConnectionPool(
-            cfg.pg_dsn, min_size=1, max_size=cfg.pool_size, open=False,
-            kwargs={"autocommit": True},
-        )
         await self.pool.open(wait=True, timeout=30)
         async with self.pool.connection() as conn:
             await ensure_control(conn)
@@ -356,7 +357,8 @@ class Indexer:
         if owned is None:
             return
         owned.failures += 1
-        delay = min(self.config.backoff_max, self.config.backoff_initial * 2 ** (owned.failures - 1))
+        cfg = self.config
+        delay = min(cfg.backoff_max, cfg.backoff_initial * 2 ** (owned.failures - 1))
         retriable = isinstance(exc, TidegraphError) and exc.retriable
         level = logging.WARNING if retriable else logging.ERROR
         log.log(level, "%s/%d offset %d: %s: %s; retrying in %.1fs",
@@ -383,7 +385,8 @@ class Indexer:
         for tp, owned in list(self._owned.items()):
             high = self.consumer.highwater(tp)
             if high is not None and owned.next_offset is not None:
-                metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - owned.next_offset))
+                lag = max(0, high - owned.next_offset)
+                metrics.LAG.labels(tp.topic, str(tp.partition)).set(lag)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -1,0 +1,79 @@
+"""The composition root: which extractor and embedder a realm gets.
+
+A realm's pinned ids decide (DESIGN invariant 10): ``hashing:<dim>`` is the offline
+embedder, ``llm:<model>:<dim>`` an OpenAI-compatible endpoint; ``rules`` the offline
+extractor, ``llm`` the model-backed one behind the realm's extraction cache. A realm pinned
+to a model with no endpoint configured fails loudly; it never falls back to offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from tidegraph.indexer.extraction_cache import PgExtractionCache
+from tidegraph.indexer.hashing_embedder import HashingEmbedder
+from tidegraph.indexer.interfaces import Embedder, Extractor
+from tidegraph.indexer.realms import RealmInfo
+from tidegraph.indexer.rules_extractor import RulesExtractor
+from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.realm_config import parse_embedder
+
+
+@dataclass
+class ModelRegistry:
+    """Builds and caches one extractor and one embedder per realm schema."""
+
+    pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+    """Where the extraction cache lives (needed for model-backed extraction)."""
+    llm: Any = None
+    """An ``LLMClient`` when a model endpoint is configured, else ``None``."""
+    gleaning: int = 1
+    """Gleaning passes of the model extractor."""
+    read_through: tuple[str, ...] = ()
+    """Extra cache schemas to read (a replay shadow reads the live realm's cache)."""
+    _embedders: dict[str, Embedder] = field(default_factory=dict)
+    _extractors: dict[str, Extractor] = field(default_factory=dict)
+
+    def embedder_for(self, info: RealmInfo) -> Embedder:
+        embedder = self._embedders.get(info.schema)
+        if embedder is None:
+            spec = parse_embedder(info.embedder)
+            if spec.kind == "hashing":
+                embedder = HashingEmbedder(spec.dimension)
+            else:
+                if self.llm is None:
+                    raise ConfigError(
+                        f"realm {info.realm!r} is pinned to embedder {info.embedder!r} but no "
+                        "model endpoint is configured (set TIDEGRAPH_LLM_BASE_URL)"
+                    )
+                from tidegraph.indexer.llm_embedder import LLMEmbedder
+
+                assert spec.model is not None
+                embedder = LLMEmbedder(
+                    self.llm, dimension=spec.dimension, realm=info.realm, model=spec.model
+                )
+            self._embedders[info.schema] = embedder
+        return embedder
+
+    def extractor_for(self, info: RealmInfo) -> Extractor:
+        extractor = self._extractors.get(info.schema)
+        if extractor is None:
+            if info.extractor == "rules" or info.extractor.startswith("rules:"):
+                extractor = RulesExtractor()
+            else:
+                if self.llm is None or self.pool is None:
+                    raise ConfigError(
+                        f"realm {info.realm!r} uses the model extractor but no model endpoint "
+                        "is configured (set TIDEGRAPH_LLM_BASE_URL and TIDEGRAPH_LLM_MODEL)"
+                    )
+                from tidegraph.indexer.llm_extractor import CachingExtractor, LLMExtractor
+
+                inner = LLMExtractor(self.llm, realm=info.realm, gleaning=self.gleaning)
+                cache = PgExtractionCache(self.pool, info.schema, self.read_through)
+                extractor = CachingExtractor(inner, cache)
+            self._extractors[info.schema] = extractor
+        return extractor

@@ -1,0 +1,54 @@
+"""Process-level wiring shared by long-running commands: settings, model client, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
+
+
+def default_realm_config(
+    extractor: str | None = None, embedder: str | None = None, dimension: int | None = None
+) -> RealmConfig:
+    """Configuration of a realm first seen in a record (``TIDEGRAPH_EXTRACTOR``/``_EMBEDDER``).
+
+    ``embedder`` is a full id (``hashing:384``, ``llm:<model>:<dim>``) or the shorthand
+    ``hashing`` / ``llm``; the shorthand takes the dimension from ``TIDEGRAPH_EMBED_DIMENSION``
+    (384 offline, 1536 for a model) and the model from ``TIDEGRAPH_EMBED_MODEL``.
+    """
+    extractor = extractor or os.environ.get("TIDEGRAPH_EXTRACTOR", "rules")
+    embedder = embedder or os.environ.get("TIDEGRAPH_EMBEDDER", "hashing")
+    dim_text = os.environ.get("TIDEGRAPH_EMBED_DIMENSION")
+    if embedder == "hashing":
+        embedder = f"hashing:{dimension or int(dim_text or 384)}"
+    elif embedder == "llm":
+        model = os.environ.get("TIDEGRAPH_EMBED_MODEL", "text-embedding-3-small")
+        embedder = f"llm:{model}:{dimension or int(dim_text or 1536)}"
+    if extractor not in ("rules", "llm"):
+        raise ConfigError(f"TIDEGRAPH_EXTRACTOR={extractor!r}: expected 'rules' or 'llm'")
+    try:
+        parse_embedder(embedder)
+    except ValueError as exc:
+        raise ConfigError(f"TIDEGRAPH_EMBEDDER: {exc}") from None
+    return RealmConfig(extractor=extractor, embedder=embedder)  # type: ignore[arg-type]
+
+
+def llm_client_if_configured() -> Any:
+    """An ``LLMClient`` when ``TIDEGRAPH_LLM_BASE_URL`` or ``OPENAI_API_KEY`` is set, else None."""
+    if not (os.environ.get("TIDEGRAPH_LLM_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
+        return None
+    from tidegraph.indexer.llm_client import LLMClient, load_llm_settings
+
+    return LLMClient(load_llm_settings())
+
+
+def on_termination(stop: Callable[[], None]) -> None:
+    """Call ``stop`` on SIGTERM and SIGINT (finish what is in flight, then exit)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
