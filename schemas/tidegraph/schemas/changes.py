@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 from tidegraph.schemas._validation import RecordValidationError, load_object, problems_from
-from tidegraph.schemas.documents import format_utc
+from tidegraph.schemas.documents import RFC3339_PATTERN, format_utc
 from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPACE_PATTERN
 
 CHANGE_SCHEMA: Final = "tidegraph.change.v1"
@@ -129,7 +129,10 @@ class GraphChange(BaseModel):
     realm: str = Field(pattern=REALM_PATTERN)
     space: str = Field(DEFAULT_SPACE, pattern=SPACE_PATTERN)
     seq: int = Field(ge=0, description="Commit sequence number of the realm, gap-free.")
-    belief_time: AwareDatetime = Field(description="When the graph came to believe this.")
+    belief_time: AwareDatetime = Field(
+        description="When the graph came to believe this.",
+        json_schema_extra={"pattern": RFC3339_PATTERN},
+    )
     kind: ChangeKind
     doc_key: str | None = Field(None, description="The document whose indexing caused it.")
     entity: EntityRef | None = None

@@ -41,6 +41,11 @@ from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPA
 
 DOCUMENT_SCHEMA: Final = "tidegraph.document.v1"
 DOC_KEY_MAX = 1024
+RFC3339_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
+"""Stated in the JSON Schema files, where ``format: date-time`` is only advisory."""
 
 Op = Literal["upsert", "delete"]
 
@@ -123,7 +128,10 @@ class DocumentVersion(BaseModel):
         None,
         description="Document order for supersession, compared as strings; defaults to event_time.",
     )
-    event_time: AwareDatetime = Field(description="When the source changed, with a UTC offset.")
+    event_time: AwareDatetime = Field(
+        description="When the source changed, with a UTC offset.",
+        json_schema_extra={"pattern": RFC3339_PATTERN},
+    )
 
     @field_validator("space", mode="before")
     @classmethod

@@ -1,0 +1,222 @@
+"""The one path by which every connector puts document versions on Kafka.
+
+Key = realm (one partition per realm, so versions of a realm stay in order), ``acks=all``
+with idempotence (a retried batch is never written twice), lz4 compression, the contract's
+headers. A document over the size limit is refused here, before anything is buffered.
+
+Two ways to publish:
+
+* :meth:`DocumentProducer.publish` waits for the acknowledgement — one document, e.g. an
+  HTTP request that must not answer before the record is durable.
+* :meth:`DocumentProducer.submit` returns once the record is buffered, with a future that
+  resolves to its :class:`Delivery` on acknowledgement — bulk paths submit many and then
+  await the futures, so batches fill instead of one round trip per document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NamedTuple
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
+from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
+from tidegraph.schemas.settings import Settings
+from tidegraph.schemas.topics import (
+    HEADER_CONTENT_HASH,
+    HEADER_DOC_KEY,
+    HEADER_SCHEMA,
+    MAX_DOCUMENT_BYTES,
+    max_message_bytes,
+)
+
+DEFAULT_BATCH_BYTES = 1024 * 1024
+"""Per-partition batch size: a realm's documents all share one partition, so big batches."""
+
+
+class Delivery(NamedTuple):
+    """Where Kafka stored an acknowledged document version."""
+
+    realm: str
+    doc_key: str
+    topic: str
+    partition: int
+    offset: int
+    size: int
+    """Bytes of the encoded value."""
+
+
+class EncodedDocument(NamedTuple):
+    """A document version as the record Kafka receives."""
+
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def encode(doc: DocumentVersion, max_document_bytes: int = MAX_DOCUMENT_BYTES) -> EncodedDocument:
+    """Record key, value and headers; raises :class:`DocumentTooLargeError` over the limit."""
+    value = doc.to_json()
+    if len(value) > max_document_bytes:
+        raise DocumentTooLargeError(doc.realm, doc.doc_key, len(value), max_document_bytes)
+    headers = [
+        (HEADER_SCHEMA, DOCUMENT_SCHEMA.encode()),
+        (HEADER_DOC_KEY, doc.doc_key.encode()),
+    ]
+    if doc.content_hash is not None:
+        headers.append((HEADER_CONTENT_HASH, doc.content_hash.encode()))
+    return EncodedDocument(doc.realm.encode(), value, headers)
+
+
+class DocumentProducer:
+    """An idempotent Kafka producer of :class:`DocumentVersion` records onto one topic."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        max_document_bytes: int = MAX_DOCUMENT_BYTES,
+        linger_ms: int = 5,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        request_timeout_ms: int = 30_000,
+        client_id: str = "tidegraph-connector",
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.max_document_bytes = max_document_bytes
+        self._options = {
+            "linger_ms": linger_ms,
+            "max_batch_size": batch_bytes,
+            "request_timeout_ms": request_timeout_ms,
+            "client_id": client_id,
+        }
+        self._producer: AIOKafkaProducer | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
+    ) -> DocumentProducer:
+        """A producer onto the settings' documents topic."""
+        return cls(
+            settings.kafka_bootstrap,
+            settings.documents_topic,
+            max_document_bytes=max_document_bytes,
+        )
+
+    @property
+    def started(self) -> bool:
+        return self._producer is not None
+
+    async def start(self, connect_timeout: float | None = 30.0) -> None:
+        """Connect; raises :class:`DeliveryError` when the broker cannot be reached in time.
+
+        A failed start leaves the object stopped, so the caller may call ``start`` again.
+        """
+        if self._producer is not None:
+            return
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            compression_type="lz4",
+            max_request_size=max_message_bytes(self.max_document_bytes),
+            **self._options,
+        )
+        try:
+            await asyncio.wait_for(producer.start(), connect_timeout)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            await _quiet_stop(producer)
+            raise DeliveryError(f"Kafka at {self.bootstrap} is unreachable: {exc!r}") from exc
+        self._producer = producer
+
+    async def stop(self) -> None:
+        """Flush what is buffered and disconnect."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def __aenter__(self) -> DocumentProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def submit(self, doc: DocumentVersion) -> asyncio.Future[Delivery]:
+        """Buffer ``doc``; the returned future resolves on acknowledgement.
+
+        Raises :class:`DocumentTooLargeError` at once for an oversize document, and
+        :class:`DeliveryError` when the record cannot even be buffered. The future fails
+        with :class:`DeliveryError` when Kafka does not acknowledge.
+        """
+        if self._producer is None:
+            raise DeliveryError("producer is not started", doc_key=doc.doc_key)
+        record = encode(doc, self.max_document_bytes)
+        try:
+            sent = await self._producer.send(
+                self.topic, record.value, key=record.key, headers=record.headers
+            )
+        except KafkaError as exc:
+            raise _delivery_error(exc, doc.doc_key) from exc
+        result: asyncio.Future[Delivery] = asyncio.get_running_loop().create_future()
+        size = len(record.value)
+
+        def _acked(fut: asyncio.Future[object]) -> None:
+            if result.done():
+                return
+            if fut.cancelled():
+                result.set_exception(DeliveryError("send cancelled", doc_key=doc.doc_key))
+                return
+            exc = fut.exception()
+            if exc is not None:
+                err = exc if not isinstance(exc, KafkaError) else _delivery_error(exc, doc.doc_key)
+                result.set_exception(err)
+                return
+            meta = fut.result()
+            result.set_result(
+                Delivery(
+                    doc.realm,
+                    doc.doc_key,
+                    self.topic,
+                    meta.partition,  # type: ignore[attr-defined]
+                    meta.offset,  # type: ignore[attr-defined]
+                    size,
+                )
+            )
+
+        sent.add_done_callback(_acked)
+        return result
+
+    async def publish(self, doc: DocumentVersion, *, ack_timeout: float | None = None) -> Delivery:
+        """Send ``doc`` and wait for the acknowledgement (at most ``ack_timeout`` seconds)."""
+        try:
+            return await asyncio.wait_for(self._submit_and_wait(doc), ack_timeout)
+        except TimeoutError:
+            raise DeliveryError(
+                f"no acknowledgement from Kafka at {self.bootstrap} within {ack_timeout}s",
+                doc_key=doc.doc_key,
+            ) from None
+
+    async def _submit_and_wait(self, doc: DocumentVersion) -> Delivery:
+        return await (await self.submit(doc))
+
+    async def flush(self) -> None:
+        """Wait until everything buffered has been sent and answered."""
+        if self._producer is not None:
+            await self._producer.flush()
+
+
+def _delivery_error(exc: BaseException, doc_key: str) -> DeliveryError:
+    retriable = bool(getattr(exc, "retriable", True))
+    return DeliveryError(
+        f"Kafka refused or lost the record: {exc!r}", doc_key=doc_key, retriable=retriable
+    )
+
+
+async def _quiet_stop(producer: AIOKafkaProducer) -> None:
+    try:
+        await producer.stop()
+    except (KafkaError, OSError):
+        pass

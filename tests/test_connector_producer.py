@@ -1,0 +1,81 @@
+"""The one producer path: key, headers, acknowledged positions, size limit, unreachable broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
+from tidegraph.connectors.producer import DocumentProducer, encode
+from tidegraph.connectors.topics import ensure_topics
+from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.settings import load_settings
+
+
+def test_oversize_document_refused_naming_doc_and_size() -> None:
+    doc = DocumentVersion.for_upsert("acme", "big.md", "x" * 2000)
+    with pytest.raises(DocumentTooLargeError) as info:
+        encode(doc, max_document_bytes=1000)
+    message = str(info.value)
+    assert "'big.md'" in message and f"{len(doc.to_json())} bytes" in message
+    assert "1000-byte limit" in message and "never truncated" in message
+
+
+def test_headers_and_key() -> None:
+    doc = DocumentVersion.for_upsert("acme", "a/b.md", "hi")
+    record = encode(doc)
+    assert record.key == b"acme"
+    assert dict(record.headers) == {
+        "tg-schema": b"tidegraph.document.v1",
+        "tg-doc-key": b"a/b.md",
+        "tg-content-hash": doc.content_hash.encode(),  # type: ignore[union-attr]
+    }
+    gone = encode(DocumentVersion.for_delete("acme", "a/b.md"))
+    assert "tg-content-hash" not in dict(gone.headers)
+
+
+@pytest.mark.kafka
+async def test_acknowledged_positions_are_where_records_are(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    settings = load_settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=unique_name("tp"))
+    await ensure_topics(kafka_bootstrap, settings, partitions=3)
+    docs = [DocumentVersion.for_upsert("acme", f"d{i}", f"text {i}") for i in range(50)]
+    async with DocumentProducer.from_settings(settings) as producer:
+        first = await producer.publish(docs[0], ack_timeout=30)
+        futures = [await producer.submit(d) for d in docs[1:]]
+        rest = await asyncio.gather(*futures)
+    deliveries = [first, *rest]
+    assert len({d.partition for d in deliveries}) == 1  # key = realm: one partition
+    offsets = [d.offset for d in deliveries]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 50
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(settings.documents_topic, first.partition)
+        consumer.assign([tp])
+        consumer.seek(tp, first.offset)
+        got: list[ConsumerRecord[bytes, bytes]] = []
+        while len(got) < 50:
+            batch = await consumer.getmany(tp, timeout_ms=5000)
+            got.extend(batch.get(tp, []))
+    finally:
+        await consumer.stop()
+    assert [DocumentVersion.from_json(m.value) for m in got] == docs
+    assert [m.offset for m in got] == offsets
+    assert all(m.key == b"acme" for m in got)
+
+
+@pytest.mark.kafka
+async def test_unreachable_broker_fails_start_and_can_retry() -> None:
+    producer = DocumentProducer("127.0.0.1:1", "nowhere.documents")
+    for _ in range(2):
+        with pytest.raises(DeliveryError, match="unreachable") as info:
+            await producer.start(connect_timeout=5)
+        assert info.value.retriable
+        assert not producer.started
+    with pytest.raises(DeliveryError, match="not started"):
+        await producer.submit(DocumentVersion.for_upsert("acme", "k", "x"))
