@@ -1,0 +1,131 @@
+"""The `tidegraph` command line: global options, subcommands found in ``commands/``.
+
+Configuration precedence is flags > environment (``TIDEGRAPH_*``) > ``<state>/env`` (the
+addresses `tidegraph up` wrote) > defaults, so after `up` every other command finds the
+services without the shell sourcing anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import logging
+import os
+import pkgutil
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+
+from tidegraph.infra import commands
+from tidegraph.infra.errors import PrerequisiteMissingError
+from tidegraph.infra.services import read_env_file, state_path
+from tidegraph.schemas.errors import ConfigError, TidegraphError
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tidegraph")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_state_dir_option(parser: argparse.ArgumentParser) -> None:
+    """``--state-dir`` on a subcommand too, so it may follow the command name."""
+    parser.add_argument(
+        "--state-dir",
+        default=argparse.SUPPRESS,
+        help="state folder of the local services (default: $TIDEGRAPH_STATE_DIR or .tidegraph)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser: global options plus every command module's subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="tidegraph",
+        description="Keep a bi-temporal knowledge graph in PostgreSQL in step with Kafka.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        default=None,
+        help="state folder of the local services (default: $TIDEGRAPH_STATE_DIR or .tidegraph)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        try:
+            module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        except Exception as exc:  # noqa: BLE001 - one broken command must not disable the rest
+            _register_broken(sub, info.name, exc)
+            continue
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(sub)
+    return parser
+
+
+def _register_broken(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, exc: Exception
+) -> None:
+    """A stand-in that reports why the command module ``name`` could not be loaded."""
+    reason = f"{type(exc).__name__}: {exc}"
+    logging.getLogger(__name__).debug("command module %s failed to load", name, exc_info=exc)
+
+    def unavailable(_: argparse.Namespace) -> int:
+        raise CommandUnavailableError(name, reason)
+
+    broken = sub.add_parser(name, help=f"(unavailable: {reason})", add_help=False)
+    broken.add_argument("rest", nargs=argparse.REMAINDER)
+    broken.set_defaults(func=unavailable)
+
+
+class CommandUnavailableError(TidegraphError):
+    """A command module failed to import; the other commands still work."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"command {name!r} is unavailable: its module failed to load ({reason})")
+        self.name = name
+
+
+def _load_env_file(state_dir: str | None) -> None:
+    """Put `up`'s addresses into the environment where nothing else set them."""
+    for key, value in read_env_file(state_path(state_dir)).items():
+        if key.startswith("TIDEGRAPH_"):
+            os.environ.setdefault(key, value)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tidegraph`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        _load_env_file(args.state_dir)
+        handler = args.func
+        result = handler(args)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except (ConfigError, PrerequisiteMissingError) as exc:
+        print(f"tidegraph: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TidegraphError as exc:
+        print(f"tidegraph: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("tidegraph: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""`tidegraph up`, `down` and `status`: the local Kafka broker and PostgreSQL server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tidegraph.infra import services
+from tidegraph.infra.cli import add_state_dir_option
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _print_status(status: services.ServiceStatus) -> None:
+    rows = [("SERVICE", "STATE", "ORIGIN", "ADDRESS", "PID", "DETAIL")]
+    for s in status.services:
+        state = "running" if s.running else "stopped"
+        if s.started:
+            state = "started"
+        rows.append((s.name, state, s.origin, s.shown or "-", str(s.pid or "-"), s.detail))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+    print(f"state dir: {status.state_dir}")
+    if status.env_file is not None:
+        print(f"env file:  {status.env_file}  (load into a shell with: . {status.env_file})")
+
+
+def _as_json(status: services.ServiceStatus) -> str:
+    return json.dumps(
+        {
+            "state_dir": str(status.state_dir),
+            "env_file": str(status.env_file) if status.env_file else None,
+            "services": {
+                s.name: {
+                    "running": s.running,
+                    "origin": s.origin,
+                    "address": s.shown,
+                    "pid": s.pid,
+                    "detail": s.detail,
+                }
+                for s in status.services
+            },
+        },
+        indent=2,
+    )
+
+
+def _selected(args: argparse.Namespace) -> tuple[str, ...]:
+    only: list[str] | None = args.only
+    return tuple(only) if only else services.SERVICES
+
+
+def run_up(args: argparse.Namespace) -> int:
+    status = services.up(
+        args.state_dir,
+        kafka_port=args.kafka_port,
+        kafka_controller_port=args.kafka_controller_port,
+        pg_port=args.pg_port,
+        services=_selected(args),
+        timeout=args.timeout,
+        progress=_progress,
+    )
+    _print_status(status)
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    stopped = services.down(args.state_dir, services=_selected(args))
+    for s in stopped:
+        print(f"stopped {s.name} (pid {s.pid})")
+    if not stopped:
+        print("nothing to stop: no service started by `tidegraph up` runs from this state dir")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    status = services.status(args.state_dir)
+    if args.json:
+        print(_as_json(status))
+    else:
+        _print_status(status)
+    return 0 if status.ok else 1
+
+
+def _only_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=services.SERVICES,
+        help="act on this service only (repeatable; default: both)",
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = sub.add_parser(
+        "up",
+        help="start (or reuse) the local Kafka broker and PostgreSQL server",
+        description=(
+            "Start Apache Kafka (KRaft, one node) and PostgreSQL with pgvector under the state "
+            "folder, or reuse them when they already run; write <state>/env. A service named "
+            "by TIDEGRAPH_KAFKA_BOOTSTRAP or TIDEGRAPH_PG_DSN is only checked, not started."
+        ),
+    )
+    up.add_argument("--kafka-port", type=int, help="broker port ($TIDEGRAPH_KAFKA_PORT, 9092)")
+    up.add_argument(
+        "--kafka-controller-port", type=int, help="KRaft controller port (Kafka port + 1)"
+    )
+    up.add_argument("--pg-port", type=int, help="PostgreSQL port ($TIDEGRAPH_PG_PORT, 54329)")
+    up.add_argument("--timeout", type=float, help="seconds to wait for each service (90)")
+    _only_option(up)
+    add_state_dir_option(up)
+    up.set_defaults(func=run_up)
+
+    down = sub.add_parser(
+        "down",
+        help="stop what `tidegraph up` started from this state folder",
+        description="Stop the services `up` started here; external services are left alone.",
+    )
+    _only_option(down)
+    add_state_dir_option(down)
+    down.set_defaults(func=run_down)
+
+    status = sub.add_parser(
+        "status",
+        help="show the services and whether they answer",
+        description="Show both services; exits 1 when one of them is not running.",
+    )
+    status.add_argument("--json", action="store_true", help="print JSON")
+    add_state_dir_option(status)
+    status.set_defaults(func=run_status)

@@ -1,0 +1,462 @@
+"""A single-node Apache Kafka broker in KRaft mode, run from Maven Central's jars.
+
+Why this shape: the jars are resolved once by Maven (the pom pins the version) into a cache
+outside the repository, so the repository stays small and a fresh machine needs only a JDK
+and Maven. The node plays broker and controller on loopback with replication factor 1 —
+a development and test broker, never a production one.
+
+Files under the state folder (``<state>/kafka/``): ``server.properties``,
+``log4j2.properties``, ``data/`` (the log dirs), ``broker.log`` and ``kafka.json`` (what
+`up` started: pid and ports).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaClient
+from aiokafka.errors import KafkaError
+from tidegraph.infra import _proc
+from tidegraph.infra.errors import (
+    FetchError,
+    PrerequisiteMissingError,
+    ServiceStartError,
+    StateDirError,
+)
+
+MIN_JAVA = 17
+JAVA_INSTALL = "a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless)"
+MVN_INSTALL = "Apache Maven 3.6 or newer (e.g. apt-get install maven)"
+JVM_FLAGS = (
+    "-Xms256m",
+    "-Xmx1g",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+"""Broker-wide record batch limit: documents go up to 8 MiB, plus headers and framing."""
+
+_T = TypeVar("_T")
+
+
+# --- where things are ---------------------------------------------------------------------
+
+
+def pom_path() -> Path:
+    """The broker pom: inside the installed package first, else in the source tree."""
+    packaged = resources.files("tidegraph.infra").joinpath("kafka", "pom.xml")
+    if isinstance(packaged, Path) and packaged.is_file():
+        return packaged
+    source = Path(__file__).resolve().parents[2] / "kafka" / "pom.xml"
+    if source.is_file():
+        return source
+    raise StateDirError(f"the Kafka pom is missing (looked in {packaged} and {source})")
+
+
+def kafka_version(pom: Path | None = None) -> str:
+    """The Kafka release the pom pins (``<kafka.version>``)."""
+    text = (pom or pom_path()).read_text()
+    found = re.search(r"<kafka\.version>\s*([^<\s]+)\s*</kafka\.version>", text)
+    if not found:
+        raise StateDirError(f"no <kafka.version> in {pom or pom_path()}")
+    return found.group(1)
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """``TIDEGRAPH_CACHE_DIR``, else ``$XDG_CACHE_HOME/tidegraph``, else ``~/.cache/tidegraph``."""
+    env = os.environ if environ is None else environ
+    if env.get("TIDEGRAPH_CACHE_DIR"):
+        return Path(env["TIDEGRAPH_CACHE_DIR"]).expanduser()
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "tidegraph"
+
+
+@dataclass(frozen=True)
+class KafkaLayout:
+    """The broker's files under one state folder."""
+
+    root: Path
+    """``<state>/kafka``, absolute (the server runs in another working directory)."""
+
+    @classmethod
+    def under(cls, state_dir: Path) -> KafkaLayout:
+        return cls(state_dir.resolve() / "kafka")
+
+    @property
+    def config(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def log4j(self) -> Path:
+        return self.root / "log4j2.properties"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "broker.log"
+
+    @property
+    def record(self) -> Path:
+        return self.root / "kafka.json"
+
+
+@dataclass(frozen=True)
+class KafkaRuntime:
+    """A JDK and the broker's jars, ready to launch."""
+
+    java: str
+    """Path of the ``java`` executable."""
+    libs: Path
+    """Folder holding every runtime jar (used as ``libs/*`` on the class path)."""
+    version: str
+    """Kafka release, e.g. ``4.4.0``."""
+
+
+@dataclass(frozen=True)
+class KafkaProcess:
+    """What `up` recorded about a broker it launched."""
+
+    pid: int
+    """The JVM's process id."""
+    port: int
+    """PLAINTEXT listener port on 127.0.0.1."""
+    controller_port: int
+    """KRaft controller listener port on 127.0.0.1."""
+    version: str
+    """Kafka release."""
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{_proc.LOOPBACK}:{self.port}"
+
+
+# --- prerequisites and jars -----------------------------------------------------------------
+
+
+def find_java(environ: Mapping[str, str] | None = None) -> str:
+    """``$JAVA_HOME/bin/java`` or ``java`` on PATH, checked to be a JDK 17 or newer."""
+    env = os.environ if environ is None else environ
+    java: str | None = None
+    if env.get("JAVA_HOME"):
+        candidate = Path(env["JAVA_HOME"]) / "bin" / "java"
+        java = str(candidate) if candidate.is_file() else None
+    java = java or shutil.which("java", path=env.get("PATH", ""))
+    if java is None:
+        raise PrerequisiteMissingError("java", JAVA_INSTALL)
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise PrerequisiteMissingError("java", JAVA_INSTALL, found=f"{java}: {exc}") from exc
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if not found:
+        raise PrerequisiteMissingError("java", JAVA_INSTALL, found=f"{java}: unknown version")
+    major = int(found.group(1))
+    if major == 1 and found.group(2):  # "1.8.0_x" style
+        major = int(found.group(2))
+    if major < MIN_JAVA:
+        raise PrerequisiteMissingError("java", JAVA_INSTALL, found=f"Java {major} at {java}")
+    return java
+
+
+def find_mvn(environ: Mapping[str, str] | None = None) -> str:
+    """``mvn`` on PATH (only needed while the jars are not cached)."""
+    env = os.environ if environ is None else environ
+    mvn = shutil.which("mvn", path=env.get("PATH", ""))
+    if mvn is None:
+        raise PrerequisiteMissingError("mvn", MVN_INSTALL)
+    return mvn
+
+
+def _pom_digest(pom: Path) -> str:
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
+
+
+def jars_dir(cache: Path, pom: Path | None = None) -> Path:
+    """Where the jars for the pinned version live (whether fetched yet or not)."""
+    return cache / f"kafka-{kafka_version(pom)}" / "libs"
+
+
+def jars_cached(cache: Path, pom: Path | None = None) -> bool:
+    """True when the jars for exactly this pom are already in the cache."""
+    pom = pom or pom_path()
+    stamp = jars_dir(cache, pom).parent / "pom.sha256"
+    return stamp.is_file() and stamp.read_text().strip() == _pom_digest(pom)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock, so two `up`s never fetch into the same folder at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_jars(cache: Path, *, mvn: str | None = None, pom: Path | None = None) -> Path:
+    """Fetch the broker's runtime jars into the cache once; return the folder holding them."""
+    pom = pom or pom_path()
+    libs = jars_dir(cache, pom)
+    home = libs.parent
+    with _locked(home.parent / f"{home.name}.lock"):
+        if jars_cached(cache, pom):
+            return libs
+        mvn = mvn or find_mvn()
+        staging = home / f"libs.partial-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pom, home / "pom.xml")
+        command = [
+            mvn, "-q", "-B", "-f", str(home / "pom.xml"),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise FetchError(str(exc)) from exc
+        if done.returncode != 0 or not any(staging.glob("kafka_*.jar")):
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+            raise FetchError(f"`mvn` exited with {done.returncode}", output_tail=tail)
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        (home / "pom.sha256").write_text(_pom_digest(pom) + "\n")
+    return libs
+
+
+def prepare(cache: Path | None = None) -> KafkaRuntime:
+    """Check java (and mvn when needed), fetch the jars; what every launch needs first."""
+    java = find_java()
+    cache = cache or cache_root()
+    pom = pom_path()
+    if not jars_cached(cache, pom):
+        find_mvn()
+    return KafkaRuntime(java=java, libs=ensure_jars(cache, pom=pom), version=kafka_version(pom))
+
+
+def check_prerequisites(cache: Path | None = None) -> None:
+    """Fail fast, before anything starts, when java or (for an empty cache) mvn is missing."""
+    find_java()
+    if not jars_cached(cache or cache_root()):
+        find_mvn()
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+def server_properties(layout: KafkaLayout, port: int, controller_port: int) -> str:
+    """The broker's configuration: one KRaft node, loopback only, replication factor 1."""
+    host = _proc.LOOPBACK
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(layout.data),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "message.max.bytes": str(MAX_MESSAGE_BYTES),
+        "replica.fetch.max.bytes": str(MAX_MESSAGE_BYTES),
+    }
+    lines = ["# Written by `tidegraph up` on every start; edits are overwritten."]
+    lines += [f"{key}={value}" for key, value in settings.items()]
+    return "\n".join(lines) + "\n"
+
+
+LOG4J2 = """\
+# Broker log to stdout, which `tidegraph up` appends to broker.log.
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = OUT
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = warn
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = warn
+"""
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, no leading '-'."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _java_base(runtime: KafkaRuntime, layout: KafkaLayout) -> list[str]:
+    """``java``, logging properties and class path: shared by the format tool and the broker."""
+    return [
+        runtime.java,
+        f"-Dlog4j2.configurationFile={layout.log4j}",
+        f"-Dkafka.logs.dir={layout.root}",
+        "-cp",
+        f"{runtime.libs}/*",
+    ]
+
+
+def _format_storage(runtime: KafkaRuntime, layout: KafkaLayout) -> None:
+    """Format the log dirs once (a fresh data dir is what makes a start cold)."""
+    if (layout.data / "meta.properties").is_file():
+        return
+    command = [
+        *_java_base(runtime, layout), "kafka.tools.StorageTool", "format",
+        "-t", new_cluster_id(), "-c", str(layout.config), "--ignore-formatted",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+        raise ServiceStartError("kafka", "storage format failed", log_tail=tail)
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def read_record(layout: KafkaLayout) -> KafkaProcess | None:
+    """The broker `up` last recorded for this state folder, if any."""
+    try:
+        raw = json.loads(layout.record.read_text())
+        return KafkaProcess(
+            pid=int(raw["pid"]),
+            port=int(raw["port"]),
+            controller_port=int(raw["controller_port"]),
+            version=str(raw["version"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def running(layout: KafkaLayout) -> KafkaProcess | None:
+    """The recorded broker when its process is still ours and alive."""
+    record = read_record(layout)
+    if record is None or not _proc.is_ours(record.pid, str(layout.config)):
+        return None
+    return record
+
+
+def launch(
+    layout: KafkaLayout, runtime: KafkaRuntime, *, port: int, controller_port: int
+) -> KafkaProcess:
+    """Write the configuration, format if fresh, start the JVM; returns before it answers."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(server_properties(layout, port, controller_port))
+    layout.log4j.write_text(LOG4J2)
+    _format_storage(runtime, layout)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    with layout.log.open("a") as log:
+        log.write(f"\n===== tidegraph up: starting Kafka {runtime.version} at {stamp} =====\n")
+    java, *rest = _java_base(runtime, layout)
+    command = [java, *JVM_FLAGS, *rest, "kafka.Kafka", str(layout.config)]
+    pid = _proc.spawn_detached(command, log=layout.log, cwd=layout.root)
+    process = KafkaProcess(
+        pid=pid, port=port, controller_port=controller_port, version=runtime.version
+    )
+    layout.record.write_text(json.dumps(process.__dict__ | {"started_at": time.time()}) + "\n")
+    return process
+
+
+def wait_ready(layout: KafkaLayout, process: KafkaProcess, *, timeout: float) -> None:
+    """Block until the broker answers a metadata request listing itself, or raise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not _proc.is_alive(process.pid):
+            raise ServiceStartError(
+                "kafka",
+                "exited during start-up",
+                log_path=str(layout.log),
+                log_tail=_proc.log_tail(layout.log),
+            )
+        left = deadline - time.monotonic()
+        if _proc.port_answers(process.port) and brokers_answering(
+            process.bootstrap, timeout=max(1.0, min(5.0, left))
+        ):
+            return
+        if time.monotonic() >= deadline:
+            raise ServiceStartError(
+                "kafka",
+                f"did not answer on {process.bootstrap} within {timeout:g}s",
+                log_path=str(layout.log),
+                log_tail=_proc.log_tail(layout.log),
+            )
+        time.sleep(0.2)
+
+
+def stop(layout: KafkaLayout, *, timeout: float = 60.0) -> int | None:
+    """Stop the broker `up` started here (controlled shutdown first); return its pid."""
+    process = running(layout)
+    layout.record.unlink(missing_ok=True)
+    if process is None:
+        return None
+    _proc.terminate(process.pid, signal.SIGTERM, timeout=timeout)
+    return process.pid
+
+
+# --- probing ------------------------------------------------------------------------------------
+
+
+def _run_blocking(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine to completion from sync code, even if this thread runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def _count_brokers(bootstrap: str, seconds: float) -> int:
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(seconds * 1000))
+    try:
+        async with asyncio.timeout(seconds):
+            await client.bootstrap()
+        return len(client.cluster.brokers())
+    finally:
+        await client.close()
+
+
+def brokers_answering(bootstrap: str, *, timeout: float = 5.0) -> bool:
+    """True when a broker at ``bootstrap`` returns metadata naming at least one broker."""
+    try:
+        return _run_blocking(_count_brokers(bootstrap, timeout)) > 0
+    except (KafkaError, OSError, TimeoutError):
+        return False

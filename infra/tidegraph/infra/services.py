@@ -1,0 +1,392 @@
+"""`up`, `down` and `status` for the development services, as a Python API.
+
+Rules the command line and the test fixtures rely on:
+
+- ``up`` is idempotent: a service this state folder already runs (recorded pid, alive, our
+  command line, port answering) is reused, never started twice.
+- ``down`` stops only what ``up`` started from the same state folder; it never signals a
+  process whose command line is not ours, nor touches an external service.
+- An external service (``TIDEGRAPH_KAFKA_BOOTSTRAP`` / ``TIDEGRAPH_PG_DSN`` set) is only
+  checked, never started. A value equal to what our own ``<state>/env`` file wrote does not
+  count as external: that file merely points back at the local services.
+- ``up`` is all or nothing: if a service fails to start, the ones this call started are
+  stopped again before the error propagates.
+- Everything is checked before anything starts: java, mvn (only while the jars are not
+  cached), the embedded binaries, and every port.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from tidegraph.infra import _proc, local_kafka, local_pg
+from tidegraph.infra.errors import (
+    InfraError,
+    ServiceUnreachableError,
+    StateDirError,
+)
+from tidegraph.schemas.settings import Settings, load_settings
+
+KAFKA = "kafka"
+POSTGRES = "postgres"
+SERVICES: tuple[str, ...] = (KAFKA, POSTGRES)
+ENV_FILE = "env"
+ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
+
+Origin = Literal["local", "external"]
+Progress = Callable[[str], None]
+
+
+class LocalSettings(BaseSettings):
+    """Ports and time limits of the local services (``TIDEGRAPH_KAFKA_PORT`` and so on)."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDEGRAPH_", extra="ignore")
+
+    kafka_port: int = Field(9092, ge=1, le=65535, description="Broker listener port.")
+    kafka_controller_port: int | None = Field(
+        None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + 1)."
+    )
+    pg_port: int = Field(54329, ge=1, le=65535, description="PostgreSQL port.")
+    start_timeout: float = Field(90.0, gt=0, description="Seconds to wait for each service.")
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """One service as `up`/`status` see it."""
+
+    name: str
+    """``kafka`` or ``postgres``."""
+    origin: Origin
+    """``local`` (run from the state folder) or ``external`` (given by the environment)."""
+    running: bool
+    """Answering right now."""
+    address: str
+    """Bootstrap servers or DSN; may hold a password for an external DSN (see ``shown``)."""
+    pid: int | None = None
+    """Process id when local and running."""
+    started: bool = False
+    """True when this very `up` call started it."""
+    detail: str = ""
+    """Version or the reason it is not running."""
+
+    @property
+    def shown(self) -> str:
+        """The address with any password masked."""
+        return local_pg.redact(self.address) if self.name == POSTGRES else self.address
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """Both services and where their addresses were written."""
+
+    state_dir: Path
+    """The state folder (absolute)."""
+    kafka: ServiceState
+    """The broker."""
+    postgres: ServiceState
+    """The database server."""
+    env_file: Path | None = field(default=None)
+    """``<state>/env`` when it exists."""
+
+    @property
+    def services(self) -> tuple[ServiceState, ServiceState]:
+        return (self.kafka, self.postgres)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.running for s in self.services)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.kafka.address
+
+    @property
+    def pg_dsn(self) -> str:
+        return self.postgres.address
+
+
+# --- state folder and env file ----------------------------------------------------------------
+
+
+def state_path(state_dir: str | os.PathLike[str] | None, settings: Settings | None = None) -> Path:
+    """The state folder as an absolute path (``TIDEGRAPH_STATE_DIR``, default ``.tidegraph``)."""
+    chosen = state_dir if state_dir is not None else (settings or load_settings()).state_dir
+    return Path(chosen).expanduser().resolve()
+
+
+def read_env_file(state_dir: Path) -> dict[str, str]:
+    """The ``KEY=value`` pairs `up` wrote into ``<state>/env`` (empty when absent)."""
+    values: dict[str, str] = {}
+    try:
+        text = (state_dir / ENV_FILE).read_text()
+    except OSError:
+        return values
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            key, value = words[1].split("=", 1)
+            values[key] = value
+    return values
+
+
+def _write_env_file(state_dir: Path, states: Collection[ServiceState]) -> Path | None:
+    path = state_dir / ENV_FILE
+    lines = [
+        f"export {ENV_KEYS[s.name]}={shlex.quote(s.address)}"
+        for s in states
+        if s.running or s.origin == "external"
+    ]
+    if not lines:
+        path.unlink(missing_ok=True)
+        return None
+    state_dir.mkdir(parents=True, exist_ok=True)
+    header = "# Written by `tidegraph up`; load into a shell with: . " + shlex.quote(str(path))
+    path.touch(mode=0o600)
+    path.write_text("\n".join([header, *lines]) + "\n")
+    return path
+
+
+def _external(settings: Settings, service: str, written: dict[str, str]) -> str | None:
+    """The external address for ``service`` when the environment names one."""
+    fieldname = "kafka_bootstrap" if service == KAFKA else "pg_dsn"
+    if fieldname not in settings.model_fields_set:
+        return None
+    value = settings.kafka_bootstrap if service == KAFKA else settings.pg_dsn.get_secret_value()
+    return None if written.get(ENV_KEYS[service]) == value else value
+
+
+# --- status -------------------------------------------------------------------------------------
+
+
+def _kafka_state(state: Path, external: str | None) -> ServiceState:
+    if external is not None:
+        up_ = local_kafka.brokers_answering(external, timeout=3.0)
+        return ServiceState(KAFKA, "external", up_, external, detail="" if up_ else "no answer")
+    layout = local_kafka.KafkaLayout.under(state)
+    process = local_kafka.running(layout)
+    if process is None:
+        record = local_kafka.read_record(layout)
+        where = record.bootstrap if record else ""
+        return ServiceState(KAFKA, "local", False, where, detail="not running")
+    answering = _proc.port_answers(process.port)
+    return ServiceState(
+        KAFKA,
+        "local",
+        answering,
+        process.bootstrap,
+        pid=process.pid,
+        detail=f"Kafka {process.version}" if answering else "process up, port not answering",
+    )
+
+
+def _pg_state(state: Path, external: str | None) -> ServiceState:
+    if external is not None:
+        up_ = local_pg.answers(external)
+        return ServiceState(POSTGRES, "external", up_, external, detail="" if up_ else "no answer")
+    layout = local_pg.PgLayout.under(state)
+    process = local_pg.running(layout)
+    if process is None:
+        record = local_pg.read_record(layout)
+        where = record.dsn if record else ""
+        return ServiceState(POSTGRES, "local", False, where, detail="not running")
+    answering = _proc.port_answers(process.port)
+    return ServiceState(
+        POSTGRES,
+        "local",
+        answering,
+        process.dsn,
+        pid=process.pid,
+        detail="PostgreSQL (embedded)" if answering else "process up, port not answering",
+    )
+
+
+def status(state_dir: str | os.PathLike[str] | None = None) -> ServiceStatus:
+    """What runs for this state folder, and whether external services answer."""
+    settings = load_settings()
+    state = state_path(state_dir, settings)
+    written = read_env_file(state)
+    env_file = state / ENV_FILE
+    return ServiceStatus(
+        state_dir=state,
+        kafka=_kafka_state(state, _external(settings, KAFKA, written)),
+        postgres=_pg_state(state, _external(settings, POSTGRES, written)),
+        env_file=env_file if env_file.is_file() else None,
+    )
+
+
+# --- up -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Ports:
+    kafka: int
+    controller: int
+    pg: int
+    kafka_explicit: bool
+    pg_explicit: bool
+
+
+def _ports(kafka_port: int | None, controller_port: int | None, pg_port: int | None) -> _Ports:
+    local = LocalSettings()
+    kafka = kafka_port or local.kafka_port
+    controller = controller_port or local.kafka_controller_port or kafka + 1
+    return _Ports(
+        kafka=kafka,
+        controller=controller,
+        pg=pg_port or local.pg_port,
+        kafka_explicit=kafka_port is not None or "kafka_port" in local.model_fields_set,
+        pg_explicit=pg_port is not None or "pg_port" in local.model_fields_set,
+    )
+
+
+def _silent(_: str) -> None:
+    return None
+
+
+def up(
+    state_dir: str | os.PathLike[str] | None = None,
+    *,
+    kafka_port: int | None = None,
+    kafka_controller_port: int | None = None,
+    pg_port: int | None = None,
+    services: Collection[str] = SERVICES,
+    timeout: float | None = None,
+    progress: Progress = _silent,
+) -> ServiceStatus:
+    """Start (or reuse, or check) the services and write ``<state>/env``."""
+    unknown = set(services) - set(SERVICES)
+    if unknown:
+        raise StateDirError(f"unknown service(s) {sorted(unknown)}; choose from {SERVICES}")
+    settings = load_settings()
+    state = state_path(state_dir, settings)
+    written = read_env_file(state)
+    ports = _ports(kafka_port, kafka_controller_port, pg_port)
+    wait = timeout or LocalSettings().start_timeout
+    ext_kafka = _external(settings, KAFKA, written)
+    ext_pg = _external(settings, POSTGRES, written)
+    kafka_layout = local_kafka.KafkaLayout.under(state)
+    pg_layout = local_pg.PgLayout.under(state)
+
+    # 1. Decide, and check everything, before anything starts.
+    start_kafka = KAFKA in services and ext_kafka is None
+    start_pg = POSTGRES in services and ext_pg is None
+    if start_kafka and (running_kafka := local_kafka.running(kafka_layout)) is not None:
+        if ports.kafka_explicit and running_kafka.port != ports.kafka:
+            raise StateDirError(
+                f"Kafka from {state} already runs on port {running_kafka.port}, not "
+                f"{ports.kafka}: run `tidegraph down` first"
+            )
+        start_kafka = False
+    if start_pg and (running_pg := local_pg.running(pg_layout)) is not None:
+        if ports.pg_explicit and running_pg.port != ports.pg:
+            raise StateDirError(
+                f"PostgreSQL from {state} already runs on port {running_pg.port}, not "
+                f"{ports.pg}: run `tidegraph down` first"
+            )
+        start_pg = False
+    if start_kafka:
+        local_kafka.check_prerequisites()
+        if ports.kafka == ports.controller:
+            raise StateDirError(f"Kafka and its controller cannot share port {ports.kafka}")
+        _proc.ensure_port_free("Kafka", ports.kafka)
+        _proc.ensure_port_free("the Kafka controller", ports.controller)
+    if start_pg:
+        local_pg.check_prerequisites()
+        _proc.ensure_port_free("PostgreSQL", ports.pg)
+    if KAFKA in services and ext_kafka is not None:
+        progress(f"kafka: checking external broker {ext_kafka}")
+        if not local_kafka.brokers_answering(ext_kafka, timeout=min(wait, 10.0)):
+            raise ServiceUnreachableError("Kafka", ext_kafka, "no metadata answer")
+    if POSTGRES in services and ext_pg is not None:
+        progress(f"postgres: checking external server {local_pg.redact(ext_pg)}")
+        local_pg.ensure_vector(ext_pg)
+
+    # 2. Start: the broker's JVM boots while PostgreSQL starts.
+    started: list[str] = []
+    try:
+        kafka_process = None
+        if start_kafka:
+            cache = local_kafka.cache_root()
+            if not local_kafka.jars_cached(cache):
+                progress(f"kafka: fetching the broker jars with Maven into {cache}")
+            runtime = local_kafka.prepare(cache)
+            progress(f"kafka: starting Kafka {runtime.version} on 127.0.0.1:{ports.kafka}")
+            kafka_process = local_kafka.launch(
+                kafka_layout, runtime, port=ports.kafka, controller_port=ports.controller
+            )
+            started.append(KAFKA)
+        if start_pg:
+            progress(f"postgres: starting on 127.0.0.1:{ports.pg}")
+            pg_process = local_pg.launch(pg_layout, port=ports.pg)
+            started.append(POSTGRES)
+            local_pg.wait_ready(pg_layout, pg_process, timeout=wait)
+            local_pg.ensure_vector(pg_process.dsn)
+        if kafka_process is not None:
+            progress("kafka: waiting for the broker to answer")
+            local_kafka.wait_ready(kafka_layout, kafka_process, timeout=wait)
+    except (InfraError, OSError) as exc:
+        _stop(state, started)
+        if isinstance(exc, OSError):
+            raise StateDirError(f"could not start services under {state}: {exc}") from exc
+        raise
+
+    # 3. Report, and point other commands at what runs.
+    kafka = _kafka_state(state, ext_kafka)
+    pg = _pg_state(state, ext_pg)
+    kafka = _mark_started(kafka, KAFKA in started)
+    pg = _mark_started(pg, POSTGRES in started)
+    env_file = _write_env_file(state, [kafka, pg])
+    return ServiceStatus(state_dir=state, kafka=kafka, postgres=pg, env_file=env_file)
+
+
+def _mark_started(state: ServiceState, started: bool) -> ServiceState:
+    if not started:
+        return state
+    return ServiceState(
+        state.name, state.origin, state.running, state.address, state.pid, True, state.detail
+    )
+
+
+# --- down ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A service `down` stopped."""
+
+    name: str
+    """``kafka`` or ``postgres``."""
+    pid: int
+    """The process id it had."""
+
+
+def _stop(state: Path, services: Collection[str]) -> list[Stopped]:
+    stopped: list[Stopped] = []
+    if POSTGRES in services:
+        pid = local_pg.stop(local_pg.PgLayout.under(state))
+        if pid is not None:
+            stopped.append(Stopped(POSTGRES, pid))
+    if KAFKA in services:
+        pid = local_kafka.stop(local_kafka.KafkaLayout.under(state))
+        if pid is not None:
+            stopped.append(Stopped(KAFKA, pid))
+    return stopped
+
+
+def down(
+    state_dir: str | os.PathLike[str] | None = None, *, services: Collection[str] = SERVICES
+) -> tuple[Stopped, ...]:
+    """Stop what `up` started from this state folder; external services are left alone."""
+    settings = load_settings()
+    state = state_path(state_dir, settings)
+    stopped = _stop(state, services)
+    after = status(state)
+    _write_env_file(state, [s for s in after.services if s.running or s.origin == "external"])
+    return tuple(stopped)
