@@ -16,6 +16,8 @@ Two ways to publish:
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib
 from typing import NamedTuple
 
 from aiokafka import AIOKafkaProducer
@@ -33,6 +35,28 @@ from tidegraph.schemas.topics import (
 
 DEFAULT_BATCH_BYTES = 1024 * 1024
 """Per-partition batch size: a realm's documents all share one partition, so big batches."""
+LZ4_LEVEL = 1
+"""Fast LZ4. aiokafka 0.14 compresses at level 9 (high-compression mode) with no option to
+choose, which costs more CPU than sending the batch; level 1 output is an ordinary LZ4 frame
+any consumer reads."""
+
+
+@functools.cache
+def _use_fast_lz4() -> None:
+    """Make aiokafka's record-batch builders compress LZ4 at :data:`LZ4_LEVEL`.
+
+    The builders look ``lz4_encode`` up in their module globals at call time; where a
+    future aiokafka no longer has that global, nothing changes and its default applies.
+    """
+    codec = importlib.import_module("aiokafka.codec")
+    fast = functools.partial(codec.lz4_encode, level=LZ4_LEVEL)
+    for name in ("aiokafka.record._crecords.default_records", "aiokafka.record.default_records"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if getattr(module, "lz4_encode", None) is codec.lz4_encode:
+            setattr(module, "lz4_encode", fast)  # noqa: B010 - module attribute, by name
 
 
 class Delivery(NamedTuple):
@@ -116,6 +140,7 @@ class DocumentProducer:
         """
         if self._producer is not None:
             return
+        _use_fast_lz4()
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             acks="all",

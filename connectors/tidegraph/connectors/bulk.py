@@ -1,0 +1,271 @@
+"""Bulk loading: files, folders and JSONL onto the documents topic as fast as Kafka takes them.
+
+Inputs become a stream of document versions or refusals (a line that is not a valid
+document, a file that is not text, a document over the size limit); refusals are counted
+and reported with their reason, never fatal. Documents are submitted without waiting for
+each acknowledgement — up to ``window`` are in flight — and counted as published only when
+acknowledged. A delivery failure stops the load: what Kafka did not acknowledge is reported
+as not published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePath
+from typing import Any, NamedTuple
+
+import orjson
+from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError, UndecodableSourceError
+from tidegraph.connectors.producer import Delivery, DocumentProducer
+from tidegraph.connectors.progress import Progress
+from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, title_of, walk
+from tidegraph.schemas._validation import RecordValidationError
+from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
+from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.names import DEFAULT_SPACE
+
+JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
+BULK_GLOBS = (*TEXT_GLOBS, "**/*.jsonl", "**/*.ndjson")
+DEFAULT_WINDOW = 20_000
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An input that was not published, and why."""
+
+    source: str
+    """File, or ``file:line`` for a JSONL line."""
+    doc_key: str | None
+    """The document's key when it was known."""
+    reason: str
+
+
+@dataclass
+class BulkReport:
+    """What a bulk load did."""
+
+    published: int = 0
+    """Documents Kafka acknowledged."""
+    bytes: int = 0
+    """Encoded bytes of the acknowledged documents."""
+    refused: list[Refusal] = field(default_factory=list)
+    elapsed: float = 0.0
+    failure: str | None = None
+    """Why the load stopped early (Kafka did not acknowledge), if it did."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused and self.failure is None
+
+    def summary(self) -> str:
+        rate = self.published / self.elapsed if self.elapsed > 0 else 0.0
+        mbps = self.bytes / self.elapsed / 1e6 if self.elapsed > 0 else 0.0
+        lines = [
+            f"published {self.published}, refused {len(self.refused)} "
+            f"in {self.elapsed:.2f}s ({rate:,.0f} docs/s, {mbps:.1f} MB/s)"
+        ]
+        lines += [
+            f"  refused {r.source}" + (f" [{r.doc_key}]" if r.doc_key else "") + f": {r.reason}"
+            for r in self.refused
+        ]
+        if self.failure:
+            lines.append(f"  stopped: {self.failure}")
+        return "\n".join(lines)
+
+
+class Input(NamedTuple):
+    """A document read from an input, with where it came from."""
+
+    where: str
+    doc: DocumentVersion
+
+
+Item = Input | Refusal
+
+
+def document_from_object(
+    obj: Any, realm: str, *, space: str = DEFAULT_SPACE, source: str = "bulk"
+) -> DocumentVersion:
+    """A ``DocumentVersion``-shaped object completed with the load's defaults.
+
+    Missing ``schema``, ``realm``, ``space``, ``op`` (upsert), ``source``, ``event_time`` (now)
+    and ``content_hash`` are filled in; a ``realm`` other than the load's, or a given
+    ``content_hash`` that does not match the content, is refused.
+    """
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    obj = dict(obj)
+    if obj.setdefault("realm", realm) != realm:
+        raise ValueError(f"realm {obj['realm']!r} differs from the load's realm {realm!r}")
+    obj.setdefault("schema", DOCUMENT_SCHEMA)
+    obj.setdefault("space", space)
+    obj.setdefault("op", "upsert")
+    obj.setdefault("source", source)
+    obj.setdefault("event_time", datetime.now(UTC))
+    content = obj.get("content")
+    if obj["op"] == "upsert" and isinstance(content, str):
+        computed = content_hash(content)
+        given = obj.setdefault("content_hash", computed)
+        if given != computed:
+            raise ValueError(f"content_hash {given!r} does not match the content ({computed})")
+    return DocumentVersion.from_dict(obj)
+
+
+def text_document(
+    path: Path, doc_key: str, realm: str, *, space: str = DEFAULT_SPACE, source: str
+) -> DocumentVersion:
+    """A text or Markdown file as an upsert: title from its heading, version from its mtime."""
+    data = path.read_bytes()
+    stat = path.stat()
+    text = decode_text(data, str(path))
+    return DocumentVersion.for_upsert(
+        realm,
+        doc_key,
+        text,
+        space=space,
+        title=title_of(text, path),
+        source=source,
+        source_version=str(stat.st_mtime_ns),
+        event_time=datetime.fromtimestamp(stat.st_mtime_ns / 1e9, UTC),
+    )
+
+
+def _jsonl_items(path: Path, realm: str, space: str) -> Iterator[Item]:
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                yield Refusal(where, None, f"malformed JSON ({exc})")
+                continue
+            key = obj.get("doc_key") if isinstance(obj, dict) else None
+            if not isinstance(obj, dict):
+                yield Refusal(where, None, "not a JSON object")
+                continue
+            try:
+                yield Input(where, document_from_object(obj, realm, space=space))
+            except (RecordValidationError, ValueError) as exc:
+                yield Refusal(where, key if isinstance(key, str) else None, str(exc))
+
+
+def _file_items(path: Path, doc_key: str, realm: str, space: str) -> Iterator[Item]:
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        yield from _jsonl_items(path, realm, space)
+        return
+    try:
+        yield Input(str(path), text_document(path, doc_key, realm, space=space, source="bulk"))
+    except (UndecodableSourceError, RecordValidationError) as exc:
+        yield Refusal(str(path), doc_key, str(exc))
+    except OSError as exc:
+        yield Refusal(str(path), doc_key, f"cannot read: {exc.strerror or exc}")
+
+
+def _given_key(path: Path) -> str:
+    pure = PurePath(path)
+    return pure.name if pure.is_absolute() or ".." in pure.parts else pure.as_posix()
+
+
+def read_inputs(paths: Sequence[Path], realm: str, *, space: str = DEFAULT_SPACE) -> Iterator[Item]:
+    """Documents and refusals from files, folders (recursively) and JSONL files.
+
+    A text file's ``doc_key`` is its path relative to the folder given, or the path as given
+    for a file argument (its name when absolute).
+    """
+    for given in paths:
+        if given.is_dir():
+            for relative, path in walk(given, BULK_GLOBS):
+                yield from _file_items(path, relative, realm, space)
+        elif given.is_file():
+            yield from _file_items(given, _given_key(given), realm, space)
+        else:
+            yield Refusal(str(given), None, "no such file or folder")
+
+
+def count_inputs(paths: Sequence[Path]) -> int:
+    """How many documents :func:`read_inputs` will yield at most (for the progress bar)."""
+    total = 0
+    for given in paths:
+        files = [p for _, p in walk(given, BULK_GLOBS)] if given.is_dir() else [given]
+        for path in files:
+            if path.suffix.lower() in JSONL_SUFFIXES and path.is_file():
+                with path.open("rb") as f:
+                    total += sum(1 for line in f if line.strip())
+            else:
+                total += 1
+    return total
+
+
+async def publish_items(
+    producer: DocumentProducer,
+    items: Iterable[Item],
+    *,
+    progress: Progress | None = None,
+    window: int = DEFAULT_WINDOW,
+) -> BulkReport:
+    """Submit every document, keeping up to ``window`` unacknowledged; report the outcome."""
+    report = BulkReport()
+    started = asyncio.get_running_loop().time()
+    pending: deque[asyncio.Future[Delivery]] = deque()
+
+    def refuse(refusal: Refusal) -> None:
+        report.refused.append(refusal)
+        if progress is not None:
+            progress.refuse()
+
+    async def settle(future: asyncio.Future[Delivery]) -> None:
+        try:
+            delivery = await future
+        except DeliveryError as exc:
+            if report.failure is None:
+                report.failure = str(exc)
+            return
+        report.published += 1
+        report.bytes += delivery.size
+        if progress is not None:
+            progress.advance(1, delivery.size)
+
+    for item in items:
+        if isinstance(item, Refusal):
+            refuse(item)
+            continue
+        try:
+            pending.append(await producer.submit(item.doc))
+        except DocumentTooLargeError as exc:
+            refuse(Refusal(item.where, item.doc.doc_key, str(exc)))
+            continue
+        except DeliveryError as exc:
+            report.failure = str(exc)
+            break
+        while len(pending) > window or (pending and pending[0].done()):
+            await settle(pending.popleft())
+        if report.failure is not None:
+            break
+    while pending:
+        await settle(pending.popleft())
+    report.elapsed = asyncio.get_running_loop().time() - started
+    if progress is not None:
+        progress.finish()
+    return report
+
+
+async def publish_paths(
+    producer: DocumentProducer,
+    paths: Sequence[Path],
+    realm: str,
+    *,
+    space: str = DEFAULT_SPACE,
+    show_progress: bool = True,
+    window: int = DEFAULT_WINDOW,
+) -> BulkReport:
+    """Publish files, folders and JSONL files of ``realm``; see :func:`read_inputs`."""
+    progress = Progress("publish", count_inputs(paths), enabled=show_progress)
+    return await publish_items(
+        producer, read_inputs(paths, realm, space=space), progress=progress, window=window
+    )

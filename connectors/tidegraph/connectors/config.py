@@ -1,0 +1,34 @@
+"""Settings only the connectors use, loaded once and passed down like the shared ones.
+
+``TIDEGRAPH_MAX_DOCUMENT_BYTES``, ``TIDEGRAPH_API_KEYS`` and ``TIDEGRAPH_SEND_TIMEOUT``;
+flags override them (precedence flags > environment > defaults).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from tidegraph.schemas.topics import MAX_DOCUMENT_BYTES
+
+
+class ConnectorSettings(BaseSettings):
+    """Limits and credentials of the connectors."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDEGRAPH_", extra="ignore")
+
+    max_document_bytes: int = Field(
+        MAX_DOCUMENT_BYTES,
+        gt=0,
+        description="Largest encoded document accepted.",
+    )
+    api_keys: SecretStr | None = Field(
+        None, description="HTTP ingest keys: `key1=realm_a,realm_b;key2=*`."
+    )
+    send_timeout: float = Field(
+        10.0, gt=0, description="Seconds an HTTP request waits for the Kafka acknowledgement."
+    )
+
+
+def load_connector_settings(**overrides: object) -> ConnectorSettings:
+    """Environment with explicit (flag) overrides on top; ``None`` overrides are ignored."""
+    return ConnectorSettings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]

@@ -1,0 +1,109 @@
+"""Reading a text or Markdown file as a document: decoding, title, glob matching.
+
+Shared by the file connector and the bulk loader so both turn the same file into the same
+document version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from tidegraph.connectors.errors import UndecodableSourceError
+
+TEXT_GLOBS = ("**/*.md", "**/*.markdown", "**/*.txt")
+"""Files the file connector and the bulk loader pick up by default."""
+MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
+
+_ATX_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$")
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+
+
+def decode_text(data: bytes, path: str) -> str:
+    """UTF-8 text (BOM dropped); raises :class:`UndecodableSourceError` for anything else.
+
+    NUL bytes count as binary: no text format uses them and PostgreSQL text cannot hold them.
+    """
+    if b"\x00" in data:
+        raise UndecodableSourceError(path, "contains NUL bytes, looks binary")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UndecodableSourceError(path, f"invalid UTF-8 at byte {exc.start}") from None
+    return text.removeprefix("\ufeff")
+
+
+def title_of(text: str, path: Path) -> str:
+    """First Markdown heading for Markdown files, else the file name without its suffix."""
+    if path.suffix.lower() in MARKDOWN_SUFFIXES:
+        heading = first_heading(text)
+        if heading:
+            return heading
+    return path.stem or path.name
+
+
+def first_heading(text: str) -> str | None:
+    """The first ATX (``# Title``) or setext (``Title`` over ``===``) heading, outside fences."""
+    previous = ""
+    fenced = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+            previous = ""
+            continue
+        if fenced:
+            continue
+        match = _ATX_HEADING.match(line)
+        if match:
+            return match.group(1).strip()
+        if previous and _SETEXT_UNDERLINE.match(line):
+            return previous
+        previous = stripped
+    return None
+
+
+@lru_cache(maxsize=64)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def matches(relative: str, globs: Iterable[str]) -> bool:
+    """Whether a POSIX relative path matches any glob (``**/`` spans folders, ``*`` does not).
+
+    Paths with a hidden component (``.git/``, ``.tidegraph/``, ``.notes.md``) never match.
+    """
+    if any(part.startswith(".") for part in relative.split("/")):
+        return False
+    return any(_glob_regex(g).fullmatch(relative) for g in globs)
+
+
+def walk(root: Path, globs: Iterable[str]) -> Iterator[tuple[str, Path]]:
+    """``(relative POSIX path, path)`` of every regular file under ``root`` matching ``globs``."""
+    patterns = tuple(globs)
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        relative = path.relative_to(root).as_posix()
+        if matches(relative, patterns):
+            yield relative, path
