@@ -178,6 +178,10 @@ class LLMClient:
             max_retries=0,
             timeout=settings.attempt_timeout,
         )
+        # The client imports its resource modules on first attribute access (~0.7 s);
+        # do it here, not inside the first call's attempt timeout on the event loop.
+        self._completions = self._openai.chat.completions
+        self._embeddings = self._openai.embeddings
         self.endpoint = str(self._openai.base_url).rstrip("/")
         self._slots = asyncio.Semaphore(settings.max_in_flight)
         self._metrics = metrics if metrics is not None else model_metrics()
@@ -221,7 +225,7 @@ class LLMClient:
         settings = self.settings
 
         async def attempt(seconds: float) -> tuple[tuple[str, str | None], TokenUsage]:
-            completion = await self._openai.chat.completions.create(
+            completion = await self._completions.create(
                 model=model,
                 messages=list(messages),
                 temperature=settings.temperature,
@@ -258,7 +262,7 @@ class LLMClient:
         count = len(texts)
 
         async def attempt(seconds: float) -> tuple[list[list[float]], TokenUsage]:
-            response = await self._openai.embeddings.create(
+            response = await self._embeddings.create(
                 model=model,
                 input=list(texts),
                 encoding_format="float",

@@ -1,0 +1,430 @@
+"""A scripted OpenAI-compatible HTTP server, so tests exercise the real ``openai`` client,
+its HTTP stack, and our retries and deadlines — not a mock of them.
+
+It answers ``POST /v1/chat/completions`` and ``POST /v1/embeddings`` on a free loopback
+port, one thread per request (so concurrency is real and measurable):
+
+- Chat: the chunk is read from between ``<chunk>`` and ``</chunk>`` in the last user
+  message (the layout of ``tidegraph.indexer.prompts``); the fixture whose ``match``
+  substring occurs in it — the longest such match — supplies the answer: its ``output``
+  for a first pass, its ``glean`` (default: empty lists) when the prompt carries
+  ``<already_extracted>``. No fixture matches → empty lists.
+- Embeddings: a deterministic vector per input text (sha256-based, not normalised) of the
+  requested ``dimensions`` or the server's ``embed_dim``; ``float`` or ``base64`` encoding.
+- Usage tokens in every answer (about four characters per token).
+
+Failure injection: :meth:`enqueue` faults consumed one request each (a status with an
+optional ``Retry-After``, a hang that never answers, replaced content — truncated or
+malformed JSON, prose, fences — or a raw broken body); :meth:`outage` answers a status
+to everything for a while; ``latency`` delays every answer; ``reject_json_schema``
+answers 400 to any ``json_schema`` response format; ``content_template`` wraps every chat
+answer (prose, code fences, trailing junk).
+
+Observation: ``calls`` per path, ``chunk_calls`` per fixture match, ``gleaning_calls``,
+``max_concurrent`` requests, and every request body in ``requests``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+
+FIXTURES_DIR = Path(__file__).parent / "fixtures" / "llm"
+
+Route = Literal["chat", "embed"]
+_PATHS: dict[str, Route] = {"/v1/chat/completions": "chat", "/v1/embeddings": "embed"}
+
+EMPTY_OUTPUT: dict[str, Any] = {"entities": [], "relations": []}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected misbehaviour, consumed by the next request it applies to."""
+
+    kind: Literal["ok", "status", "hang", "content", "body"]
+    route: Route | None = None
+    """``chat``, ``embed``, or ``None`` for whichever request comes first."""
+    status: int = 500
+    retry_after: str | None = None
+    content: str | None = None
+    """For ``content``: the assistant message text to send instead of the fixture's."""
+    body: bytes = b""
+    """For ``body``: the raw HTTP body sent with status 200."""
+
+    @classmethod
+    def ok(cls, route: Route | None = None) -> Fault:
+        """No fault: answer normally (to aim a later fault at a later request)."""
+        return cls("ok", route)
+
+    @classmethod
+    def http(cls, status: int, route: Route | None = None) -> Fault:
+        return cls("status", route, status=status)
+
+    @classmethod
+    def rate_limited(cls, retry_after: float | str, route: Route | None = None) -> Fault:
+        return cls("status", route, status=429, retry_after=str(retry_after))
+
+    @classmethod
+    def hang(cls, route: Route | None = None) -> Fault:
+        """Accept the request and never answer (until the server stops)."""
+        return cls("hang", route)
+
+    @classmethod
+    def reply(cls, content: str) -> Fault:
+        """A chat answer with this text in place of the fixture's output."""
+        return cls("content", "chat", content=content)
+
+    @classmethod
+    def truncated(cls) -> Fault:
+        return cls.reply('{"entities": [{"name": "Mara Ellison", "type": "Per')
+
+    @classmethod
+    def malformed(cls) -> Fault:
+        return cls.reply("{entities: [{name: 'Mara Ellison'}], relations: [}")
+
+    @classmethod
+    def raw_body(cls, body: bytes, route: Route | None = None) -> Fault:
+        """A 200 whose body is ``body`` verbatim (e.g. cut-off JSON)."""
+        return cls("body", route, body=body)
+
+
+@dataclass(frozen=True)
+class ExtractionFixture:
+    """A scripted answer for every chunk containing ``match``."""
+
+    match: str
+    output: dict[str, Any]
+    glean: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_OUTPUT))
+    doc_key: str = ""
+
+
+def load_fixtures(directory: Path = FIXTURES_DIR / "extractions") -> list[ExtractionFixture]:
+    """Every ``*.json`` extraction fixture under ``directory`` (recursively)."""
+    fixtures = []
+    for path in sorted(directory.rglob("*.json")):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        fixtures.append(
+            ExtractionFixture(
+                match=raw["match"],
+                output=raw["output"],
+                glean=raw.get("glean", dict(EMPTY_OUTPUT)),
+                doc_key=raw.get("doc_key", ""),
+            )
+        )
+    return fixtures
+
+
+def fake_embedding(text: str, dim: int) -> list[float]:
+    """Deterministic, not normalised, values in [-1, 1): the same text, the same vector."""
+    values: list[float] = []
+    block = 0
+    while len(values) < dim:
+        digest = hashlib.sha256(f"{block}:{text}".encode()).digest()
+        values.extend((b - 128) / 128.0 for b in digest)
+        block += 1
+    return values[:dim]
+
+
+def _chunk_of(prompt: str) -> str:
+    start = prompt.find("<chunk>\n")
+    end = prompt.rfind("\n</chunk>")
+    if start == -1 or end < start:
+        return prompt
+    return prompt[start + len("<chunk>\n") : end]
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class ScriptedLLMServer:
+    """The server and its controls; :meth:`start` binds a free loopback port."""
+
+    def __init__(
+        self,
+        fixtures: Iterable[ExtractionFixture] = (),
+        *,
+        embed_dim: int = 16,
+        latency: float = 0.0,
+    ) -> None:
+        self.fixtures = list(fixtures)
+        self.embed_dim = embed_dim
+        self.latency = latency
+        self.reject_json_schema = False
+        self.content_template = "{content}"
+        """How chat content is wrapped, e.g. in prose and code fences (``{content}``)."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._faults: list[Fault] = []
+        self._outage_until = 0.0
+        self._outage_status = 503
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.reset()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> ScriptedLLMServer:
+        server = self
+
+        class Handler(_Handler):
+            scripted = server
+
+        httpd = _Server(("127.0.0.1", 0), Handler)
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None, "server not started"
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- controls --------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget faults, outages and observations (fixtures and settings stay)."""
+        with self._lock:
+            self._faults.clear()
+            self._outage_until = 0.0
+            self.calls: Counter[str] = Counter()
+            self.chunk_calls: Counter[str] = Counter()
+            self.gleaning_calls = 0
+            self.unmatched_chunks: list[str] = []
+            self.requests: list[tuple[Route, dict[str, Any]]] = []
+            self.in_flight = 0
+            self.max_concurrent = 0
+
+    def enqueue(self, *faults: Fault) -> None:
+        """Faults for the next requests, in order, each consumed by one request."""
+        with self._lock:
+            self._faults.extend(faults)
+
+    def fail_next(self, n: int, status: int = 500, route: Route | None = None) -> None:
+        self.enqueue(*(Fault.http(status, route) for _ in range(n)))
+
+    def outage(self, seconds: float, status: int = 503) -> None:
+        """Answer ``status`` to every request for the next ``seconds``."""
+        with self._lock:
+            self._outage_until = time.monotonic() + seconds
+            self._outage_status = status
+
+    def end_outage(self) -> None:
+        with self._lock:
+            self._outage_until = 0.0
+
+    def add_fixture(
+        self, match: str, output: dict[str, Any], glean: dict[str, Any] | None = None
+    ) -> None:
+        self.fixtures.append(ExtractionFixture(match, output, glean or dict(EMPTY_OUTPUT)))
+
+    def calls_for(self, match: str) -> int:
+        """Chat requests (first passes and gleaning) whose chunk matched ``match``."""
+        return self.chunk_calls[match]
+
+    # -- request handling (called from handler threads) ------------------------------
+
+    def _begin(self, route: Route, body: dict[str, Any]) -> Fault | None:
+        with self._lock:
+            self.calls[route] += 1
+            self.requests.append((route, body))
+            self.in_flight += 1
+            self.max_concurrent = max(self.max_concurrent, self.in_flight)
+            if time.monotonic() < self._outage_until:
+                return Fault.http(self._outage_status)
+            for index, fault in enumerate(self._faults):
+                if fault.route is None or fault.route == route:
+                    return self._faults.pop(index)
+        return None
+
+    def _end(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _chat(self, body: dict[str, Any]) -> tuple[str, int, int]:
+        """The assistant text for a chat request, and its usage (prompt, completion)."""
+        messages = body.get("messages") or []
+        user = [m for m in messages if m.get("role") == "user"]
+        prompt = user[-1].get("content", "") if user else ""
+        if not isinstance(prompt, str):
+            prompt = " ".join(part.get("text", "") for part in prompt if isinstance(part, dict))
+        chunk = _chunk_of(prompt)
+        gleaning = "<already_extracted>" in prompt
+        hits = [f for f in self.fixtures if f.match in chunk]
+        fixture = max(hits, key=lambda f: len(f.match)) if hits else None
+        with self._lock:
+            if gleaning:
+                self.gleaning_calls += 1
+            if fixture is not None:
+                self.chunk_calls[fixture.match] += 1
+            else:
+                self.unmatched_chunks.append(chunk)
+        if fixture is None:
+            output = EMPTY_OUTPUT
+        else:
+            output = fixture.glean if gleaning else fixture.output
+        content = json.dumps(output, ensure_ascii=False)
+        all_text = "".join(str(m.get("content", "")) for m in messages)
+        return content, _tokens(all_text), _tokens(content)
+
+    def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        raw = body.get("input", [])
+        texts = [raw] if isinstance(raw, str) else [str(t) for t in raw]
+        dim = int(body.get("dimensions") or self.embed_dim)
+        data = []
+        for index, text in enumerate(texts):
+            vector = fake_embedding(text, dim)
+            embedding: Any = vector
+            if body.get("encoding_format") == "base64":
+                packed = struct.pack(f"<{dim}f", *vector)
+                embedding = base64.b64encode(packed).decode()
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        tokens = sum(_tokens(t) for t in texts)
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", ""),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out and closed its connection is expected here.
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    scripted: ScriptedLLMServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        route = _PATHS.get(self.path.split("?", 1)[0])
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if route is None:
+            self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request"}})
+            return
+        server = self.scripted
+        fault = server._begin(route, body)
+        try:
+            self._answer(route, body, fault)
+        finally:
+            server._end()
+
+    def _answer(self, route: Route, body: dict[str, Any], fault: Fault | None) -> None:
+        server = self.scripted
+        if fault is not None and fault.kind == "hang":
+            server._stop.wait()
+            self.close_connection = True
+            return
+        if server.latency and server._stop.wait(server.latency):
+            return
+        if fault is not None and fault.kind == "status":
+            headers = {"retry-after": fault.retry_after} if fault.retry_after else {}
+            error = {"message": f"scripted HTTP {fault.status}", "type": "scripted_error"}
+            self._json(fault.status, {"error": error}, headers)
+            return
+        if fault is not None and fault.kind == "body":
+            self._send(200, fault.body, {"content-type": "application/json"})
+            return
+        if route == "embed":
+            self._json(200, server._embeddings(body))
+            return
+        response_format = body.get("response_format") or {}
+        if server.reject_json_schema and response_format.get("type") == "json_schema":
+            error = {
+                "message": "response_format json_schema is not supported by this server",
+                "type": "invalid_request_error",
+                "param": "response_format",
+            }
+            self._json(400, {"error": error})
+            return
+        content, prompt_tokens, completion_tokens = server._chat(body)
+        content = server.content_template.replace("{content}", content)
+        if fault is not None and fault.kind == "content" and fault.content is not None:
+            content = fault.content
+            completion_tokens = _tokens(content)
+        self._json(
+            200, _completion(body.get("model", ""), content, prompt_tokens, completion_tokens)
+        )
+
+    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        self._send(status, data, {"content-type": "application/json", **(headers or {})})
+
+    def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        try:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+def _completion(model: str, content: str, prompt_tokens: int, completion_tokens: int) -> Any:
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
