@@ -1,0 +1,237 @@
+"""`up` / `down` / `status` against real processes, and the one-line errors people see."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from local_services import REPO
+from tidegraph.infra import _proc, local_kafka, local_pg, services
+from tidegraph.infra.errors import (
+    PortInUseError,
+    PrerequisiteMissingError,
+    ServiceStartError,
+    ServiceUnreachableError,
+)
+
+SERVICE_VARS = (
+    "TIDEGRAPH_KAFKA_BOOTSTRAP",
+    "TIDEGRAPH_PG_DSN",
+    "TIDEGRAPH_KAFKA_PORT",
+    "TIDEGRAPH_KAFKA_CONTROLLER_PORT",
+    "TIDEGRAPH_PG_PORT",
+    "TIDEGRAPH_STATE_DIR",
+)
+
+
+@pytest.fixture
+def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private state folder (inside the repo's ignored .tidegraph/) and no service variables.
+
+    Whatever a test leaves running there is stopped afterwards, so a failing test never
+    leaks a broker or a server.
+    """
+    for var in SERVICE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    path = REPO / ".tidegraph" / f"test-{uuid.uuid4().hex[:10]}"
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        services.down(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _ours(path: Path) -> list[int]:
+    """Pids of live processes whose command line mentions ``path``."""
+    return [
+        pid
+        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+        if pid != os.getpid() and _proc.is_ours(pid, str(path))
+    ]
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tidegraph.infra.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
+    kafka_port, controller_port, pg_port = (_proc.free_port() for _ in range(3))
+    ports = {"kafka_port": kafka_port, "kafka_controller_port": controller_port}
+    first = services.up(state_dir, pg_port=pg_port, **ports)
+    assert first.kafka.started and first.postgres.started
+    assert first.ok and first.kafka.origin == first.postgres.origin == "local"
+    pids = {first.kafka.pid, first.postgres.pid}
+    assert None not in pids and all(_proc.is_alive(pid) for pid in pids if pid)
+
+    second = services.up(state_dir, pg_port=pg_port, **ports)
+    third = services.up(state_dir)  # no ports given: whatever runs here is reused
+    for again in (second, third):
+        assert not again.kafka.started and not again.postgres.started
+        assert {again.kafka.pid, again.postgres.pid} == pids
+
+    assert first.env_file is not None
+    assert services.read_env_file(state_dir) == {
+        "TIDEGRAPH_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
+        "TIDEGRAPH_PG_DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/postgres",
+    }
+    assert local_kafka.brokers_answering(first.kafka_bootstrap)
+    with psycopg.connect(first.pg_dsn) as conn:
+        assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
+        assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+
+    stopped = services.down(state_dir)
+    assert {(s.name, s.pid) for s in stopped} == {
+        ("kafka", first.kafka.pid),
+        ("postgres", first.postgres.pid),
+    }
+    assert not any(_proc.is_alive(pid) for pid in pids if pid)
+    assert _ours(state_dir) == []
+    assert services.down(state_dir) == ()
+    after = services.status(state_dir)
+    assert not after.kafka.running and not after.postgres.running
+    assert after.env_file is None
+
+
+@pytest.mark.parametrize("service", ["kafka", "postgres"])
+def test_port_in_use_names_the_port_and_its_holder(state_dir: Path, service: str) -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        ports = (
+            {"kafka_port": port, "kafka_controller_port": _proc.free_port()}
+            if service == "kafka"
+            else {"pg_port": port}
+        )
+        with pytest.raises(PortInUseError) as caught:
+            services.up(state_dir, services=[service], **ports)
+    message = str(caught.value)
+    assert f"port {port}" in message
+    assert f"pid {os.getpid()}" in message
+    assert "\n" not in message
+    assert not (state_dir / service).exists(), "nothing may start when a port is taken"
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_start_timeout_shows_log_tail_and_stops_the_broker(state_dir: Path) -> None:
+    with pytest.raises(ServiceStartError) as caught:
+        services.up(
+            state_dir,
+            services=["kafka"],
+            kafka_port=_proc.free_port(),
+            kafka_controller_port=_proc.free_port(),
+            timeout=0.2,
+        )
+    message = str(caught.value)
+    assert "did not answer" in message.splitlines()[0]
+    assert "last lines of the kafka log" in message
+    assert "tidegraph up: starting Kafka" in message
+    assert _ours(state_dir) == []
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_external_services_are_checked_not_started(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str, pg_dsn: str
+) -> None:
+    monkeypatch.setenv("TIDEGRAPH_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.setenv("TIDEGRAPH_PG_DSN", pg_dsn)
+    status = services.up(state_dir)
+    for s in status.services:
+        assert s.origin == "external" and s.running and not s.started and s.pid is None
+    assert not (state_dir / "kafka").exists() and not (state_dir / "postgres").exists()
+    assert services.read_env_file(state_dir) == {
+        "TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TIDEGRAPH_PG_DSN": pg_dsn,
+    }
+    assert services.down(state_dir) == ()
+    assert local_kafka.brokers_answering(kafka_bootstrap)
+
+
+def test_unreachable_external_broker_is_an_error(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    address = f"127.0.0.1:{_proc.free_port()}"
+    monkeypatch.setenv("TIDEGRAPH_KAFKA_BOOTSTRAP", address)
+    with pytest.raises(ServiceUnreachableError, match=address) as caught:
+        services.up(state_dir, services=["kafka"], timeout=2)
+    assert caught.value.retriable
+
+
+def test_missing_java_is_one_line(state_dir: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {"PATH": str(empty), "HOME": str(tmp_path), "TIDEGRAPH_CACHE_DIR": str(tmp_path)}
+    done = _cli(["--state-dir", str(state_dir), "up"], env)
+    assert done.returncode == 2
+    assert done.stderr.startswith("tidegraph: java not found: install a JDK 17")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert _ours(state_dir) == []
+
+
+def test_missing_maven_is_one_line_when_the_jars_are_not_cached(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    java = bin_dir / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"17.0.9\" 2023-10-17' >&2\n")
+    java.chmod(0o755)
+    cache = tmp_path / "cache"
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "TIDEGRAPH_CACHE_DIR": str(cache)}
+    done = _cli(["--state-dir", str(state_dir), "up"], env)
+    assert done.returncode == 2
+    assert done.stderr.startswith("tidegraph: mvn not found: install Apache Maven")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_old_java_is_named(tmp_path: Path) -> None:
+    java = tmp_path / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    java.chmod(0o755)
+    with pytest.raises(PrerequisiteMissingError, match=r"java is too old \(Java 11"):
+        local_kafka.find_java({"PATH": str(tmp_path)})
+
+
+def test_status_json_on_an_empty_state_dir(state_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    done = _cli(["status", "--json", "--state-dir", str(state_dir)], env)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["services"]["kafka"]["running"] is False
+    assert report["services"]["postgres"]["origin"] == "local"
+
+
+def test_commands_are_discovered() -> None:
+    from tidegraph.infra.cli import build_parser
+
+    parser = build_parser()
+    for command in ("up", "down", "status"):
+        args = parser.parse_args([command])
+        assert callable(args.func)
+
+
+def test_dsn_passwords_are_masked() -> None:
+    assert local_pg.redact("postgresql://u:secret@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert local_pg.redact("host=h password=secret user=u") == "host=h password=*** user=u"
+    assert local_pg.redact("postgresql://u@h/db") == "postgresql://u@h/db"
