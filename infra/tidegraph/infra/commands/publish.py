@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 
@@ -34,9 +35,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run_publish)
 
 
-async def run_publish(args: argparse.Namespace) -> int:
+def run_publish(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     space = validate_space(args.space)
+    return asyncio.run(_publish(args, realm, space))
+
+
+async def _publish(args: argparse.Namespace, realm: str, space: str) -> int:
     settings, connector = settings_from(args)
     await prepare_topics(args, settings, connector)
     producer = DocumentProducer.from_settings(
