@@ -111,10 +111,12 @@ def relation_text(
     valid_to: str | None = None,
     description: str = "",
 ) -> str:
-    """The rendered triple: ``subject predicate object``, with ``not`` for a denial and the
-    validity period when one is known, so ``as_of`` questions have something to match."""
-    verb = predicate.replace("_", " ")
-    text = f"{subject} {'not ' if negated else ''}{verb} {object}"
+    """The rendered triple, ``subject predicate object``, marked ``(denied)`` for a negated
+    relation and carrying its validity period when one is known, so questions about
+    denials and dates have words to match."""
+    text = f"{subject} {predicate.replace('_', ' ')} {object}"
+    if negated:
+        text += " (denied)"
     if valid_from or valid_to:
         text += f" ({valid_from or '…'} to {valid_to or '…'})"
     if description:

@@ -14,7 +14,7 @@ What can go wrong, and what each outcome means to the consumer:
   also raises ``ExtractionFailed`` at once.
 - A gleaning pass fails on its output or is rejected: the result so far is kept (paper
   §4.2 — the first pass already succeeded; discarding it would trade a partial result for
-  none). A gleaning pass that finds nothing ends gleaning early.
+  none). A gleaning pass that adds nothing ends gleaning early.
 
 Structured output: the request carries ``response_format`` with :data:`EXTRACTION_SCHEMA`.
 An endpoint that refuses it (400/422) is asked once more without it; when that succeeds
@@ -255,9 +255,10 @@ class LLMExtractor:
                     exc.reason,
                 )
                 break
-            if not extra.entities and not extra.relations:
-                break
-            result = merge_outputs(result, extra)
+            merged = merge_outputs(result, extra)
+            if merged == result:
+                break  # nothing new: further passes would only repeat themselves
+            result = merged
         return result
 
     async def _pass(
