@@ -1,6 +1,7 @@
 """Settings only the connectors use, loaded once and passed down like the shared ones.
 
-``TIDEGRAPH_MAX_DOCUMENT_BYTES``, ``TIDEGRAPH_API_KEYS`` and ``TIDEGRAPH_SEND_TIMEOUT``;
+``TIDEGRAPH_MAX_DOCUMENT_BYTES``, ``TIDEGRAPH_MAX_BATCH_BYTES``, ``TIDEGRAPH_API_KEYS`` and
+``TIDEGRAPH_SEND_TIMEOUT``;
 flags override them (precedence flags > environment > defaults).
 """
 
@@ -20,6 +21,9 @@ class ConnectorSettings(BaseSettings):
         MAX_DOCUMENT_BYTES,
         gt=0,
         description="Largest encoded document accepted.",
+    )
+    max_batch_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="Largest HTTP ingest batch request body."
     )
     api_keys: SecretStr | None = Field(
         None, description="HTTP ingest keys: `key1=realm_a,realm_b;key2=*`."

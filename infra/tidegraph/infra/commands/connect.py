@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import signal
 import sys
 from pathlib import Path
 
+from tidegraph.connectors.api_keys import parse_api_keys
+from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import TEXT_GLOBS
@@ -41,6 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     kinds = parser.add_subparsers(dest="connector", metavar="SOURCE", required=True)
     _register_fs(kinds)
+    _register_http(kinds)
 
 
 # ------------------------------------------------------------------------------------ fs
@@ -118,4 +122,62 @@ async def _fs(args: argparse.Namespace, realm: str, space: str, root: Path) -> i
         await connector.watch(
             _stop_on_signals(), rescan_interval=args.rescan, force_polling=args.poll or None
         )
+    return 0
+
+
+# ---------------------------------------------------------------------------------- http
+
+
+def _register_http(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    http = kinds.add_parser(
+        "http",
+        help="an HTTP endpoint documents are PUT to",
+        description=(
+            "Serve PUT/DELETE /v1/ingest/{realm}/documents/{doc_key} and POST "
+            "/v1/ingest/{realm}/documents:batch. Answers 202 with partition and offset only "
+            "after Kafka acknowledged. Keys come from $TIDEGRAPH_API_KEYS "
+            "(key1=realm_a,realm_b;key2=*); without keys it listens on loopback only."
+        ),
+    )
+    http.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    http.add_argument("--port", type=int, default=8081, help="port (default 8081)")
+    http.add_argument(
+        "--send-timeout", type=float, help="seconds to wait for Kafka before a 503 (default 10)"
+    )
+    add_kafka_options(http)
+    http.set_defaults(func=run_http)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_http(args: argparse.Namespace) -> int:
+    import uvicorn
+    from tidegraph.connectors.http_ingest import IngestService, create_app
+
+    settings, _ = settings_from(args)
+    connector_settings = load_connector_settings(
+        max_document_bytes=args.max_document_bytes, send_timeout=args.send_timeout
+    )
+    secret = connector_settings.api_keys
+    keys = parse_api_keys(secret.get_secret_value() if secret else None)
+    if not keys.configured and not _loopback(args.host):
+        raise ConfigError(
+            f"refusing to listen on {args.host} without API keys: set TIDEGRAPH_API_KEYS "
+            "or listen on a loopback address"
+        )
+    asyncio.run(prepare_topics(args, settings, connector_settings))
+    producer = DocumentProducer.from_settings(
+        settings, max_document_bytes=connector_settings.max_document_bytes
+    )
+    app = create_app(IngestService(producer, connector_settings), keys)
+    _say(f"ingest on http://{args.host}:{args.port} → {settings.documents_topic}")
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="on")
+    uvicorn.Server(config).run()
     return 0
