@@ -51,7 +51,9 @@ def rel(s: str, p: str, o: str, *, negated: bool = False, vf: str | None = None,
     return RelationFact(s, p, o, negated, "", 1.0, vf, vt)
 
 
-def ent(name: str, typ: str = "Person", desc: str = "", aliases: tuple[str, ...] = ()) -> EntityFact:
+def ent(
+    name: str, typ: str = "Person", desc: str = "", aliases: tuple[str, ...] = ()
+) -> EntityFact:
     return EntityFact(name, typ, desc, aliases)
 
 
@@ -124,7 +126,8 @@ class GraphHarness:
             cur = await self.conn.execute(q)
         else:
             q = sql.SQL(
-                "SELECT es.name, r.predicate, eo.name, r.negated, h.state FROM {s}.relation_history h"
+                "SELECT es.name, r.predicate, eo.name, r.negated, h.state"
+                " FROM {s}.relation_history h"
                 " JOIN {s}.relations r ON r.id = h.relation_id"
                 " JOIN {s}.entities es ON es.id = r.subject_id"
                 " JOIN {s}.entities eo ON eo.id = r.object_id"
@@ -139,9 +142,9 @@ class GraphHarness:
     async def entities(self) -> dict[str, tuple[str, bool, frozenset[str]]]:
         """name → (type, dormant, aliases)."""
         cur = await self.conn.execute(
-            sql.SQL("SELECT name, type, dormant_since IS NOT NULL, aliases FROM {}.entities").format(
-                sql.Identifier(self.info.schema)
-            )
+            sql.SQL(
+                "SELECT name, type, dormant_since IS NOT NULL, aliases FROM {}.entities"
+            ).format(sql.Identifier(self.info.schema))
         )
         return {n: (t, bool(d), frozenset(a)) for n, t, d, a in await cur.fetchall()}
 

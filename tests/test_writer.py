@@ -10,9 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from graph_helpers import GraphHarness, ent, rel
 from tidegraph.indexer.errors import Fenced
 from tidegraph.schemas.realm_config import RealmConfig
+
+from graph_helpers import GraphHarness, ent, rel
 
 pytestmark = pytest.mark.postgres
 
@@ -29,7 +30,9 @@ async def conn(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
 
 
 @pytest.fixture
-async def graph(conn: psycopg.AsyncConnection[Any], unique_name: Callable[[str], str]) -> GraphHarness:
+async def graph(
+    conn: psycopg.AsyncConnection[Any], unique_name: Callable[[str], str]
+) -> GraphHarness:
     return await GraphHarness.create(conn, unique_name("w"), GROUPS)
 
 

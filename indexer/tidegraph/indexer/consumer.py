@@ -26,6 +26,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.abc import ConsumerRebalanceListener
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
+
 from tidegraph.indexer import metrics, positions
 from tidegraph.indexer.errors import Fenced, classify_db_error
 from tidegraph.indexer.fold import Action, DocState, decide, next_state

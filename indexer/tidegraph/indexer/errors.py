@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import psycopg
+
 from tidegraph.schemas.errors import TidegraphError, TransientError
 
 

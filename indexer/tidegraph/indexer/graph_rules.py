@@ -1,100 +1,74 @@
-"""The write-path rules the writer applies inside its transaction, as plain functions.
+"""The write-path rules the writer applies inside its transaction.
 
-Thin layer over the rule modules so the writer depends on one small surface: entity merge,
-relation attribute merge, supersession per ordered pair, and the texts that get embedded.
+A small surface over the pure rule modules (resolution, corroboration, supersession,
+validity), shaped for what the writer holds: database ids and rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import date
-from typing import NamedTuple
 
+from tidegraph.indexer.corroboration import Contribution, corroborate
+from tidegraph.indexer.resolution import EntityRecord, merge_records
+from tidegraph.indexer.supersession import Assertion, resolve_supersession
+from tidegraph.indexer.validity import period_end, period_start
 
-class EntityRecord(NamedTuple):
-    """An entity's mergeable attributes."""
-
-    name: str
-    type: str
-    description: str
-    aliases: frozenset[str]
+__all__ = [
+    "EntityRecord",
+    "RelationAttrs",
+    "desired_relation_states",
+    "merge_entity",
+    "merge_relation_attrs",
+    "period_bounds",
+    "render_entity",
+    "render_relation",
+]
 
 
 def merge_entity(a: EntityRecord, b: EntityRecord) -> EntityRecord:
     """Paper §4.6: longer surface form canonical, specific type kept, longer description."""
-    name = max(a.name, b.name, key=lambda n: (len(n), n))
-    typ = _pick_type(a.type, b.type)
-    description = max(a.description, b.description, key=lambda d: (len(d), d))
-    surfaces = {a.name, b.name} | a.aliases | b.aliases
-    aliases = frozenset(s for s in surfaces if s.lower() != name.lower())
-    return EntityRecord(name, typ, description, aliases)
-
-
-def _pick_type(a: str, b: str) -> str:
-    if a == "Concept":
-        return b
-    if b == "Concept":
-        return a
-    return min(a, b)
+    return merge_records((a, b))
 
 
 RelationAttrs = tuple[str, float, str | None, str | None]
+"""(description, confidence, valid_from, valid_to) of an edge."""
 
 
-def merge_relation_attrs(observations: Sequence[RelationAttrs]) -> RelationAttrs:
-    """Longest description, highest confidence; a stated period is never erased."""
-    description = max((o[0] for o in observations), key=lambda d: (len(d), d))
-    confidence = max(o[1] for o in observations)
-    froms = sorted(o[2] for o in observations if o[2])
-    tos = sorted(o[3] for o in observations if o[3])
-    return description, confidence, froms[0] if froms else None, tos[-1] if tos else None
+def merge_relation_attrs(contributions: Iterable[tuple[str, RelationAttrs]]) -> RelationAttrs:
+    """An edge's attributes from its live (chunk id, attributes) contributions."""
+    merged = corroborate(
+        Contribution(chunk, d, c, vf, vt) for chunk, (d, c, vf, vt) in contributions
+    )
+    if merged is None:
+        raise ValueError("an edge with no contribution has no attributes")
+    return merged.description, merged.confidence, merged.valid_from, merged.valid_to
 
 
 def period_bounds(valid_from: str | None, valid_to: str | None) -> tuple[date | None, date | None]:
     """Padded dates so 1625 orders below 1625-06-01 (paper §5.1)."""
-    return (_pad(valid_from, start=True), _pad(valid_to, start=False))
+    return (
+        period_start(valid_from) if valid_from else None,
+        period_end(valid_to) if valid_to else None,
+    )
 
 
-def _pad(value: str | None, *, start: bool) -> date | None:
-    if not value:
-        return None
-    parts = [int(p) for p in value.split("-")]
-    if len(parts) == 1:
-        return date(parts[0], 1, 1) if start else date(parts[0], 12, 31)
-    if len(parts) == 2:
-        if start:
-            return date(parts[0], parts[1], 1)
-        nxt = date(parts[0] + (parts[1] == 12), parts[1] % 12 + 1, 1)
-        return date.fromordinal(nxt.toordinal() - 1)
-    return date(parts[0], parts[1], parts[2])
-
-
-LiveRelation = tuple[int, Hashable, str, bool, str | None]
-"""(relation id, ordered pair key, predicate, negated, order key of its latest live source)."""
+LiveRelation = tuple[int, tuple[str, int, int], str, bool, str | None]
+"""(relation id, (space, subject id, object id), predicate, negated, latest source order)."""
 
 
 def desired_relation_states(
     live: Iterable[LiveRelation], groups: Sequence[frozenset[str]]
 ) -> dict[int, tuple[str, int | None]]:
-    """Current or superseded (and by which) for every live relation (paper §5.2).
-
-    Within one ordered pair, relations whose predicates share an exclusive group resolve by
-    order key: the latest wins, ties by predicate. Denials do not take part.
-    """
+    """``current`` or ``superseded`` (and by which relation) for every live relation."""
+    assertions = [
+        Assertion(str(rid), f"{pair[0]}\x00{pair[1]}", str(pair[2]), predicate, negated,
+                  order_key or "")
+        for rid, pair, predicate, negated, order_key in live
+    ]
     out: dict[int, tuple[str, int | None]] = {}
-    by_pair: dict[Hashable, list[LiveRelation]] = {}
-    for rel in live:
-        by_pair.setdefault(rel[1], []).append(rel)
-        out[rel[0]] = ("current", None)
-    for rels in by_pair.values():
-        for group in groups:
-            members = [r for r in rels if r[2] in group and not r[3]]
-            if len(members) < 2:
-                continue
-            winner = max(members, key=lambda r: (r[4] or "", r[2]))
-            for r in members:
-                if r[0] != winner[0] and out[r[0]][0] == "current":
-                    out[r[0]] = ("superseded", winner[0])
+    for rid, by in resolve_supersession(assertions, groups).items():
+        out[int(rid)] = ("current", None) if by is None else ("superseded", int(by))
     return out
 
 

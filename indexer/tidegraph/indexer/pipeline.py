@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidegraph.indexer.chunking import build_context, chunk_text
+from tidegraph.indexer.chunking import build_context, chunk_document
 from tidegraph.indexer.gates import GateConfig, apply_gates
 from tidegraph.indexer.graph_rules import render_entity, render_relation
 from tidegraph.indexer.interfaces import Chunk, Embedder, ExtractionFailed, Extractor
@@ -65,7 +65,7 @@ class Pipeline:
         extractor = self._extractor_for(info)
         embedder = self._embedder_for(info)
         vocab = self._vocabulary(info)
-        chunks = chunk_text(record.content, self.config.chunk_chars, self.config.overlap_chars)
+        chunks = chunk_document(record.content, self.config.chunk_chars, self.config.overlap_chars)
         known: dict[str, None] = {}
         facts: list[tuple[Chunk, tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]] = []
         for chunk in chunks:
@@ -111,10 +111,10 @@ class Pipeline:
         gated = apply_gates(output, self.config.gates)
         entities = tuple(
             EntityFact(e.name, e.type, e.description, tuple(e.aliases))
-            for e in gated.accepted.entities
+            for e in gated.entities
         )
         relations: list[RelationFact] = []
-        for r in gated.accepted.relations:
+        for r in gated.relations:
             predicate, negated_by_word = vocab.canonical(r.predicate)
             if not predicate:
                 continue
@@ -125,6 +125,8 @@ class Pipeline:
             ))
         note = None
         if not entities and not relations:
-            reasons = sorted({rej.gate for rej in gated.rejections})
-            note = "no valid structure" + (f" (rejected by: {', '.join(reasons)})" if reasons else "")
+            reasons = sorted({str(rej.gate) for rej in gated.rejections})
+            note = "no valid structure"
+            if reasons:
+                note += f" (rejected by: {', '.join(reasons)})"
         return entities, tuple(relations), note

@@ -9,6 +9,7 @@ holds an old epoch, so its next CAS matches no row and its transaction rolls bac
 from __future__ import annotations
 
 from psycopg import AsyncConnection
+
 from tidegraph.indexer.errors import Fenced
 
 

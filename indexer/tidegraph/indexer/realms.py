@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
+
 from tidegraph.indexer.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.schemas.ddl import (
     EMBEDDING_COLUMNS,

@@ -27,9 +27,11 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
+
 from tidegraph.indexer import positions
 from tidegraph.indexer.graph_rules import (
     EntityRecord,
+    RelationAttrs,
     desired_relation_states,
     merge_entity,
     merge_relation_attrs,
@@ -102,7 +104,9 @@ async def write_document(
             replaced = previous in ("indexed", "failed")
             changes.add("document_replaced" if replaced else "document_indexed", doc_key=doc_key)
             new_entities, new_relations = await w.write_contribution(doc, bt, changes)
-        await w.reconcile_relations(old_relations | new_relations, bt, changes)
+        await w.reconcile_relations(
+            old_relations | new_relations, bt, changes, dict(doc.vectors) if doc else None
+        )
         await w.reconcile_entities(old_entities | new_entities, bt, changes)
         await w.upsert_document(space, doc_key, status, doc, source_version, failure, bt)
         await w.append_outbox(seq, bt, changes)
@@ -241,12 +245,12 @@ class _Writer:
         facts: dict[str, EntityRecord] = {}
         for chunk in doc.chunks:
             for e in chunk.entities:
-                rec = EntityRecord(e.name, e.type, e.description, frozenset(e.aliases))
+                rec = EntityRecord(e.name, e.type, e.description, e.aliases)
                 key = e.name.lower()
                 facts[key] = merge_entity(facts[key], rec) if key in facts else rec
             for r in chunk.relations:
                 for name in (r.subject, r.object):
-                    facts.setdefault(name.lower(), EntityRecord(name, "Concept", "", frozenset()))
+                    facts.setdefault(name.lower(), EntityRecord(name))
         keys = sorted({k for k in facts} | {a.lower() for f in facts.values() for a in f.aliases})
         by_name: dict[str, tuple[int, EntityRecord]] = {}
         for i, name, typ, desc, aliases in await self._rows(
@@ -256,7 +260,7 @@ class _Writer:
             ).format(_t(self.s, "entities")),
             (doc.space, keys),
         ):
-            by_name[name.lower()] = (int(i), EntityRecord(name, typ, desc, frozenset(aliases)))
+            by_name[name.lower()] = (int(i), EntityRecord(name, typ, desc, tuple(aliases)))
         by_alias: dict[str, tuple[int, EntityRecord]] = {}
         for alias, i, name, typ, desc, aliases in await self._rows(
             sql.SQL(
@@ -266,7 +270,7 @@ class _Writer:
             ).format(_t(self.s, "entity_aliases"), _t(self.s, "entities")),
             (doc.space, keys),
         ):
-            by_alias.setdefault(alias, (int(i), EntityRecord(name, typ, desc, frozenset(aliases))))
+            by_alias.setdefault(alias, (int(i), EntityRecord(name, typ, desc, tuple(aliases))))
 
         ids: dict[str, int] = {}
         for key in sorted(facts):
@@ -287,7 +291,7 @@ class _Writer:
                 if merged.name.lower() != current.name.lower() and merged.name.lower() in by_name:
                     merged = EntityRecord(
                         current.name, merged.type, merged.description,
-                        merged.aliases | {merged.name},
+                        (*merged.aliases, merged.name),
                     )
                 if merged != current:
                     await self._update_entity(entity_id, merged, vectors)
@@ -335,21 +339,27 @@ class _Writer:
         self, doc: PreparedDocument, chunk_id: dict[int, int], ids: dict[str, int],
         bt: datetime, vectors: dict[str, list[float]],
     ) -> set[int]:
-        """Upsert one edge per (subject, predicate, object, negated); record provenance."""
-        grouped: dict[tuple[int, str, int, bool], list[tuple[int, Any]]] = {}
+        """One edge per (subject, predicate, object, negated); provenance per chunk.
+
+        Attributes of an existing edge are not touched here: ``reconcile_relations``
+        recomputes them from every live contribution, this document's included.
+        """
+        grouped: dict[tuple[int, str, int, bool], dict[int, list[RelationAttrs]]] = {}
         for c in doc.chunks:
             for r in c.relations:
                 key = (ids[r.subject.lower()], r.predicate, ids[r.object.lower()], r.negated)
-                grouped.setdefault(key, []).append((chunk_id[c.ordinal], r))
+                per_chunk = grouped.setdefault(key, {})
+                per_chunk.setdefault(chunk_id[c.ordinal], []).append(
+                    (r.description, r.confidence, r.valid_from, r.valid_to)
+                )
         if not grouped:
             return set()
         keys = sorted(grouped)
         existing = {
-            (int(s), p, int(o), bool(n)): (int(i), d, float(conf), vf, vt)
-            for i, s, p, o, n, d, conf, vf, vt in await self._rows(
+            (int(s), p, int(o), bool(n)): int(i)
+            for i, s, p, o, n in await self._rows(
                 sql.SQL(
-                    "SELECT r.id, r.subject_id, r.predicate, r.object_id, r.negated,"
-                    " r.description, r.confidence, r.valid_from, r.valid_to FROM {} r"
+                    "SELECT r.id, r.subject_id, r.predicate, r.object_id, r.negated FROM {} r"
                     " JOIN unnest(%s::bigint[], %s::text[], %s::bigint[], %s::bool[])"
                     " AS k(s, p, o, n) ON r.subject_id = k.s AND r.predicate = k.p"
                     " AND r.object_id = k.o AND r.negated = k.n WHERE r.space = %s"
@@ -362,20 +372,21 @@ class _Writer:
         }
         names = await self._entity_names({k[0] for k in keys} | {k[2] for k in keys})
         relation_ids: set[int] = set()
-        sources: list[tuple[int, int]] = []
+        sources: list[tuple[int, int, RelationAttrs]] = []
         for key in keys:
-            facts = [r for _, r in grouped[key]]
-            prior = existing.get(key)
-            attrs = merge_relation_attrs(
-                [(f.description, f.confidence, f.valid_from, f.valid_to) for f in facts]
-                + ([prior[1:]] if prior else [])
-            )
-            description, confidence, valid_from, valid_to = attrs
-            lo, hi = period_bounds(valid_from, valid_to)
-            text = render_relation(
-                names[key[0]], key[1], names[key[2]], key[3], valid_from, valid_to
-            )
-            if prior is None:
+            per_chunk = {
+                cid: merge_relation_attrs((str(cid), a) for a in attrs)
+                for cid, attrs in grouped[key].items()
+            }
+            rid = existing.get(key)
+            if rid is None:
+                description, confidence, valid_from, valid_to = merge_relation_attrs(
+                    (str(cid), a) for cid, a in per_chunk.items()
+                )
+                lo, hi = period_bounds(valid_from, valid_to)
+                text = render_relation(
+                    names[key[0]], key[1], names[key[2]], key[3], valid_from, valid_to
+                )
                 [vec] = await self._vectors([text], vectors)
                 rows = await self._rows(
                     sql.SQL(
@@ -391,27 +402,22 @@ class _Writer:
                     ),
                 )
                 rid = int(rows[0][0])
-            else:
-                rid = prior[0]
-                if attrs != prior[1:]:
-                    [vec] = await self._vectors([text], vectors)
-                    await self.conn.execute(
-                        sql.SQL(
-                            "UPDATE {} SET description = %s, confidence = %s, valid_from = %s,"
-                            " valid_to = %s, valid_from_d = %s, valid_to_d = %s, rendered = %s,"
-                            " embedding = %s::vector WHERE id = %s"
-                        ).format(_t(self.s, "relations")),
-                        (description, confidence, valid_from, valid_to, lo, hi, text, vec, rid),
-                    )
             relation_ids.add(rid)
-            sources.extend((rid, cid) for cid in sorted({cid for cid, _ in grouped[key]}))
+            sources.extend((rid, cid, attrs) for cid, attrs in sorted(per_chunk.items()))
         await self.conn.execute(
             sql.SQL(
-                "INSERT INTO {} (relation_id, chunk_id, doc_key, order_key)"
-                " SELECT r, c, %s, %s FROM unnest(%s::bigint[], %s::bigint[]) AS u(r, c)"
+                "INSERT INTO {} (relation_id, chunk_id, doc_key, order_key, description,"
+                " confidence, valid_from, valid_to)"
+                " SELECT r, c, %s, %s, d, f, vf, vt FROM unnest(%s::bigint[], %s::bigint[],"
+                " %s::text[], %s::real[], %s::text[], %s::text[]) AS u(r, c, d, f, vf, vt)"
                 " ON CONFLICT DO NOTHING"
             ).format(_t(self.s, "relation_sources")),
-            (doc.doc_key, doc.order_key, [s[0] for s in sources], [s[1] for s in sources]),
+            (
+                doc.doc_key, doc.order_key,
+                [x[0] for x in sources], [x[1] for x in sources],
+                [x[2][0] for x in sources], [x[2][1] for x in sources],
+                [x[2][2] for x in sources], [x[2][3] for x in sources],
+            ),
         )
         return relation_ids
 
@@ -425,9 +431,14 @@ class _Writer:
         return {int(i): str(n) for i, n in rows}
 
     async def reconcile_relations(
-        self, touched: set[int], bt: datetime, changes: ChangeSet
+        self, touched: set[int], bt: datetime, changes: ChangeSet,
+        vectors: dict[str, list[float]] | None = None,
     ) -> None:
-        """Weight, order, retraction and supersession of every relation on a touched pair."""
+        """Weight, attributes, order, retraction and supersession on every touched pair.
+
+        Everything is recomputed from live provenance, so a withdrawn chunk takes its
+        description, confidence and stated period with it.
+        """
         if not touched:
             return
         rows = await self._rows(
@@ -435,46 +446,76 @@ class _Writer:
                 "WITH pairs AS (SELECT DISTINCT space, subject_id, object_id FROM {rel}"
                 "  WHERE id = ANY(%s))"
                 " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
-                "  r.weight, r.order_key, r.valid_from, r.valid_to,"
-                "  count(s.chunk_id) AS w, max(s.order_key) AS ok,"
-                "  h.state, h.superseded_by, h.t_created"
+                "  r.weight, r.order_key, r.description, r.confidence, r.valid_from,"
+                "  r.valid_to, h.state, h.superseded_by, h.t_created"
                 " FROM {rel} r JOIN pairs USING (space, subject_id, object_id)"
-                " LEFT JOIN {src} s ON s.relation_id = r.id"
                 " LEFT JOIN {hist} h ON h.relation_id = r.id AND h.t_expired IS NULL"
-                " GROUP BY r.id, h.state, h.superseded_by, h.t_created"
-            ).format(
-                rel=_t(self.s, "relations"), src=_t(self.s, "relation_sources"),
-                hist=_t(self.s, "relation_history"),
-            ),
+                " ORDER BY r.id"
+            ).format(rel=_t(self.s, "relations"), hist=_t(self.s, "relation_history")),
             (sorted(touched),),
         )
+        contributions: dict[int, list[tuple[str, RelationAttrs]]] = {}
+        orders: dict[int, str] = {}
+        for rid, cid, order_key, d, c, vf, vt in await self._rows(
+            sql.SQL(
+                "SELECT relation_id, chunk_id, order_key, description, confidence, valid_from,"
+                " valid_to FROM {} WHERE relation_id = ANY(%s)"
+            ).format(_t(self.s, "relation_sources")),
+            ([int(r[0]) for r in rows],),
+        ):
+            contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
+            orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
         live = [
-            (int(r[0]), (r[1], int(r[2]), int(r[4])), r[3], bool(r[5]), r[11])
+            (int(r[0]), (str(r[1]), int(r[2]), int(r[4])), str(r[3]), bool(r[5]),
+             orders.get(int(r[0])))
             for r in rows
-            if int(r[10]) > 0
+            if int(r[0]) in contributions
         ]
         desired = desired_relation_states(live, self.info.exclusive_groups)
         names = await self._entity_names({int(r[2]) for r in rows} | {int(r[4]) for r in rows})
+        vectors = {} if vectors is None else vectors
         for r in rows:
-            rid, space, weight, order_key = int(r[0]), r[1], int(r[10]), r[11]
-            if weight != int(r[6]) or (weight > 0 and order_key != r[7]):
-                await self.conn.execute(
-                    sql.SQL("UPDATE {} SET weight = %s, order_key = %s WHERE id = %s").format(
-                        _t(self.s, "relations")
-                    ),
-                    (weight, order_key if weight > 0 else r[7], rid),
-                )
+            rid, space = int(r[0]), str(r[1])
+            subject, obj = names[int(r[2])], names[int(r[4])]
+            predicate, negated = str(r[3]), bool(r[5])
+            mine = contributions.get(rid)
+            if mine:
+                weight, order_key = len(mine), orders[rid]
+                attrs = merge_relation_attrs(mine)
+                stored = (int(r[6]), r[7], r[8], float(r[9]), r[10], r[11])
+                if (weight, order_key, *attrs) != stored:
+                    lo, hi = period_bounds(attrs[2], attrs[3])
+                    text = render_relation(subject, predicate, obj, negated, attrs[2], attrs[3])
+                    [vec] = await self._vectors([text], vectors)
+                    await self.conn.execute(
+                        sql.SQL(
+                            "UPDATE {} SET weight = %s, order_key = %s, description = %s,"
+                            " confidence = %s, valid_from = %s, valid_to = %s,"
+                            " valid_from_d = %s, valid_to_d = %s, rendered = %s,"
+                            " embedding = %s::vector WHERE id = %s"
+                        ).format(_t(self.s, "relations")),
+                        (weight, order_key, *attrs, lo, hi, text, vec, rid),
+                    )
+                valid_from, valid_to = attrs[2], attrs[3]
+            else:
+                valid_from, valid_to = r[10], r[11]
+                if int(r[6]) != 0:
+                    await self.conn.execute(
+                        sql.SQL("UPDATE {} SET weight = 0 WHERE id = %s").format(
+                            _t(self.s, "relations")
+                        ),
+                        (rid,),
+                    )
             want = desired.get(rid, ("retracted", None))
-            have = (r[12], int(r[13]) if r[13] is not None else None) if r[12] else (
-                "retracted", None
+            have = ("retracted", None) if r[12] is None else (
+                str(r[12]), int(r[13]) if r[13] is not None else None
             )
             if want == have:
                 continue
             await self._move_history(rid, have, want, r[14], bt)
             ref = {
-                "id": str(rid), "subject": names[int(r[2])], "predicate": r[3],
-                "object": names[int(r[4])], "negated": bool(r[5]),
-                "valid_from": r[8], "valid_to": r[9],
+                "id": str(rid), "subject": subject, "predicate": predicate, "object": obj,
+                "negated": negated, "valid_from": valid_from, "valid_to": valid_to,
             }
             for kind, by in _transition_kinds(have, want):
                 extra = {"superseded_by": str(by)} if by is not None else {}

@@ -149,6 +149,10 @@ CREATE TABLE IF NOT EXISTS {schema}.relation_sources (
     chunk_id     bigint NOT NULL REFERENCES {schema}.chunks (id),
     doc_key      text   NOT NULL,
     order_key    text,
+    description  text   NOT NULL DEFAULT '',
+    confidence   real   NOT NULL DEFAULT 1.0,
+    valid_from   text,
+    valid_to     text,
     PRIMARY KEY (relation_id, chunk_id)
 );
 CREATE INDEX IF NOT EXISTS relation_sources_chunk ON {schema}.relation_sources (chunk_id);

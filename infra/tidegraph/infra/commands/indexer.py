@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client import start_http_server
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+
 from tidegraph.indexer.consumer import Indexer, IndexerConfig
 from tidegraph.indexer.pipeline import Pipeline, PipelineConfig
 from tidegraph.infra.composition import ModelRegistry

@@ -1,0 +1,208 @@
+"""Run the real indexer against the real broker and server, for end-to-end tests.
+
+Each test gets its own topic prefix (so its own three topics) and its own realm names;
+indexers run in-process (an asyncio task) or as ``tidegraph indexer`` subprocesses when a
+test needs to SIGKILL them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from aiokafka import AIOKafkaProducer
+from psycopg import sql
+
+from tidegraph.connectors.topics import ensure_topic_specs
+from tidegraph.indexer.consumer import Indexer, IndexerConfig
+from tidegraph.indexer.pipeline import Pipeline
+from tidegraph.infra.composition import ModelRegistry
+from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.schemas.topics import topic_specs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str
+    bootstrap: str
+
+    @property
+    def documents(self) -> str:
+        return f"{self.prefix}.documents"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}.documents.dlq"
+
+    @property
+    def changes(self) -> str:
+        return f"{self.prefix}.changes"
+
+
+async def make_topics(bootstrap: str, prefix: str, partitions: int = 3) -> Topics:
+    await ensure_topic_specs(bootstrap, topic_specs(prefix, partitions=partitions))
+    return Topics(prefix, bootstrap)
+
+
+def upsert(realm: str, doc_key: str, content: str, *, order_key: str | None = None,
+           source_version: str | None = None, space: str = "default",
+           title: str | None = None) -> DocumentVersion:
+    return DocumentVersion(
+        realm=realm, space=space, doc_key=doc_key, op="upsert", content=content,
+        content_hash=content_hash(content), order_key=order_key,
+        source_version=source_version, title=title, event_time=datetime.now(UTC),
+    )
+
+
+def delete(realm: str, doc_key: str, *, space: str = "default",
+           source_version: str | None = None) -> DocumentVersion:
+    return DocumentVersion(
+        realm=realm, space=space, doc_key=doc_key, op="delete",
+        source_version=source_version, event_time=datetime.now(UTC),
+    )
+
+
+async def publish(topics: Topics, records: Sequence[DocumentVersion | tuple[bytes, bytes]]) -> None:
+    """Publish in order (key = realm); raw (key, value) pairs go through unchanged."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=topics.bootstrap, acks="all", enable_idempotence=True,
+        compression_type="lz4", linger_ms=2,
+    )
+    await producer.start()
+    try:
+        futures = []
+        for rec in records:
+            if isinstance(rec, DocumentVersion):
+                key, value = rec.realm.encode(), rec.to_json()
+            else:
+                key, value = rec
+            futures.append(await producer.send(topics.documents, value, key=key))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def indexer_config(topics: Topics, pg_dsn: str, group: str, **kw: Any) -> IndexerConfig:
+    return IndexerConfig(
+        bootstrap=topics.bootstrap, pg_dsn=pg_dsn, topic=topics.documents,
+        dlq_topic=topics.dlq, group_id=group,
+        default_realm=kw.pop("default_realm", RealmConfig(embedder="hashing:64")), **kw,
+    )
+
+
+@asynccontextmanager
+async def running_indexer(
+    topics: Topics, pg_dsn: str, group: str, **kw: Any
+) -> AsyncIterator[Indexer]:
+    registry = ModelRegistry()
+    pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
+    indexer = Indexer(indexer_config(topics, pg_dsn, group, **kw), pipeline.prepare,
+                      registry.embedder_for)
+    task = asyncio.create_task(indexer.run())
+    try:
+        yield indexer
+    finally:
+        indexer.stop()
+        await asyncio.wait_for(task, 60)
+
+
+def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        TIDEGRAPH_KAFKA_BOOTSTRAP=topics.bootstrap, TIDEGRAPH_PG_DSN=pg_dsn,
+        TIDEGRAPH_TOPIC_PREFIX=topics.prefix, TIDEGRAPH_EMBEDDER="hashing:64",
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--group", group,
+         "--log-level", "WARNING", *extra],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]], limit: float = 60, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {limit}s waiting for {what}")
+
+
+async def stored_position(pg_dsn: str, group: str, topic: str) -> int:
+    """Sum of next offsets over the group's partitions: records applied so far."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
+            " WHERE group_id = %s AND topic = %s",
+            (group, topic),
+        )
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+async def realm_snapshot(pg_dsn: str, realm: str) -> dict[str, Any]:
+    """The realm's graph by names (ids differ between runs): what must match across orders."""
+    schema = sql.Identifier(f"realm_{realm}")
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        async def rows(q: sql.Composable) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(q)
+            return sorted(tuple(r) for r in await cur.fetchall())
+
+        return {
+            "documents": await rows(sql.SQL(
+                "SELECT space, doc_key, status, content_hash FROM {}.documents").format(schema)),
+            "entities": await rows(sql.SQL(
+                "SELECT space, name, type, description, aliases, dormant_since IS NOT NULL"
+                " FROM {}.entities").format(schema)),
+            "relations": await rows(sql.SQL(
+                "SELECT r.space, es.name, r.predicate, eo.name, r.negated, r.status, r.weight,"
+                " r.valid_from, r.valid_to, (SELECT x.predicate FROM {s}.relations x"
+                "  WHERE x.id = r.superseded_by)"
+                " FROM {s}.relations r JOIN {s}.entities es ON es.id = r.subject_id"
+                " JOIN {s}.entities eo ON eo.id = r.object_id").format(s=schema)),
+            "live_chunks": await rows(sql.SQL(
+                "SELECT space, doc_key, ordinal, text FROM {}.chunks WHERE t_expired IS NULL"
+            ).format(schema)),
+        }
+
+
+async def believed_at(pg_dsn: str, realm: str, t: datetime) -> list[tuple[Any, ...]]:
+    schema = sql.Identifier(f"realm_{realm}")
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT es.name, r.predicate, eo.name, r.negated, h.state"
+                " FROM {s}.relation_history h"
+                " JOIN {s}.relations r ON r.id = h.relation_id"
+                " JOIN {s}.entities es ON es.id = r.subject_id"
+                " JOIN {s}.entities eo ON eo.id = r.object_id"
+                " WHERE h.t_created <= %s AND (h.t_expired IS NULL OR h.t_expired > %s)"
+            ).format(s=schema),
+            (t, t),
+        )
+        return sorted(tuple(r) for r in await cur.fetchall())
+
+
+async def outbox(pg_dsn: str, realm: str) -> list[tuple[int, int, str]]:
+    schema = sql.Identifier(f"realm_{realm}")
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            sql.SQL("SELECT seq, idx, kind FROM {}.outbox ORDER BY seq, idx").format(schema)
+        )
+        return [(int(a), int(b), str(c)) for a, b, c in await cur.fetchall()]
