@@ -1,0 +1,286 @@
+"""The SQL of retrieval: one builder per channel, all sharing one set of edge filters.
+
+Every statement takes the same named parameters (:func:`parameters`), so a request can
+queue several of them in one pipeline. The edge filter (:func:`edge_filter`) — space,
+belief state, validity at ``as_of``, relation types — is the single definition used by the
+traversal *inside* each step of the walk and by the similarity and full-text channels, so
+no channel can see an edge another would refuse (paper §7.2: a filter applied after the
+walk still lets a superseded or out-of-period edge lead to a vertex that then presents as
+current context).
+
+Temporal semantics (paper §5.4):
+
+* ``as_of`` (valid time): relations whose padded period contains the date; undated bounds
+  are open, so an undated relation always matches.
+* ``as_believed_at`` (belief time): the relation had a ``relation_history`` interval in an
+  admitted state with ``t_created <= T < t_expired``; chunks likewise by their own stamps.
+* without it, ``relations.status`` decides; ``include_superseded`` admits ``superseded``
+  next to ``current`` either way. Retracted relations never match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from pgvector import Vector
+from psycopg import sql
+from tidegraph.query_service.db import table
+from tidegraph.schemas.names import ANY_SPACE
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The filters every channel applies, as the request stated them."""
+
+    space: str
+    """A space name, or ``*`` for every space of the realm."""
+    as_of: date | None
+    """Valid-time instant; ``None`` admits every period."""
+    believed_at: datetime | None
+    """Belief-time instant; ``None`` reads the current belief."""
+    include_superseded: bool
+    """Admit superseded relations next to current ones."""
+    relation_types: tuple[str, ...] | None
+    """Admitted predicates; ``None`` admits all."""
+
+    @property
+    def states(self) -> list[str]:
+        return ["current", "superseded"] if self.include_superseded else ["current"]
+
+
+def parameters(scope: Scope, **extra: Any) -> dict[str, Any]:
+    """The named parameters shared by every statement of one request."""
+    return {
+        "space": scope.space,
+        "as_of": scope.as_of,
+        "believed": scope.believed_at,
+        "states": scope.states,
+        "types": list(scope.relation_types or ()),
+        **extra,
+    }
+
+
+def vector(values: list[float]) -> Vector:
+    """A query vector as a bound parameter (binary, no text round trip)."""
+    return Vector(values)
+
+
+def _space(alias: str, scope: Scope) -> sql.Composable:
+    if scope.space == ANY_SPACE:
+        return sql.SQL("true")
+    return sql.SQL("{}.space = %(space)s").format(sql.Identifier(alias))
+
+
+def edge_filter(schema: str, scope: Scope, alias: str = "r") -> sql.Composed:
+    """The predicate an edge must pass to be walked or returned, whatever the channel."""
+    r = sql.Identifier(alias)
+    parts: list[sql.Composable] = [_space(alias, scope)]
+    if scope.believed_at is None:
+        parts.append(sql.SQL("{}.status = ANY(%(states)s)").format(r))
+    else:
+        parts.append(
+            sql.SQL(
+                "EXISTS (SELECT 1 FROM {hist} h WHERE h.relation_id = {r}.id"
+                " AND h.state = ANY(%(states)s) AND h.t_created <= %(believed)s"
+                " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s))"
+            ).format(hist=table(schema, "relation_history"), r=r)
+        )
+    if scope.as_of is not None:
+        parts.append(
+            sql.SQL(
+                "({r}.valid_from_d IS NULL OR {r}.valid_from_d <= %(as_of)s)"
+                " AND ({r}.valid_to_d IS NULL OR {r}.valid_to_d >= %(as_of)s)"
+            ).format(r=r)
+        )
+    if scope.relation_types is not None:
+        parts.append(sql.SQL("{}.predicate = ANY(%(types)s)").format(r))
+    return sql.SQL(" AND ").join(parts)
+
+
+def chunk_filter(scope: Scope, alias: str = "c") -> sql.Composed:
+    """Live chunks, or the chunks believed at the instant, in scope."""
+    c = sql.Identifier(alias)
+    belief: sql.Composable
+    if scope.believed_at is None:
+        belief = sql.SQL("{}.t_expired IS NULL").format(c)
+    else:
+        belief = sql.SQL(
+            "{c}.t_created <= %(believed)s"
+            " AND ({c}.t_expired IS NULL OR {c}.t_expired > %(believed)s)"
+        ).format(c=c)
+    return sql.SQL(" AND ").join([_space(alias, scope), belief])
+
+
+def entity_filter(scope: Scope, alias: str = "e") -> sql.Composed:
+    """Entities not dormant (at the belief instant, when one is given), in scope."""
+    e = sql.Identifier(alias)
+    if scope.believed_at is None:
+        alive: sql.Composable = sql.SQL("{}.dormant_since IS NULL").format(e)
+    else:
+        alive = sql.SQL(
+            "{e}.created_at <= %(believed)s"
+            " AND ({e}.dormant_since IS NULL OR {e}.dormant_since > %(believed)s)"
+        ).format(e=e)
+    return sql.SQL(" AND ").join([_space(alias, scope), alive])
+
+
+_ENTITY_COLUMNS = sql.SQL("e.id, e.space, e.name, e.type, e.description, e.aliases")
+
+
+def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
+    """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase)."""
+    return sql.SQL(
+        "SELECT {cols} FROM {ent} e WHERE lower(e.name) = ANY(%(names)s) AND {f}"
+        " UNION SELECT {cols} FROM {alias} a JOIN {ent} e ON e.id = a.entity_id"
+        " WHERE a.alias_lower = ANY(%(names)s) AND {f}"
+    ).format(
+        cols=_ENTITY_COLUMNS,
+        ent=table(schema, "entities"),
+        alias=table(schema, "entity_aliases"),
+        f=entity_filter(scope),
+    )
+
+
+def entities_by_vector(schema: str, scope: Scope) -> sql.Composed:
+    """The ``%(top_k)s`` entities nearest ``%(evec)s`` (cosine), dormant ones excluded."""
+    return sql.SQL(
+        "SELECT * FROM (SELECT {cols}, e.embedding <=> %(evec)s AS d FROM {ent} e"
+        " WHERE {f} ORDER BY e.embedding <=> %(evec)s LIMIT %(top_k)s) x ORDER BY d, id"
+    ).format(cols=_ENTITY_COLUMNS, ent=table(schema, "entities"), f=entity_filter(scope))
+
+
+def chunks_by_vector(schema: str, scope: Scope) -> sql.Composed:
+    """The ``%(top_k)s`` chunks nearest ``%(qvec)s``."""
+    return sql.SQL(
+        "SELECT * FROM (SELECT c.id, c.embedding <=> %(qvec)s AS d FROM {chunks} c"
+        " WHERE {f} ORDER BY c.embedding <=> %(qvec)s LIMIT %(top_k)s) x ORDER BY d, id"
+    ).format(chunks=table(schema, "chunks"), f=chunk_filter(scope))
+
+
+def chunks_by_mentions(schema: str, scope: Scope) -> sql.Composed:
+    """Chunks mentioning the matched entities ``%(seeds)s``, most matched entities first."""
+    return sql.SQL(
+        "SELECT m.chunk_id, count(*) AS n FROM {mentions} m JOIN {chunks} c ON c.id = m.chunk_id"
+        " WHERE m.entity_id = ANY(%(seeds)s::bigint[]) AND {f}"
+        " GROUP BY m.chunk_id ORDER BY n DESC, m.chunk_id DESC LIMIT %(top_k)s"
+    ).format(
+        mentions=table(schema, "mentions"), chunks=table(schema, "chunks"), f=chunk_filter(scope)
+    )
+
+
+def relations_by_vector(schema: str, scope: Scope, param: str = "qvec") -> sql.Composed:
+    """Relation channel 2: nearest rendered triples by embedding."""
+    v = sql.Placeholder(param)
+    return sql.SQL(
+        "SELECT id FROM (SELECT r.id, r.embedding <=> {v} AS d FROM {rel} r WHERE {f}"
+        " ORDER BY r.embedding <=> {v} LIMIT %(depth)s) x ORDER BY d, id"
+    ).format(v=v, rel=table(schema, "relations"), f=edge_filter(schema, scope))
+
+
+def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Composed:
+    """Relation channel 3: full-text match of the rendered triple, best ``ts_rank_cd`` first."""
+    return sql.SQL(
+        "SELECT r.id FROM {rel} r, websearch_to_tsquery('simple', {q}) q"
+        " WHERE r.tsv @@ q AND {f}"
+        " ORDER BY ts_rank_cd(r.tsv, q) DESC, r.weight DESC, r.id DESC LIMIT %(depth)s"
+    ).format(q=sql.Placeholder(param), rel=table(schema, "relations"), f=edge_filter(schema, scope))
+
+
+def traversal(schema: str, scope: Scope) -> sql.Composed:
+    """Relation channel 1: a bounded walk of ``%(hops)s`` steps from ``%(seeds)s``.
+
+    Each step takes, per frontier entity, its newest ``%(fanout)s`` admitted edges (the
+    seeds themselves up to ``%(cap)s``) that lead to a vertex not already on the path, and
+    keeps per seed the newest ``%(cap)s`` of the step. The filters are inside the step, so
+    an inadmissible edge is never walked through. Finally each seed contributes at most
+    ``%(cap)s`` edges, nearest hop first then newest; an edge reached from several seeds
+    keeps its nearest hop. Rows: relation id, hop.
+    """
+    return sql.SQL(
+        "WITH RECURSIVE walk(seed, entity_id, hop, rel_id, t_created, visited) AS ("
+        " SELECT s, s, 0, NULL::bigint, NULL::timestamptz, ARRAY[s]"
+        "  FROM unnest(%(seeds)s::bigint[]) AS s"
+        " UNION ALL"
+        " SELECT seed, other, hop, id, t_created, visited || other FROM ("
+        "  SELECT w.seed, x.other, w.hop + 1 AS hop, x.id, x.t_created, w.visited,"
+        "   row_number() OVER (PARTITION BY w.seed ORDER BY x.t_created DESC, x.id DESC) AS rn"
+        "  FROM walk w CROSS JOIN LATERAL ("
+        "   SELECT r.id, r.t_created,"
+        "    CASE WHEN r.subject_id = w.entity_id THEN r.object_id ELSE r.subject_id END AS other"
+        "   FROM {rel} r"
+        "   WHERE (r.subject_id = w.entity_id OR r.object_id = w.entity_id)"
+        "    AND NOT (CASE WHEN r.subject_id = w.entity_id THEN r.object_id"
+        "             ELSE r.subject_id END) = ANY(w.visited)"
+        "    AND {f}"
+        "   ORDER BY r.t_created DESC, r.id DESC"
+        "   LIMIT CASE WHEN w.hop = 0 THEN %(cap)s ELSE %(fanout)s END"
+        "  ) x WHERE w.hop < %(hops)s"
+        " ) step WHERE rn <= %(cap)s"
+        ")"
+        " SELECT rel_id, min(hop) AS hop FROM ("
+        "  SELECT seed, rel_id, hop, t_created, row_number() OVER ("
+        "   PARTITION BY seed ORDER BY hop, t_created DESC, rel_id DESC) AS rn"
+        "  FROM walk WHERE rel_id IS NOT NULL) ranked"
+        " WHERE rn <= %(cap)s"
+        " GROUP BY rel_id ORDER BY min(hop), max(t_created) DESC, rel_id DESC LIMIT %(depth)s"
+    ).format(rel=table(schema, "relations"), f=edge_filter(schema, scope))
+
+
+def relation_details(schema: str, scope: Scope) -> sql.Composed:
+    """Everything a response carries about relations ``%(ids)s``.
+
+    ``state`` is the belief state at ``as_believed_at`` when one is given, else the
+    current status; ``doc_keys`` are the documents of the live chunks asserting it.
+    """
+    if scope.believed_at is None:
+        state = sql.SQL("r.status, r.superseded_by")
+        join: sql.Composable = sql.SQL("")
+    else:
+        state = sql.SQL("h.state, h.superseded_by")
+        join = sql.SQL(
+            " LEFT JOIN LATERAL (SELECT h.state, h.superseded_by FROM {hist} h"
+            " WHERE h.relation_id = r.id AND h.t_created <= %(believed)s"
+            " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
+            " ORDER BY h.t_created DESC LIMIT 1) h ON true"
+        ).format(hist=table(schema, "relation_history"))
+    return sql.SQL(
+        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
+        " ARRAY(SELECT DISTINCT s.doc_key FROM {src} s WHERE s.relation_id = r.id"
+        "  ORDER BY 1) AS doc_keys"
+        " FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
+        " JOIN {ent} eo ON eo.id = r.object_id{join}"
+        " WHERE r.id = ANY(%(ids)s::bigint[])"
+    ).format(
+        state=state,
+        src=table(schema, "relation_sources"),
+        rel=table(schema, "relations"),
+        ent=table(schema, "entities"),
+        join=join,
+    )
+
+
+def chunk_details(schema: str) -> sql.Composed:
+    """Text and provenance of chunks ``%(chunk_ids)s``."""
+    return sql.SQL(
+        "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text, c.metadata, d.title"
+        " FROM {chunks} c LEFT JOIN {docs} d ON d.space = c.space AND d.doc_key = c.doc_key"
+        " WHERE c.id = ANY(%(chunk_ids)s::bigint[])"
+    ).format(chunks=table(schema, "chunks"), docs=table(schema, "documents"))
+
+
+def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
+    """Community reports nearest ``%(gvec)s``, over-fetched (``%(over)s``) for re-ranking."""
+    return sql.SQL(
+        "SELECT id, space, title, summary, rating, size, built_at, d FROM ("
+        " SELECT c.id, c.space, c.title, c.summary, c.rating, c.size, c.built_at,"
+        "  c.embedding <=> %(gvec)s AS d FROM {comm} c WHERE {f}"
+        " ORDER BY c.embedding <=> %(gvec)s LIMIT %(over)s) x ORDER BY d, id"
+    ).format(comm=table(schema, "communities"), f=_space("c", scope))
+
+
+def last_write(schema: str) -> sql.Composed:
+    """When the realm's graph last changed (for the stale-communities warning)."""
+    return sql.SQL("SELECT last_write_at FROM {}").format(table(schema, "meta"))

@@ -1,0 +1,46 @@
+"""Settings of the query service: limits, retrieval knobs and API keys.
+
+Loaded once by the composition root (:func:`load_query_settings`) and passed to
+:func:`tidegraph.query_service.app.create_app`; nothing here reads the environment at import.
+Environment names are ``TIDEGRAPH_<FIELD>`` (``TIDEGRAPH_API_KEYS`` for the keys).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class QuerySettings(BaseSettings):
+    """What the HTTP API allows and how retrieval behaves by default."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDEGRAPH_", extra="ignore", frozen=True)
+
+    api_keys: SecretStr | None = Field(
+        None,
+        description="`key1=realm_a,realm_b;key2=*`. Unset: no keys, loopback only.",
+    )
+    max_body_bytes: int = Field(64 * 1024, ge=1024, description="Largest request body.")
+    max_query_chars: int = Field(4000, ge=1, description="Longest query text.")
+    max_top_k: int = Field(100, ge=1, description="Largest `top_k` a request may ask for.")
+    max_hops: int = Field(3, ge=0, le=6, description="Deepest traversal a request may ask for.")
+    max_relation_top_k: int = Field(200, ge=1, description="Most relations one answer carries.")
+    max_page: int = Field(1000, ge=1, description="Largest page of changes/relations/entities.")
+    edge_cap: int = Field(
+        40, ge=1, description="Most relations one matched entity may contribute to a walk."
+    )
+    channel_depth: int = Field(
+        50, ge=1, description="Candidates each relation channel hands to fusion."
+    )
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
+    ef_search: int = Field(100, ge=10, description="HNSW candidate list size per search.")
+    community_weights: tuple[float, float, float] = Field(
+        (0.6, 0.25, 0.15),
+        description="Blend of similarity, rating and size when ranking community reports.",
+    )
+    realm_cache_seconds: float = Field(5.0, ge=0, description="How long realm metadata is kept.")
+
+
+def load_query_settings(**overrides: object) -> QuerySettings:
+    """Environment with explicit (flag) overrides on top; ``None`` overrides are skipped."""
+    return QuerySettings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]

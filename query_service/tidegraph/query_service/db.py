@@ -1,0 +1,195 @@
+"""Connections and the realm catalogue.
+
+Every connection of the pool gets pgvector's types and the HNSW search settings in the
+pool's ``configure=`` callback, so no request can run a similarity search with the wrong
+``ef_search`` or without iterative scans (pgvector 0.8: a filtered HNSW scan keeps walking
+the graph until enough rows pass the filter, instead of returning fewer than asked).
+
+SQL is typed :data:`Query` (``LiteralString | sql.Composed``) and realm schemas reach it only
+through ``sql.Identifier``: user input never becomes SQL text.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, LiteralString
+
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
+from tidegraph.query_service.errors import RealmNotFound, Unavailable
+from tidegraph.schemas.names import REALM_PATTERN
+from tidegraph.schemas.realm_config import parse_embedder
+
+Query = LiteralString | sql.Composed
+"""What may be executed: literal SQL, or SQL composed from identifiers and literals."""
+
+_TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")
+_REALM_RE = re.compile(REALM_PATTERN)
+
+
+def table(schema: str, name: LiteralString) -> sql.Composed:
+    """``"schema"."name"`` with both parts quoted as identifiers."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def make_pool(
+    conninfo: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 16,
+    ef_search: int = 100,
+    open_timeout: float = 10.0,
+) -> AsyncConnectionPool[AsyncConnection[Any]]:
+    """An unopened pool of autocommit connections set up for vector search."""
+
+    async def configure(conn: AsyncConnection[Any]) -> None:
+        await register_vector_async(conn)
+        await conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(int(ef_search))))
+        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+
+    return AsyncConnectionPool(
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        configure=configure,
+        kwargs={"autocommit": True},
+        timeout=open_timeout,
+        name="tidegraph-query",
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a database error means "unavailable now" rather than a bug."""
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        state = getattr(exc, "sqlstate", None)
+        return state is None or state[:2] in _TRANSIENT_SQLSTATE_CLASSES
+    if isinstance(exc, psycopg.Error):
+        return (exc.sqlstate or "")[:2] in _TRANSIENT_SQLSTATE_CLASSES
+    return False
+
+
+def unavailable(exc: BaseException) -> Unavailable:
+    """The 503 a transient database failure answers with."""
+    return Unavailable(f"the database cannot serve this request now ({type(exc).__name__})")
+
+
+@dataclass(frozen=True)
+class RealmMeta:
+    """What a query needs to know about a realm before touching its tables."""
+
+    realm: str
+    """Realm name."""
+    schema: str
+    """Its PostgreSQL schema."""
+    embedder: str
+    """Pinned embedder id (``hashing:<dim>`` / ``llm:<model>:<dim>``)."""
+    dimension: int
+    """Width of every embedding column."""
+
+
+class RealmCatalog:
+    """Looks realms up, caching found ones briefly.
+
+    A realm's embedder never changes, but a rebuild can swap a realm's schema, so positive
+    answers are kept only ``ttl`` seconds; negative answers are never cached (a realm may be
+    created at any moment by its first document).
+    """
+
+    def __init__(self, ttl: float = 5.0) -> None:
+        self.ttl = ttl
+        self._cache: dict[str, tuple[float, RealmMeta]] = {}
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+
+    async def get(self, conn: AsyncConnection[Any], realm: str) -> RealmMeta:
+        """The realm's metadata; :class:`RealmNotFound` when absent or its name is invalid."""
+        hit = self._cache.get(realm)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        meta = await self._load(conn, realm)
+        self._cache[realm] = (now, meta)
+        return meta
+
+    async def _load(self, conn: AsyncConnection[Any], realm: str) -> RealmMeta:
+        if not _valid_realm(realm):
+            raise RealmNotFound(realm)
+        try:
+            cur = await conn.execute(
+                "SELECT r.schema_name FROM tidegraph.realms r"
+                " JOIN pg_namespace n ON n.nspname = r.schema_name"
+                " WHERE r.realm = %s",
+                (realm,),
+            )
+            row = await cur.fetchone()
+        except psycopg.errors.UndefinedTable:
+            raise RealmNotFound(realm) from None
+        if row is None:
+            raise RealmNotFound(realm)
+        schema = str(row[0])
+        try:
+            cur = await conn.execute(
+                sql.SQL("SELECT embedder, dimension FROM {}").format(table(schema, "meta"))
+            )
+            meta = await cur.fetchone()
+        except psycopg.errors.UndefinedTable:
+            raise RealmNotFound(realm) from None
+        if meta is None:
+            raise RealmNotFound(realm)
+        return RealmMeta(realm, schema, str(meta[0]), int(meta[1]))
+
+
+async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
+    """(realm, schema) of every registered realm; empty before the control schema exists."""
+    try:
+        cur = await conn.execute("SELECT realm, schema_name FROM tidegraph.realms ORDER BY realm")
+    except psycopg.errors.UndefinedTable:
+        return []
+    return [(str(a), str(b)) for a, b in await cur.fetchall()]
+
+
+async def check_realm_schema(conn: AsyncConnection[Any], realm: str, schema: str) -> str | None:
+    """Why a realm's tables cannot serve queries, or ``None`` when they can."""
+    cur = await conn.execute(
+        "SELECT c.relname, format_type(a.atttypid, a.atttypmod)"
+        " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND a.attname = 'embedding' AND a.attnum > 0"
+        " AND NOT a.attisdropped",
+        (schema,),
+    )
+    types = {str(t): str(ty) for t, ty in await cur.fetchall()}
+    try:
+        meta = await conn.execute(
+            sql.SQL("SELECT embedder, dimension FROM {}").format(table(schema, "meta"))
+        )
+        row = await meta.fetchone()
+    except psycopg.errors.UndefinedTable:
+        return f"realm {realm!r}: schema {schema!r} has no meta table"
+    if row is None:
+        return f"realm {realm!r}: meta row missing"
+    try:
+        spec = parse_embedder(str(row[0]))
+    except ValueError as exc:
+        return f"realm {realm!r}: {exc}"
+    want = f"vector({int(row[1])})"
+    if spec.dimension != int(row[1]):
+        return f"realm {realm!r}: embedder {row[0]} disagrees with dimension {row[1]}"
+    for name in _VECTOR_TABLES:
+        if types.get(name) != want:
+            return f"realm {realm!r}: {schema}.{name}.embedding is {types.get(name)}, want {want}"
+    return None
+
+
+_VECTOR_TABLES: Sequence[str] = ("chunks", "entities", "relations", "communities")
+
+
+def _valid_realm(name: str) -> bool:
+    return _REALM_RE.fullmatch(name) is not None

@@ -1,0 +1,121 @@
+"""Errors of the query service, each carrying the HTTP status and error code it answers with.
+
+    TidegraphError                         (tidegraph.schemas.errors)
+    └── QueryServiceError                  status 400, code ``bad_request``
+        ├── InvalidRequest                 422: a request breaks a limit or the contract
+        ├── Unauthenticated                401: no key, or a key nobody issued
+        ├── Forbidden                      403: the key does not reach this realm
+        ├── NotFound                       404: base of the ones below
+        │   ├── RealmNotFound              the realm does not exist (or its name is invalid)
+        │   └── DocumentNotFound           no such document in the space
+        ├── EmbedderMismatch               409: the query embedder is not the realm's pinned one
+        └── Unavailable                    503, retriable: database down, no chat model
+
+The app turns every one of these into ``{"error": {"code", "message"}}`` with its status;
+anything else is a bug and answers 500. Messages say what happened and the likely cause.
+"""
+
+from __future__ import annotations
+
+from tidegraph.schemas.errors import TidegraphError
+
+
+class QueryServiceError(TidegraphError):
+    """Root of the query service's errors; ``status`` and ``code`` form the HTTP answer."""
+
+    status: int = 400
+    code: str = "bad_request"
+
+
+class InvalidRequest(QueryServiceError):
+    """The request is well-formed HTTP but breaks a limit or the contract."""
+
+    status = 422
+    code = "invalid_request"
+
+
+class Unauthenticated(QueryServiceError):
+    """No bearer key was sent, or the one sent is not configured."""
+
+    status = 401
+    code = "unauthenticated"
+
+
+class Forbidden(QueryServiceError):
+    """The key is valid but does not reach the realm asked for."""
+
+    status = 403
+    code = "forbidden"
+
+    def __init__(self, realm: str) -> None:
+        super().__init__(f"this API key does not grant access to realm {realm!r}")
+        self.realm = realm
+
+
+class NotFound(QueryServiceError):
+    """Something named in the path does not exist."""
+
+    status = 404
+    code = "not_found"
+
+
+class RealmNotFound(NotFound):
+    """No realm of that name exists (an invalid name cannot exist either)."""
+
+    code = "realm_not_found"
+
+    def __init__(self, realm: str) -> None:
+        super().__init__(
+            f"realm {realm!r} does not exist; realms are created by `tidegraph realm create` "
+            "or by their first document"
+        )
+        self.realm = realm
+
+
+class DocumentNotFound(NotFound):
+    """The realm has no document with that key in that space."""
+
+    code = "document_not_found"
+
+    def __init__(self, realm: str, space: str, doc_key: str) -> None:
+        super().__init__(f"realm {realm!r} has no document {doc_key!r} in space {space!r}")
+        self.realm = realm
+        self.space = space
+        self.doc_key = doc_key
+
+
+class EmbedderMismatch(QueryServiceError):
+    """Query vectors would come from another geometry than the realm's stored vectors."""
+
+    status = 409
+    code = "embedder_mismatch"
+
+    def __init__(self, realm: str, pinned: str, given: str) -> None:
+        super().__init__(
+            f"realm {realm!r} is pinned to embedder {pinned!r} but this service embeds queries "
+            f"with {given!r}; vectors of different embedders are not comparable, so no "
+            "similarity search is attempted (configure the service with the realm's embedder)"
+        )
+        self.realm = realm
+        self.pinned = pinned
+        self.given = given
+
+
+class Unavailable(QueryServiceError):
+    """A dependency cannot serve the request now; trying later may succeed."""
+
+    status = 503
+    code = "unavailable"
+    retriable = True
+
+
+class ChatModelNotConfigured(Unavailable):
+    """``/query`` needs a chat model and none is configured."""
+
+    code = "chat_model_not_configured"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "answer synthesis needs a chat model and none is configured (set "
+            "TIDEGRAPH_LLM_BASE_URL / TIDEGRAPH_LLM_MODEL); query_data works without one"
+        )

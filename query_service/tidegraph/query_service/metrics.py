@@ -1,0 +1,74 @@
+"""Prometheus metrics of the query service and the change publisher.
+
+Each app and publisher registers on the registry it is given (one per process in
+``tidegraph serve``), never on the global default one, so tests can build many apps.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.08, 0.15, 0.3, 0.6, 1.0, 3.0)
+
+
+class ServiceMetrics:
+    """HTTP and retrieval metrics."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "tidegraph_http_requests",
+            "HTTP requests answered.",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "tidegraph_http_request_seconds",
+            "Time to answer an HTTP request.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.retrieval = Histogram(
+            "tidegraph_retrieval_seconds",
+            "Time spent in retrieval per mode.",
+            ["mode"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.errors = Counter(
+            "tidegraph_http_errors",
+            "Error answers by code.",
+            ["code"],
+            registry=registry,
+        )
+
+
+class PublisherMetrics:
+    """Change publisher metrics, labelled by realm."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.published = Counter(
+            "tidegraph_changes_published",
+            "Changes acknowledged by Kafka.",
+            ["realm"],
+            registry=registry,
+        )
+        self.position = Gauge(
+            "tidegraph_publisher_position",
+            "Highest commit sequence published.",
+            ["realm"],
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "tidegraph_publisher_leader",
+            "1 while this process publishes the realm.",
+            ["realm"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            "tidegraph_publisher_failures",
+            "Publish rounds that failed and will be retried.",
+            ["realm"],
+            registry=registry,
+        )

@@ -1,0 +1,256 @@
+"""The non-retrieval reads: change feed pages, document state, relation and entity listings.
+
+Change pages follow DESIGN invariant 7. Every write transaction draws the realm's next
+commit sequence under the ``meta`` row lock, so commits become visible in sequence order; a
+page is read in one REPEATABLE READ snapshot together with the head sequence, and never
+splits a commit, so paging by ``after_seq = next_seq`` is gap-free and duplicate-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from psycopg import AsyncConnection, sql
+from tidegraph.query_service.channels import Scope, edge_filter, parameters
+from tidegraph.query_service.db import RealmMeta, table
+from tidegraph.schemas.changes import GraphChange, change_id
+from tidegraph.schemas.names import ANY_SPACE
+
+
+@dataclass(frozen=True)
+class ChangesPage:
+    """One page of the change feed."""
+
+    changes: list[dict[str, Any]]
+    """``GraphChange`` JSON objects, in (seq, index) order."""
+    next_seq: int
+    """Pass as ``after_seq`` to read on; equals ``head_seq`` once caught up."""
+    head_seq: int
+    """The realm's latest commit sequence at the time of the read."""
+
+
+def change_from_row(realm: str, row: tuple[Any, ...]) -> GraphChange:
+    """An outbox row ``(seq, idx, kind, space, belief_time, payload)`` as a ``GraphChange``."""
+    seq, idx, kind, space, belief_time, payload = row
+    body = {k: v for k, v in (payload or {}).items() if v is not None}
+    return GraphChange.model_validate(
+        {
+            **body,
+            "id": change_id(realm, int(seq), int(idx)),
+            "realm": realm,
+            "space": space,
+            "seq": int(seq),
+            "belief_time": belief_time,
+            "kind": kind,
+        }
+    )
+
+
+def change_json(change: GraphChange) -> dict[str, Any]:
+    """The JSON object exactly as published on the changes topic."""
+    result: dict[str, Any] = orjson.loads(change.to_json())
+    return result
+
+
+OUTBOX_COLUMNS = sql.SQL("seq, idx, kind, space, belief_time, payload")
+
+
+async def changes_page(
+    conn: AsyncConnection[Any],
+    meta: RealmMeta,
+    *,
+    after_seq: int | None,
+    since: datetime | None,
+    limit: int,
+) -> ChangesPage:
+    """Whole commits after ``after_seq`` (or believed after ``since``), at most ``limit``
+    changes unless a single commit is larger (then that commit alone)."""
+    outbox = table(meta.schema, "outbox")
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cur = await conn.execute(sql.SQL("SELECT seq FROM {}").format(table(meta.schema, "meta")))
+        head_row = await cur.fetchone()
+        head = int(head_row[0]) if head_row else 0
+        if since is not None:
+            where = sql.SQL("belief_time > %(since)s AND seq <= %(head)s")
+            start = 0
+        else:
+            where = sql.SQL("seq > %(after)s AND seq <= %(head)s")
+            start = after_seq or 0
+        params = {"since": since, "after": start, "head": head, "n": limit + 1}
+        cur = await conn.execute(
+            sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY seq, idx LIMIT %(n)s").format(
+                OUTBOX_COLUMNS, outbox, where
+            ),
+            params,
+        )
+        rows = list(await cur.fetchall())
+        if len(rows) > limit:
+            last = int(rows[limit - 1][0]) if limit > 0 else int(rows[0][0])
+            whole = [r for r in rows[:limit] if int(r[0]) != last or int(rows[limit][0]) != last]
+            if not whole:  # one commit larger than the page: return it whole
+                cur = await conn.execute(
+                    sql.SQL("SELECT {} FROM {} WHERE seq = %(s)s ORDER BY idx").format(
+                        OUTBOX_COLUMNS, outbox
+                    ),
+                    {"s": last},
+                )
+                whole = list(await cur.fetchall())
+            rows = whole
+            next_seq = int(rows[-1][0])
+        else:
+            next_seq = max(head, start)
+    changes = [change_json(change_from_row(meta.realm, r)) for r in rows]
+    return ChangesPage(changes, next_seq, head)
+
+
+async def document_state(
+    conn: AsyncConnection[Any], meta: RealmMeta, space: str, doc_key: str
+) -> dict[str, Any] | None:
+    """The contract's document status object, or ``None`` when unknown."""
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT status, content_hash, source_version, order_key, chunk_count, indexed_at,"
+            " error, title FROM {} WHERE space = %s AND doc_key = %s"
+        ).format(table(meta.schema, "documents")),
+        (space, doc_key),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    status, content_hash, source_version, order_key, chunks, indexed_at, error, title = row
+    return {
+        "doc_key": doc_key,
+        "space": space,
+        "status": status,
+        "content_hash": content_hash,
+        "source_version": source_version,
+        "order_key": order_key,
+        "chunks": int(chunks),
+        "indexed_at": indexed_at,
+        "error": error,
+        "title": title,
+    }
+
+
+async def list_relations(
+    conn: AsyncConnection[Any],
+    meta: RealmMeta,
+    scope: Scope,
+    *,
+    subject: str | None,
+    predicate: str | None,
+    object_: str | None,
+    after_id: int,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Relations passing the same filter retrieval uses, by id, with names and provenance."""
+    s = meta.schema
+    conds: list[sql.Composable] = [edge_filter(s, scope), sql.SQL("r.id > %(after_id)s")]
+    if subject is not None:
+        conds.append(sql.SQL("lower(es.name) = lower(%(subject)s)"))
+    if object_ is not None:
+        conds.append(sql.SQL("lower(eo.name) = lower(%(object)s)"))
+    if predicate is not None:
+        conds.append(sql.SQL("r.predicate = %(predicate)s"))
+    if scope.believed_at is None:
+        state = sql.SQL("r.status AS state, r.superseded_by AS state_by")
+        join: sql.Composable = sql.SQL("")
+    else:
+        state = sql.SQL("h.state, h.superseded_by AS state_by")
+        join = sql.SQL(
+            " JOIN {hist} h ON h.relation_id = r.id AND h.t_created <= %(believed)s"
+            " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
+        ).format(hist=table(s, "relation_history"))
+    query = sql.SQL(
+        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
+        " ARRAY(SELECT DISTINCT src.doc_key FROM {src} src WHERE src.relation_id = r.id"
+        "  ORDER BY 1) AS doc_keys"
+        " FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
+        " JOIN {ent} eo ON eo.id = r.object_id{join}"
+        " WHERE {conds} ORDER BY r.id LIMIT %(limit)s"
+    ).format(
+        state=state,
+        src=table(s, "relation_sources"),
+        rel=table(s, "relations"),
+        ent=table(s, "entities"),
+        join=join,
+        conds=sql.SQL(" AND ").join(conds),
+    )
+    params = parameters(
+        scope,
+        subject=subject,
+        object=object_,
+        predicate=predicate,
+        after_id=after_id,
+        limit=limit,
+    )
+    cur = await conn.execute(query, params)
+    return [
+        {
+            "id": str(rid),
+            "space": sp,
+            "subject": subj,
+            "predicate": pred,
+            "object": obj,
+            "negated": bool(neg),
+            "valid_from": vf,
+            "valid_to": vt,
+            "t_created": tc,
+            "t_expired": te,
+            "status": state_,
+            "superseded_by": str(by) if by else None,
+            "weight": int(w),
+            "doc_keys": list(docs),
+        }
+        for rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state_, by, w, docs in await cur.fetchall()
+    ]
+
+
+async def list_entities(
+    conn: AsyncConnection[Any],
+    meta: RealmMeta,
+    *,
+    name: str | None,
+    space: str,
+    include_dormant: bool,
+    after_id: int,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Entities by canonical name or alias (case-insensitive), live ones unless asked."""
+    s = meta.schema
+    conds: list[sql.Composable] = [sql.SQL("e.id > %(after_id)s")]
+    if space != ANY_SPACE:
+        conds.append(sql.SQL("e.space = %(space)s"))
+    if not include_dormant:
+        conds.append(sql.SQL("e.dormant_since IS NULL"))
+    if name is not None:
+        conds.append(
+            sql.SQL(
+                "(lower(e.name) = lower(%(name)s) OR EXISTS (SELECT 1 FROM {a} a"
+                " WHERE a.entity_id = e.id AND a.alias_lower = lower(%(name)s)))"
+            ).format(a=table(s, "entity_aliases"))
+        )
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since"
+            " FROM {} e WHERE {} ORDER BY e.id LIMIT %(limit)s"
+        ).format(table(s, "entities"), sql.SQL(" AND ").join(conds)),
+        {"after_id": after_id, "space": space, "name": name, "limit": limit},
+    )
+    return [
+        {
+            "id": str(i),
+            "space": sp,
+            "name": n,
+            "type": t,
+            "description": d,
+            "aliases": list(a),
+            "dormant_since": ds,
+        }
+        for i, sp, n, t, d, a, ds in await cur.fetchall()
+    ]

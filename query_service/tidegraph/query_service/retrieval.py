@@ -1,0 +1,517 @@
+"""``query_data``: the six retrieval modes of paper Table 3 over one realm.
+
+=======  ========  ======  ===========================================  ===========
+mode     entities  chunks  relations                                    communities
+=======  ========  ======  ===========================================  ===========
+mix      yes       yes     traversal + similarity + full-text (RRF)     no
+local    yes       yes     same, entity-centred (see below)             no
+global   no        no      ranked: similarity + full-text on themes     yes
+hybrid   yes       yes     traversal + similarity + full-text + ranked  yes
+naive    no        yes     no                                           no
+bypass   no        no      no                                           no
+=======  ========  ======  ===========================================  ===========
+
+``local`` differs from ``mix`` in where its lexical and chunk evidence comes from: its
+full-text channel uses the low-level (named-thing) keywords only, and its chunks are the
+mention expansion alone, so every passage is about a matched entity; ``mix`` also ranks
+chunks by query similarity and searches text by every keyword. ``global`` ranks community
+reports by a blend of similarity, rating and size when a space has any, and its relations
+either way, so it never hard-fails before communities are built (paper §6).
+
+A request uses one pooled connection and three pipelined rounds: seeds and the independent
+channels; the walk and mention expansion from the seeds; details of what survived fusion.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Literal
+
+from psycopg import AsyncConnection
+from tidegraph.query_service import channels
+from tidegraph.query_service.channels import Scope
+from tidegraph.query_service.db import RealmMeta
+from tidegraph.query_service.embedding import QueryEmbedder, check_vectors
+from tidegraph.query_service.fusion import Fused, quota_interleave, rrf
+from tidegraph.query_service.keywords import (
+    KeywordModel,
+    Keywords,
+    extract_keywords,
+    websearch_text,
+)
+
+Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
+MODES: tuple[Mode, ...] = ("mix", "local", "global", "hybrid", "naive", "bypass")
+Fusion = Literal["rrf", "quota"]
+
+TRAVERSAL, SIMILARITY, FULLTEXT, RANKED = "traversal", "similarity", "fulltext", "ranked"
+_WORD = re.compile(r"[^\W_][\w.'’&-]*\w|[^\W_]")
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """One ``query_data`` request, already validated against the service limits."""
+
+    query: str
+    mode: Mode = "mix"
+    space: str = "default"
+    top_k: int = 10
+    """Entities, chunks and community reports returned."""
+    relation_top_k: int = 25
+    """Relations returned after fusion and de-duplication."""
+    hops: int = 2
+    as_of: date | None = None
+    as_believed_at: datetime | None = None
+    include_superseded: bool = False
+    relation_types: tuple[str, ...] | None = None
+    fusion: Fusion = "rrf"
+    similarity_share: float = 0.5
+    """Quota fusion only: the similarity channel's share of the relation slots."""
+
+
+@dataclass(frozen=True)
+class RetrievalLimits:
+    """Service-side knobs that are not per request."""
+
+    edge_cap: int = 40
+    """Most relations one matched entity contributes to the walk."""
+    channel_depth: int = 50
+    """Candidates per relation channel."""
+    rrf_k: int = 60
+    community_weights: tuple[float, float, float] = (0.6, 0.25, 0.15)
+    """Similarity, rating, size."""
+
+
+@dataclass(frozen=True)
+class EntityHit:
+    id: str
+    space: str
+    name: str
+    type: str
+    description: str
+    aliases: list[str]
+    matched: str
+    """``name`` (named in the query) or ``vector``."""
+    score: float
+
+
+@dataclass(frozen=True)
+class RelationHit:
+    id: str
+    space: str
+    subject: str
+    predicate: str
+    object: str
+    negated: bool
+    valid_from: str | None
+    valid_to: str | None
+    t_created: datetime
+    t_expired: datetime | None
+    superseded_by: str | None
+    status: str
+    """Belief state in the view read: ``current`` or ``superseded``."""
+    weight: int
+    hop: int | None
+    """Hops from the nearest matched entity; ``None`` when the walk did not reach it."""
+    channels: list[str]
+    doc_keys: list[str]
+    score: float
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    id: str
+    space: str
+    doc_key: str
+    ordinal: int
+    text: str
+    citation: str
+    channels: list[str]
+    score: float
+
+
+@dataclass(frozen=True)
+class CommunityHit:
+    id: str
+    space: str
+    title: str
+    summary: str
+    rating: float
+    size: int
+    built_at: datetime
+    score: float
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """What ``query_data`` answers (serialised as-is)."""
+
+    entities: list[EntityHit]
+    relations: list[RelationHit]
+    chunks: list[ChunkHit]
+    communities: list[CommunityHit]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _uses(mode: Mode) -> tuple[bool, bool, bool, bool]:
+    """(entities and walk, chunks, ranked relations, communities)."""
+    return {
+        "mix": (True, True, False, False),
+        "local": (True, True, False, False),
+        "global": (False, False, True, True),
+        "hybrid": (True, True, True, True),
+        "naive": (False, True, False, False),
+        "bypass": (False, False, False, False),
+    }[mode]
+
+
+async def retrieve(
+    conn: AsyncConnection[Any],
+    realm: RealmMeta,
+    embedder: QueryEmbedder,
+    params: RetrievalParams,
+    limits: RetrievalLimits = RetrievalLimits(),
+    keyword_model: KeywordModel | None = None,
+) -> RetrievalResult:
+    """Run one ``query_data`` request on ``conn`` (the embedder is already checked)."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    stats: dict[str, Any] = {"mode": params.mode, "fusion": params.fusion, "timings_ms": timings}
+    if params.mode == "bypass":
+        return RetrievalResult([], [], [], [], stats)
+    walk, with_chunks, ranked, with_communities = _uses(params.mode)
+    keywords = await extract_keywords(params.query, keyword_model)
+    stats["keywords"] = {"low": keywords.low, "high": keywords.high, "source": keywords.source}
+    texts = _query_texts(params.query, keywords)
+    vectors = await embedder.embed(list(texts.values()))
+    check_vectors(vectors, len(texts), realm.dimension)
+    vec = {name: channels.vector(v) for name, v in zip(texts, vectors, strict=True)}
+    timings["embed"] = _ms(started)
+
+    s = realm.schema
+    scope = Scope(
+        params.space,
+        params.as_of,
+        params.as_believed_at,
+        params.include_superseded,
+        params.relation_types,
+    )
+    depth = max(limits.channel_depth, params.relation_top_k)
+    local_text = channels_text(keywords.low or keywords.all)
+    p = channels.parameters(
+        scope,
+        qvec=vec["query"],
+        evec=vec["entity"],
+        gvec=vec["theme"],
+        top_k=params.top_k,
+        depth=depth,
+        hops=params.hops,
+        cap=limits.edge_cap,
+        fanout=max(4, limits.edge_cap // 4),
+        over=params.top_k * 3,
+        names=_name_candidates(params.query, keywords),
+        fts=channels_text(keywords.all),
+        fts_local=local_text,
+        fts_theme=channels_text(keywords.high or keywords.all),
+    )
+
+    # Round 1: seeds and every channel that does not depend on them.
+    t = time.perf_counter()
+    lists: dict[str, list[int]] = {}
+    by_name: list[Any] = []
+    by_vec: list[Any] = []
+    chunk_vec: list[int] = []
+    community_rows: list[Any] = []
+    last_write: datetime | None = None
+    fts_param = "fts_local" if params.mode == "local" else "fts"
+    async with conn.pipeline():
+        cur_name = cur_vec = cur_sim = cur_fts = cur_chunks = cur_rank = cur_rank_fts = None
+        cur_comm = cur_last = None
+        if walk:
+            cur_name = await conn.execute(channels.entities_by_name(s, scope), p)
+            cur_vec = await conn.execute(channels.entities_by_vector(s, scope), p)
+            cur_sim = await conn.execute(channels.relations_by_vector(s, scope), p)
+            if p[fts_param]:
+                cur_fts = await conn.execute(channels.relations_by_text(s, scope, fts_param), p)
+        if with_chunks and params.mode != "local":
+            cur_chunks = await conn.execute(channels.chunks_by_vector(s, scope), p)
+        if ranked:
+            cur_rank = await conn.execute(channels.relations_by_vector(s, scope, "gvec"), p)
+            if p["fts_theme"]:
+                cur_rank_fts = await conn.execute(
+                    channels.relations_by_text(s, scope, "fts_theme"), p
+                )
+        if with_communities:
+            cur_comm = await conn.execute(channels.communities_ranked(s, scope), p)
+            cur_last = await conn.execute(channels.last_write(s))
+    if cur_name is not None and cur_vec is not None and cur_sim is not None:
+        by_name = await cur_name.fetchall()
+        by_vec = await cur_vec.fetchall()
+        lists[SIMILARITY] = [int(r[0]) for r in await cur_sim.fetchall()]
+        if cur_fts is not None:
+            lists[FULLTEXT] = [int(r[0]) for r in await cur_fts.fetchall()]
+    if cur_chunks is not None:
+        chunk_vec = [int(r[0]) for r in await cur_chunks.fetchall()]
+    if cur_rank is not None:
+        sims = [int(r[0]) for r in await cur_rank.fetchall()]
+        texts_ = [int(r[0]) for r in await cur_rank_fts.fetchall()] if cur_rank_fts else []
+        lists[RANKED] = [f.key for f in rrf([sims, texts_], k=limits.rrf_k)]
+    if cur_comm is not None and cur_last is not None:
+        community_rows = await cur_comm.fetchall()
+        row = await cur_last.fetchone()
+        last_write = row[0] if row else None
+    timings["seeds_and_channels"] = _ms(t)
+
+    entities = _entities(by_name, by_vec, params.top_k)
+    seeds = [int(e.id) for e in entities]
+    stats["seeds"] = len(seeds)
+
+    # Round 2: the walk and mention expansion from the matched entities.
+    t = time.perf_counter()
+    hops: dict[int, int] = {}
+    chunk_mentions: list[int] = []
+    if seeds and (walk or with_chunks):
+        p["seeds"] = seeds
+        async with conn.pipeline():
+            cur_walk = cur_ment = None
+            if walk and params.hops > 0:
+                cur_walk = await conn.execute(channels.traversal(s, scope), p)
+            if with_chunks:
+                cur_ment = await conn.execute(channels.chunks_by_mentions(s, scope), p)
+        if cur_walk is not None:
+            rows = await cur_walk.fetchall()
+            lists[TRAVERSAL] = [int(r[0]) for r in rows]
+            hops = {int(r[0]): int(r[1]) for r in rows}
+        if cur_ment is not None:
+            chunk_mentions = [int(r[0]) for r in await cur_ment.fetchall()]
+    timings["walk"] = _ms(t)
+
+    fused = _fuse_relations(lists, params, limits)
+    chunk_lists = [chunk_vec, chunk_mentions]
+    fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
+
+    # Round 3: details of what survived fusion.
+    t = time.perf_counter()
+    p["ids"] = [f.key for f in fused[: params.relation_top_k * 2]]
+    p["chunk_ids"] = [f.key for f in fused_chunks]
+    rel_rows: list[Any] = []
+    chunk_rows: list[Any] = []
+    if p["ids"] or p["chunk_ids"]:
+        async with conn.pipeline():
+            cur_rel = cur_chk = None
+            if p["ids"]:
+                cur_rel = await conn.execute(channels.relation_details(s, scope), p)
+            if p["chunk_ids"]:
+                cur_chk = await conn.execute(channels.chunk_details(s), p)
+        rel_rows = await cur_rel.fetchall() if cur_rel is not None else []
+        chunk_rows = await cur_chk.fetchall() if cur_chk is not None else []
+    timings["details"] = _ms(t)
+
+    names = list(lists)
+    relations = _relations(fused, rel_rows, names, hops, params.relation_top_k)
+    chunks = _chunks(fused_chunks, chunk_rows, ["similarity", "mentions"])
+    communities, warnings = _communities(community_rows, last_write, params.top_k, limits)
+    stats["channels"] = {name: len(ids) for name, ids in lists.items()}
+    stats["warnings"] = warnings
+    timings["total"] = _ms(started)
+    return RetrievalResult(entities if walk else [], relations, chunks, communities, stats)
+
+
+def channels_text(keywords: Sequence[str]) -> str:
+    """The full-text query for a keyword list (empty when there is nothing to search)."""
+    return websearch_text(tuple(keywords))
+
+
+def _query_texts(query: str, keywords: Keywords) -> dict[str, str]:
+    """Texts to embed: the query; the query sharpened by names; the query steered by themes."""
+    return {
+        "query": query,
+        "entity": f"{query} {' '.join(keywords.low)}" if keywords.low else query,
+        "theme": f"{query} {' '.join(keywords.high)}" if keywords.high else query,
+    }
+
+
+def _name_candidates(query: str, keywords: Keywords) -> list[str]:
+    """Lowercase strings an entity name may equal: low-level keywords and short n-grams."""
+    words = [w.lower() for w in _WORD.findall(query)]
+    out: dict[str, None] = {k.lower(): None for k in keywords.low}
+    for n in (4, 3, 2, 1):
+        for i in range(len(words) - n + 1):
+            gram = " ".join(words[i : i + n])
+            if n > 1 or gram in {k.lower() for k in keywords.all}:
+                out.setdefault(gram, None)
+    return list(out)[:64]
+
+
+def _entities(by_name: list[Any], by_vec: list[Any], top_k: int) -> list[EntityHit]:
+    """Named entities first (they are what the question is about), then nearest by vector."""
+    out: dict[int, EntityHit] = {}
+    for i, sp, name, typ, desc, aliases in sorted(by_name, key=lambda r: int(r[0])):
+        out.setdefault(int(i), EntityHit(str(i), sp, name, typ, desc, list(aliases), "name", 1.0))
+    for i, sp, name, typ, desc, aliases, d in by_vec:
+        if len(out) >= max(top_k, len(by_name)):
+            break
+        hit = EntityHit(str(i), sp, name, typ, desc, list(aliases), "vector", _sim(d))
+        out.setdefault(int(i), hit)
+    return list(out.values())
+
+
+def _fuse_relations(
+    lists: dict[str, list[int]], params: RetrievalParams, limits: RetrievalLimits
+) -> list[Fused[int]]:
+    """RRF over every channel, or the quota interleave of similarity against the walk (or
+    the ranked list, when there is no walk) with the other channels appended behind."""
+    names = list(lists)
+    if params.fusion == "rrf":
+        return rrf([lists[n] for n in names], k=limits.rrf_k)
+    primary = TRAVERSAL if TRAVERSAL in lists else RANKED
+    order = [primary, SIMILARITY, *[n for n in names if n not in (primary, SIMILARITY)]]
+    fused = quota_interleave(
+        lists.get(primary, []),
+        lists.get(SIMILARITY, []),
+        share=params.similarity_share,
+        limit=params.relation_top_k * 2,
+        extra=[lists[n] for n in order[2:]],
+    )
+    out = []
+    for f in fused:
+        pairs = [
+            (names.index(order[c]), r)
+            for c, r in zip(f.channels, f.ranks, strict=True)
+            if order[c] in lists
+        ]
+        pairs.sort()
+        out.append(Fused(f.key, f.score, tuple(c for c, _ in pairs), tuple(r for _, r in pairs)))
+    return out
+
+
+def _relations(
+    fused: list[Fused[int]],
+    rows: list[Any],
+    names: list[str],
+    hops: dict[int, int],
+    limit: int,
+) -> list[RelationHit]:
+    """Hits in fused order, de-duplicated on (subject, predicate, object, negated) ignoring
+    case — the same fact in two spaces is one line of evidence with both provenances."""
+    by_id = {int(r[0]): r for r in rows}
+    out: list[RelationHit] = []
+    index: dict[tuple[str, str, str, bool], int] = {}
+    for f in fused:
+        row = by_id.get(f.key)
+        if row is None:
+            continue
+        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs) = row
+        chans = [names[c] for c in f.channels]
+        key = (subj.lower(), pred.lower(), obj.lower(), bool(neg))
+        if key in index:
+            prev = out[index[key]]
+            out[index[key]] = RelationHit(
+                **{
+                    **prev.__dict__,
+                    "channels": _union(prev.channels, chans),
+                    "doc_keys": _union(prev.doc_keys, list(docs)),
+                    "hop": _min_hop(prev.hop, hops.get(int(rid))),
+                }
+            )
+            continue
+        if len(out) >= limit:
+            continue
+        index[key] = len(out)
+        out.append(
+            RelationHit(
+                str(rid),
+                sp,
+                subj,
+                pred,
+                obj,
+                bool(neg),
+                vf,
+                vt,
+                tc,
+                te,
+                str(by) if by is not None else None,
+                str(state or "retracted"),
+                int(weight),
+                hops.get(int(rid)),
+                chans,
+                list(docs),
+                round(f.score, 6),
+            )
+        )
+    return out
+
+
+def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[ChunkHit]:
+    by_id = {int(r[0]): r for r in rows}
+    out: list[ChunkHit] = []
+    for f in fused:
+        row = by_id.get(f.key)
+        if row is None:
+            continue
+        cid, sp, doc_key, ordinal, text, _meta, _title = row
+        out.append(
+            ChunkHit(
+                str(cid),
+                sp,
+                doc_key,
+                int(ordinal),
+                text,
+                f"{doc_key}#{int(ordinal)}",
+                [names[c] for c in f.channels],
+                round(f.score, 6),
+            )
+        )
+    return out
+
+
+def _communities(
+    rows: list[Any], last_write: datetime | None, top_k: int, limits: RetrievalLimits
+) -> tuple[list[CommunityHit], list[str]]:
+    """Blend similarity, rating and size (paper §6): a narrow, tightly worded report must
+    not outrank a broad one merely by sitting closer to a short query."""
+    if not rows:
+        return [], []
+    w_sim, w_rating, w_size = limits.community_weights
+    max_rating = max(10.0, max(float(r[4]) for r in rows))
+    max_size = max(int(r[5]) for r in rows)
+    hits = []
+    for cid, sp, title, summary, rating, size, built_at, d in rows:
+        size_term = math.log1p(int(size)) / math.log1p(max_size) if max_size > 0 else 0.0
+        score = w_sim * _sim(d) + w_rating * float(rating) / max_rating + w_size * size_term
+        hits.append(
+            CommunityHit(
+                str(cid), sp, title, summary, float(rating), int(size), built_at, round(score, 6)
+            )
+        )
+    hits.sort(key=lambda h: (-h.score, int(h.id)))
+    warnings = []
+    oldest = min(h.built_at for h in hits)
+    if last_write is not None and oldest < last_write:
+        warnings.append(
+            "community reports predate the latest graph write; rebuild with "
+            "`tidegraph communities` for reports that describe the current graph"
+        )
+    return hits[:top_k], warnings
+
+
+def _sim(distance: Any) -> float:
+    return round(1.0 - float(distance), 6) if distance is not None else 0.0
+
+
+def _union(a: list[str], b: list[str]) -> list[str]:
+    return a + [x for x in b if x not in a]
+
+
+def _min_hop(a: int | None, b: int | None) -> int | None:
+    present = [h for h in (a, b) if h is not None]
+    return min(present) if present else None
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)

@@ -1,0 +1,174 @@
+"""The synthesis prompt and the answer (paper §7.5).
+
+The prompt has four blocks — community reports, numbered passages, entities, relations —
+with reports first when present, because they carry corpus-level structure no passage holds.
+Each relation carries its validity period (``[from 2023-05-10]``,
+``[valid 2022-01-01 to 2022-03-31]``), which is what makes ordering and duration questions
+answerable at all; a denial is rendered as one (``(A) --[NOT p]--> (B)``), never as an
+assertion. Passages are numbered and listed as references so citations resolve to documents.
+
+No budget applies by default: everything retrieved reaches the model. A caller may set a
+character budget; then long passages and reports are clipped (marked ``…``) — never dropped —
+and the response reports retrieved characters against characters that reached the prompt.
+Entity and relation lines are short, exact evidence and are kept whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tidegraph.query_service.retrieval import (
+    ChunkHit,
+    CommunityHit,
+    EntityHit,
+    RelationHit,
+    RetrievalResult,
+)
+
+MIN_CLIP_CHARS = 80
+"""A clipped passage keeps at least this much, so it still says what it is about."""
+ELLIPSIS = "…"
+
+SYSTEM_PROMPT = (
+    "You answer questions from the evidence given: community reports, numbered passages, "
+    "entities and relations of a knowledge graph. Use only that evidence. Cite passages by "
+    "their number in square brackets, e.g. [2]. A relation written --[NOT p]--> is denied "
+    "by the source: never report it as holding. Dates in brackets beside a relation are the "
+    "period it held; use them for questions about order and duration. A relation marked "
+    "[superseded] was replaced by a later source. If the evidence does not answer the "
+    "question, say so."
+)
+
+
+class ChatModel(Protocol):
+    """The injected chat model: ``await chat(system, prompt)`` → answer text."""
+
+    async def __call__(self, system: str, prompt: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a passage number in the answer points to."""
+
+    n: int
+    """The number used in the prompt and in citations."""
+    doc_key: str
+    chunk_id: str
+    citation: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The assembled prompt and what it cost."""
+
+    text: str
+    references: list[Reference]
+    retrieved_chars: int
+    """Characters of evidence retrieved (reports, passages, entities, relations)."""
+    prompt_chars: int
+    """Characters of that evidence that reached the prompt."""
+    clipped: int
+    """How many passages or reports were clipped to meet the budget."""
+    budget: int | None
+
+
+def render_relation(r: RelationHit) -> str:
+    """``(A) --[p]--> (B)`` with the validity period, denial and supersession marked."""
+    pred = f"NOT {r.predicate}" if r.negated else r.predicate
+    line = f"({r.subject}) --[{pred}]--> ({r.object})"
+    if r.valid_from and r.valid_to:
+        line += f" [valid {r.valid_from} to {r.valid_to}]"
+    elif r.valid_from:
+        line += f" [from {r.valid_from}]"
+    elif r.valid_to:
+        line += f" [until {r.valid_to}]"
+    if r.status == "superseded":
+        line += " [superseded]"
+    return line
+
+
+def render_entity(e: EntityHit) -> str:
+    head = f"{e.name} ({e.type})"
+    if e.aliases:
+        head += f", also {', '.join(e.aliases)}"
+    return f"{head}: {e.description}" if e.description else head
+
+
+def build_prompt(question: str, data: RetrievalResult, budget: int | None = None) -> Prompt:
+    """The prompt for ``question`` over ``data``; ``budget`` caps evidence characters."""
+    reports = [_report_text(c) for c in data.communities]
+    passages = [c.text for c in data.chunks]
+    entities = [render_entity(e) for e in data.entities]
+    relations = [render_relation(r) for r in data.relations]
+    fixed = sum(len(x) for x in entities) + sum(len(x) for x in relations)
+    clippable = reports + passages
+    retrieved = fixed + sum(len(x) for x in clippable)
+    clipped_texts, n_clipped = _clip(clippable, None if budget is None else budget - fixed)
+    reports_out = clipped_texts[: len(reports)]
+    passages_out = clipped_texts[len(reports) :]
+    references = [Reference(i + 1, c.doc_key, c.id, c.citation) for i, c in enumerate(data.chunks)]
+    blocks: list[str] = []
+    if reports_out:
+        blocks.append(
+            "## Community reports\n"
+            + "\n\n".join(
+                f"### {c.title}\n{text}"
+                for c, text in zip(data.communities, reports_out, strict=True)
+            )
+        )
+    if passages_out:
+        blocks.append(
+            "## Passages\n"
+            + "\n\n".join(
+                f"[{ref.n}] ({ref.citation})\n{text}"
+                for ref, text in zip(references, passages_out, strict=True)
+            )
+        )
+    if entities:
+        blocks.append("## Entities\n" + "\n".join(f"- {x}" for x in entities))
+    if relations:
+        blocks.append("## Relations\n" + "\n".join(f"- {x}" for x in relations))
+    if not blocks:
+        blocks.append("## Evidence\n(nothing was retrieved)")
+    if references:
+        blocks.append("## References\n" + "\n".join(f"[{r.n}] {r.citation}" for r in references))
+    text = "\n\n".join(blocks) + f"\n\n## Question\n{question}\n"
+    prompt_chars = fixed + sum(len(x) for x in clipped_texts)
+    return Prompt(text, references, retrieved, prompt_chars, n_clipped, budget)
+
+
+def _report_text(c: CommunityHit) -> str:
+    return c.summary
+
+
+def _clip(texts: Sequence[str], budget: int | None) -> tuple[list[str], int]:
+    """Fit ``texts`` into ``budget`` characters by clipping the longest ones to a common
+    length (water-filling); nothing is dropped, and none goes below ``MIN_CLIP_CHARS``."""
+    if budget is None or sum(len(t) for t in texts) <= budget:
+        return list(texts), 0
+    lengths = sorted(len(t) for t in texts)
+    remaining = max(budget, 0)
+    cap = 0
+    for i, n in enumerate(lengths):
+        share = remaining // (len(lengths) - i)
+        if n <= share:
+            remaining -= n
+            continue
+        cap = share
+        break
+    cap = max(cap, MIN_CLIP_CHARS)
+    out: list[str] = []
+    clipped = 0
+    for t in texts:
+        if len(t) > cap:
+            out.append(t[: cap - len(ELLIPSIS)].rstrip() + ELLIPSIS)
+            clipped += 1
+        else:
+            out.append(t)
+    return out, clipped
+
+
+def chunk_reference(c: ChunkHit, n: int) -> Reference:
+    return Reference(n, c.doc_key, c.id, c.citation)
