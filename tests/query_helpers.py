@@ -15,7 +15,6 @@ import httpx
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from graph_helpers import GraphHarness, HashEmbedder
 from tidegraph.indexer.plan import EntityFact, PreparedChunk, PreparedDocument, RelationFact
 from tidegraph.indexer.writer import WriteResult, write_document
 from tidegraph.query_service.app import Deps, create_app
@@ -23,6 +22,8 @@ from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.embedding import QueryEmbedder
 from tidegraph.query_service.synthesis import ChatModel
+
+from graph_helpers import GraphHarness, HashEmbedder
 
 ChunkSpec = tuple[str, list[EntityFact], list[RelationFact]]
 

@@ -13,12 +13,13 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from graph_helpers import GraphHarness, HashEmbedder, ent, rel
-from query_helpers import api_client, open_pool, query_data, triples, write_doc
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import InvalidNameError
 from tidegraph.schemas.names import validate_space
 from tidegraph.schemas.realm_config import RealmConfig
+
+from graph_helpers import GraphHarness, HashEmbedder, ent, rel
+from query_helpers import api_client, open_pool, query_data, triples, write_doc
 
 pytestmark = pytest.mark.postgres
 

@@ -27,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from tidegraph.query_service import channels, reads
 from tidegraph.query_service.auth import ApiKeys
 from tidegraph.query_service.config import QuerySettings

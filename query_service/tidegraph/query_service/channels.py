@@ -26,6 +26,7 @@ from typing import Any
 
 from pgvector import Vector
 from psycopg import sql
+
 from tidegraph.query_service.db import table
 from tidegraph.schemas.names import ANY_SPACE
 

@@ -21,6 +21,7 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
+
 from tidegraph.query_service.errors import RealmNotFound, Unavailable
 from tidegraph.schemas.names import REALM_PATTERN
 from tidegraph.schemas.realm_config import parse_embedder

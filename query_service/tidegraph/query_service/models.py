@@ -13,6 +13,7 @@ from datetime import date, datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
 from tidegraph.schemas.names import validate_space
 
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from psycopg import AsyncConnection, sql
+
 from tidegraph.query_service.channels import Scope, edge_filter, parameters
 from tidegraph.query_service.db import RealmMeta, table
 from tidegraph.schemas.changes import GraphChange, change_id
@@ -190,6 +191,7 @@ async def list_relations(
         limit=limit,
     )
     cur = await conn.execute(query, params)
+    rows = await cur.fetchall()
     return [
         {
             "id": str(rid),
@@ -207,7 +209,7 @@ async def list_relations(
             "weight": int(w),
             "doc_keys": list(docs),
         }
-        for rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state_, by, w, docs in await cur.fetchall()
+        for rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state_, by, w, docs in rows
     ]
 
 

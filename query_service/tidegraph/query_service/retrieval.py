@@ -33,6 +33,7 @@ from datetime import date, datetime
 from typing import Any, Literal
 
 from psycopg import AsyncConnection
+
 from tidegraph.query_service import channels
 from tidegraph.query_service.channels import Scope
 from tidegraph.query_service.db import RealmMeta
