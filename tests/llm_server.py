@@ -21,7 +21,12 @@ answers 400 to any ``json_schema`` response format; ``content_template`` wraps e
 answer (prose, code fences, trailing junk).
 
 Observation: ``calls`` per path, ``chunk_calls`` per fixture match, ``gleaning_calls``,
-``max_concurrent`` requests, and every request body in ``requests``.
+``max_concurrent`` requests, and every request body in ``requests``; over HTTP, the
+counters at ``GET /v1/_scripted/stats``.
+
+Run as a program (``python tests/llm_server.py --latency 0.3``) it serves in its own
+process, prints its base URL on the first line of stdout and stops when stdin closes: the
+benchmark uses that so the endpoint does not compete with the pipeline for the GIL.
 """
 
 from __future__ import annotations
@@ -272,6 +277,16 @@ class ScriptedLLMServer:
         with self._lock:
             self.in_flight -= 1
 
+    def stats(self) -> dict[str, Any]:
+        """The counters, as ``GET /v1/_scripted/stats`` serves them."""
+        with self._lock:
+            return {
+                "calls": dict(self.calls),
+                "gleaning_calls": self.gleaning_calls,
+                "max_concurrent": self.max_concurrent,
+                "unmatched_chunks": len(self.unmatched_chunks),
+            }
+
     def _chat(self, body: dict[str, Any]) -> tuple[str, int, int]:
         """The assistant text for a chat request, and its usage (prompt, completion)."""
         messages = body.get("messages") or []
@@ -335,6 +350,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/_scripted/stats":
+            self._json(200, self.scripted.stats())
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
     def do_POST(self) -> None:
         route = _PATHS.get(self.path.split("?", 1)[0])
@@ -428,3 +449,26 @@ def _completion(model: str, content: str, prompt_tokens: int, completion_tokens:
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def main() -> None:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible server.")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
+    parser.add_argument("--embed-dim", type=int, default=16)
+    parser.add_argument(
+        "--fixtures", type=Path, default=FIXTURES_DIR / "extractions", help="fixture folder"
+    )
+    args = parser.parse_args()
+    server = ScriptedLLMServer(
+        load_fixtures(args.fixtures), embed_dim=args.embed_dim, latency=args.latency
+    )
+    with server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

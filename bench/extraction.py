@@ -1,0 +1,228 @@
+"""Extraction throughput against a model endpoint that takes 300 ms per call.
+
+Question answered: is the endpoint, not our pipeline, the bottleneck? With ``limit`` calls
+allowed in flight and every call taking ``latency`` seconds, the ideal is
+``limit / latency`` calls per second; the pipeline is good enough when it achieves at
+least 80% of that at every limit (issue 5). The documents' chunks are all submitted at
+once, as the indexer's prepare stage does, and the client's in-flight bound does the
+pacing.
+
+The endpoint is the scripted OpenAI-compatible server of the test suite, run in its own
+process (a real endpoint is remote; in-process, its threads would compete with the
+pipeline for the GIL), over real HTTP through the real ``openai`` client, so request
+building, JSON parsing, validation and the retry wrapper are all inside the measurement.
+
+``cpu ms/call`` is this process's CPU time per model call (request building, the
+``openai`` client, HTTP, parsing and validation): the pipeline's own cost, which has to
+stay far below ``latency / limit`` for the endpoint to remain the bottleneck. On a busy
+machine, other processes' load shows up as a lower ratio.
+
+A last row replays every document through a ``CachingExtractor`` over an in-memory cache
+filled by a first pass: the cost of a cache hit without the PostgreSQL round trip (the
+production cache lives in the realm schema; its lookup cost is a database read).
+
+    .venv/bin/python bench/extraction.py [--latency 0.3] [--chunks 5] [--seconds 3]
+                                         [--limits 1,4,16] [--gleaning 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from tidegraph.indexer.interfaces import Chunk, DocumentContext
+from tidegraph.indexer.llm_client import LLMClient, LLMSettings
+from tidegraph.indexer.llm_extractor import CachingExtractor, LLMExtractor
+from tidegraph.indexer.model_metrics import ModelMetrics
+from tidegraph.schemas.extraction import ExtractionOutput
+
+TARGET = 0.8
+OUTPUT = {
+    "entities": [
+        {
+            "name": "Mara Ellison",
+            "type": "Person",
+            "description": "Naval architect.",
+            "aliases": [],
+        },
+        {"name": "Kestrel", "type": "Artifact", "description": "A clipper.", "aliases": []},
+    ],
+    "relations": [
+        {
+            "subject": "Mara Ellison",
+            "predicate": "designed",
+            "object": "Kestrel",
+            "description": "She designed the clipper.",
+            "negated": False,
+            "confidence": 1.0,
+            "valid_from": "1878",
+            "valid_to": None,
+        }
+    ],
+}
+
+
+class ServerProcess:
+    """``tests/llm_server.py`` as a child process with one catch-all fixture."""
+
+    def __init__(self, latency: float, fixtures: Path) -> None:
+        (fixtures / "bench.json").write_text(
+            json.dumps({"match": "bench-doc", "output": OUTPUT, "glean": OUTPUT})
+        )
+        script = Path(__file__).resolve().parent.parent / "tests" / "llm_server.py"
+        self._proc = subprocess.Popen(
+            [sys.executable, str(script), "--latency", str(latency), "--fixtures", str(fixtures)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._proc.stdout is not None
+        self.base_url = self._proc.stdout.readline().strip()
+        if not self.base_url.startswith("http"):
+            self.stop()
+            raise RuntimeError("the scripted server did not start")
+
+    def chat_calls(self) -> int:
+        stats = httpx.get(f"{self.base_url}/_scripted/stats").json()
+        return int(stats["calls"].get("chat", 0))
+
+    def stop(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=10)
+
+
+class MemoryCache:
+    """An in-process ``ExtractionCache`` for this benchmark only."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, ExtractionOutput] = {}
+
+    async def get(self, key: str) -> ExtractionOutput | None:
+        return self.data.get(key)
+
+    async def put(self, key: str, output: ExtractionOutput) -> None:
+        self.data[key] = output
+
+
+def documents(count: int, chunks: int, tag: str) -> list[list[Chunk]]:
+    return [
+        [
+            Chunk(
+                ordinal=c,
+                text=f"bench-doc {tag} {d} chunk {c}: Mara Ellison designed the Kestrel.",
+            )
+            for c in range(chunks)
+        ]
+        for d in range(count)
+    ]
+
+
+async def extract_all(extractor: LLMExtractor | CachingExtractor, docs: list[list[Chunk]]) -> float:
+    """Seconds to extract every chunk of every document, all submitted at once."""
+    context = DocumentContext(title="bench", source="bench")
+    started = time.perf_counter()
+    await asyncio.gather(*(extractor.extract(chunk, context) for doc in docs for chunk in doc))
+    return time.perf_counter() - started
+
+
+async def run(args: argparse.Namespace) -> int:
+    tmp = tempfile.TemporaryDirectory()
+    server = ServerProcess(args.latency, Path(tmp.name))
+    metrics = ModelMetrics(CollectorRegistry())
+    failures = 0
+    print(
+        f"scripted endpoint: {args.latency * 1000:.0f} ms per call, {args.chunks} chunks "
+        f"per document, gleaning {args.gleaning}"
+    )
+    header = (
+        f"{'in flight':>9}  {'docs':>5}  {'calls':>6}  {'seconds':>7}  "
+        f"{'docs/s':>7}  {'ideal':>7}  {'ratio':>6}  {'cpu ms/call':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    try:
+        last: tuple[LLMExtractor, list[list[Chunk]]] | None = None
+        for limit in args.limits:
+            settings = LLMSettings(
+                base_url=server.base_url,
+                api_key="bench",
+                model="bench-chat",
+                max_in_flight=limit,
+                deadline=120,
+                attempt_timeout=60,
+            )
+            client = LLMClient(settings, metrics=metrics)
+            extractor = LLMExtractor(client, realm="bench", gleaning=args.gleaning, metrics=metrics)
+            # warm the connection pool and the parsing path outside the measurement
+            await extract_all(extractor, documents(1, min(limit, args.chunks), f"warm{limit}"))
+            count = max(1, math.ceil(args.seconds * limit / args.latency / args.chunks))
+            docs = documents(count, args.chunks, f"l{limit}")
+            before = server.chat_calls()
+            cpu = time.process_time()
+            elapsed = await extract_all(extractor, docs)
+            cpu_ms = (time.process_time() - cpu) * 1000
+            calls = server.chat_calls() - before
+            achieved = count / elapsed
+            ideal = limit / args.latency / (calls / count)
+            ratio = achieved / ideal
+            failures += ratio < TARGET
+            print(
+                f"{limit:>9}  {count:>5}  {calls:>6}  {elapsed:>7.2f}  {achieved:>7.2f}  "
+                f"{ideal:>7.2f}  {ratio:>6.0%}  {cpu_ms / calls:>11.1f}"
+                f"{'' if ratio >= TARGET else '  < target'}"
+            )
+            if last is not None:
+                await last[0]._client.aclose()
+            last = (extractor, docs)
+
+        assert last is not None
+        extractor, docs = last
+        cache = MemoryCache()
+        cached = CachingExtractor(extractor, cache, metrics=metrics)
+        await extract_all(cached, docs)  # fill
+        before = server.chat_calls()
+        elapsed = await extract_all(cached, docs)
+        replay_calls = server.chat_calls() - before
+        print(
+            f"{'replay':>9}  {len(docs):>5}  {replay_calls:>6}  {elapsed:>7.3f}  "
+            f"{len(docs) / elapsed:>7.0f}  {'(cache hits, in-memory cache)':>7}"
+        )
+        if replay_calls:
+            print("replay made model calls: the cache key is not stable")
+            failures += 1
+        await extractor._client.aclose()
+    finally:
+        server.stop()
+        tmp.cleanup()
+    print(f"target: every ratio >= {TARGET:.0%}: {'met' if not failures else 'NOT met'}")
+    return 1 if failures else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.3, help="seconds per model call")
+    parser.add_argument("--chunks", type=int, default=5, help="chunks per document")
+    parser.add_argument("--seconds", type=float, default=3.0, help="ideal duration per limit")
+    parser.add_argument(
+        "--limits",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1, 4, 16],
+        help="in-flight limits, comma separated",
+    )
+    parser.add_argument("--gleaning", type=int, default=0, help="gleaning passes per chunk")
+    return asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
