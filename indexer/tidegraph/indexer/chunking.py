@@ -42,14 +42,31 @@ DEFAULT_CONTEXT_CAP = 50
 """Most canonical names handed to the extractor with each chunk."""
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+")
 _ABBREVIATIONS = frozenset(
-    {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "inc", "ltd",
-     "co", "corp", "no", "fig", "al", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "mt",
-     "ft", "approx", "dept", "univ", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-     "sept", "oct", "nov", "dec", "u.s", "u.k", "ave", "cf", "ca"}
+    {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "corp",
+     "no", "fig", "al", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "mt", "ft", "approx",
+     "dept", "univ", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct",
+     "nov", "dec", "ave", "cf", "ca"}
 )  # fmt: skip
-_ABBREVIATION_SCAN = 6
+"""Words whose trailing period does not end a sentence (case-insensitive)."""
+
+
+def _sentence_end_pattern() -> re.Pattern[str]:
+    # One fixed-width lookbehind per abbreviation length keeps this a single regex pass.
+    by_length: dict[int, list[str]] = {}
+    for word in sorted(_ABBREVIATIONS):
+        by_length.setdefault(len(word), []).append(word)
+    not_abbreviation = "".join(
+        rf"(?<!\b(?i:{'|'.join(words)})\.)" for _, words in sorted(by_length.items())
+    )
+    return re.compile(
+        rf"[.!?…](?<!\b\w\.)(?<!\b\w\.\w\.){not_abbreviation}"  # not "C." "e.g." "Dr."
+        r"[.!?…]*[\"'”’)\]]*\s+"
+        r"(?=[^\sa-zß-öø-ÿ])"  # the next sentence does not start in lowercase
+    )
+
+
+_SENTENCE_END = _sentence_end_pattern()
 
 
 def _rstrip(text: str, start: int, end: int) -> int:
@@ -78,17 +95,6 @@ def _paragraph_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _is_abbreviation(text: str, punctuation: int) -> bool:
-    if text[punctuation] != ".":
-        return False
-    i = punctuation
-    floor = max(0, punctuation - _ABBREVIATION_SCAN)
-    while i > floor and (text[i - 1].isalpha() or text[i - 1] == "."):
-        i -= 1
-    word = text[i:punctuation].lower()
-    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
-
-
 def sentence_starts(text: str) -> list[int]:
     """Offsets where a sentence or paragraph starts, ascending, each on a non-space character.
 
@@ -97,11 +103,7 @@ def sentence_starts(text: str) -> list[int]:
     (``Dr.``, ``e.g.``) or a single initial (``C. Babbage``) does not end one.
     """
     starts = {start for start, _ in _paragraph_spans(text)}
-    for m in _SENTENCE_END.finditer(text):
-        nxt = m.end()
-        if nxt >= len(text) or text[nxt].islower() or _is_abbreviation(text, m.start()):
-            continue
-        starts.add(nxt)
+    starts.update(m.end() for m in _SENTENCE_END.finditer(text))
     return sorted(starts)
 
 
