@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import FIXTURES_DIR, ExtractionFixture, ScriptedLLMServer, load_fixtures
+
 from tidegraph.indexer.llm_client import LLMClient, LLMSettings
+
+from llm_server import FIXTURES_DIR, ExtractionFixture, ScriptedLLMServer, load_fixtures
 
 
 @pytest.fixture(scope="session")

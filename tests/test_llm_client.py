@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
-from llm_server import Fault, ScriptedLLMServer
 from prometheus_client import REGISTRY
+
 from tidegraph.indexer.llm_client import LLMClient, LLMSettings, _retry_after
 from tidegraph.indexer.llm_errors import (
     LLMBadOutput,
@@ -21,6 +21,8 @@ from tidegraph.indexer.llm_errors import (
     LLMUnavailable,
 )
 from tidegraph.schemas.errors import ConfigError, TransientError
+
+from llm_server import Fault, ScriptedLLMServer
 
 MakeClient = Callable[..., LLMClient]
 MESSAGES = [{"role": "user", "content": "<chunk>\nMara Ellison was born in Port Alder\n</chunk>"}]

@@ -7,17 +7,19 @@ import math
 from collections.abc import Callable
 
 import pytest
-from llm_server import Fault, ScriptedLLMServer, fake_embedding
 from prometheus_client import REGISTRY
+
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.llm_client import LLMClient
-from tidegraph.indexer.llm_embedder import LLMEmbedder, entity_text, relation_text
+from tidegraph.indexer.llm_embedder import LLMEmbedder
 from tidegraph.indexer.llm_errors import (
     EmbeddingDimensionMismatch,
     LLMBadOutput,
     LLMUnavailable,
 )
 from tidegraph.schemas.errors import ConfigError
+
+from llm_server import Fault, ScriptedLLMServer, fake_embedding
 
 MakeClient = Callable[..., LLMClient]
 
@@ -120,20 +122,3 @@ async def test_unusable_vectors_are_bad_output(
     embedder = LLMEmbedder(make_llm_client(), dimension=3, realm=realm)
     with pytest.raises(LLMBadOutput, match=reason):
         await embedder.embed(["a"])
-
-
-def test_rendered_texts() -> None:
-    assert entity_text("Kestrel") == "Kestrel"
-    assert entity_text("Kestrel", "A clipper.") == "Kestrel: A clipper."
-    assert relation_text("Henrik Vale", "captained", "Kestrel") == "Henrik Vale captained Kestrel"
-    assert (
-        relation_text("Henrik Vale", "worked_with", "Corran Line", negated=True)
-        == "Henrik Vale worked with Corran Line (denied)"
-    )
-    assert (
-        relation_text("Henrik Vale", "captained", "Kestrel", valid_from="1880", valid_to="1884")
-        == "Henrik Vale captained Kestrel (1880 to 1884)"
-    )
-    assert relation_text("A", "led", "B", valid_from="1875", description="For years.") == (
-        "A led B (1875 to …). For years."
-    )

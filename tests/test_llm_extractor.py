@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from llm_server import Fault, ScriptedLLMServer
 from prometheus_client import REGISTRY
+
 from tidegraph.indexer.interfaces import Chunk, DocumentContext, ExtractionFailed, Extractor
 from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.llm_errors import LLMEndpointMisconfigured, LLMUnavailable
@@ -33,6 +33,8 @@ from tidegraph.indexer.prompts import (
     gleaning_messages,
 )
 from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
+
+from llm_server import Fault, ScriptedLLMServer
 
 MakeClient = Callable[..., LLMClient]
 CONTEXT = DocumentContext(title="Corpus", source="fixtures")

@@ -48,6 +48,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from tidegraph.indexer.llm_errors import (
     LLMBadOutput,
     LLMEndpointMisconfigured,

@@ -11,8 +11,9 @@ Texts are sent in batches of ``batch_size``; batches run concurrently, bounded b
 client's in-flight limit. Vectors come back unit-normalised so that cosine similarity is an
 inner product whatever the endpoint returns.
 
-:func:`entity_text` and :func:`relation_text` render what the indexer embeds for entities
-(name and description) and relations (the triple with its negation and validity).
+What is embedded for entities and relations (name and description; the rendered triple
+with its negation and validity) is rendered by the indexer (``graph_rules.render_entity``
+and ``render_relation``); this module only turns texts into vectors.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.llm_errors import EmbeddingDimensionMismatch, LLMBadOutput
 from tidegraph.indexer.model_metrics import ModelMetrics, model_metrics
 
-__all__ = ["LLMEmbedder", "entity_text", "relation_text"]
+__all__ = ["LLMEmbedder"]
 
 
 class LLMEmbedder:
@@ -94,31 +95,3 @@ class LLMEmbedder:
                 reason="zero or non-finite vector (cannot be normalised)",
             )
         return [x / norm for x in vector]
-
-
-def entity_text(name: str, description: str = "") -> str:
-    """What an entity is embedded as: its name, then what the text says it is."""
-    return f"{name}: {description}" if description else name
-
-
-def relation_text(
-    subject: str,
-    predicate: str,
-    object: str,
-    *,
-    negated: bool = False,
-    valid_from: str | None = None,
-    valid_to: str | None = None,
-    description: str = "",
-) -> str:
-    """The rendered triple, ``subject predicate object``, marked ``(denied)`` for a negated
-    relation and carrying its validity period when one is known, so questions about
-    denials and dates have words to match."""
-    text = f"{subject} {predicate.replace('_', ' ')} {object}"
-    if negated:
-        text += " (denied)"
-    if valid_from or valid_to:
-        text += f" ({valid_from or '…'} to {valid_to or '…'})"
-    if description:
-        text += f". {description}"
-    return text

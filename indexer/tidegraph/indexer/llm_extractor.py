@@ -42,6 +42,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import ValidationError
+
 from tidegraph.indexer.interfaces import Chunk, DocumentContext, ExtractionFailed
 from tidegraph.indexer.llm_client import ChatResult, LLMClient
 from tidegraph.indexer.llm_errors import (

@@ -23,6 +23,7 @@ from typing import Any, Final
 import orjson
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
+
 from tidegraph.indexer.interfaces import DocumentContext
 from tidegraph.schemas.extraction import ExtractionOutput
 
