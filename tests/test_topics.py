@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
 from tidegraph.connectors.errors import DeliveryError
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.schemas.settings import Settings, load_settings
@@ -118,3 +121,26 @@ async def test_differing_existing_topic_is_reported_not_altered(
 async def test_unreachable_broker_is_a_delivery_error(settings: Settings) -> None:
     with pytest.raises(DeliveryError, match="unreachable"):
         await ensure_topics("127.0.0.1:1", settings)
+
+
+@pytest.mark.kafka
+async def test_topics_command(
+    admin: AIOKafkaAdminClient, settings: Settings, kafka_bootstrap: str
+) -> None:
+    command = [
+        sys.executable, "-m", "tidegraph.infra.cli", "topics", "--bootstrap", kafka_bootstrap,
+        "--topic-prefix", settings.topic_prefix, "--partitions", "2",
+    ]  # fmt: skip
+    try:
+        outputs = []
+        for _ in range(2):
+            proc = await asyncio.create_subprocess_exec(
+                *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == 0, err.decode()
+            outputs.append(out.decode())
+        assert f"created  {settings.documents_topic}" in outputs[0]
+        assert f"exists   {settings.dlq_topic}" in outputs[1]
+    finally:
+        await _drop(admin, settings)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
+
 from tidegraph.connectors.errors import DeliveryError
 from tidegraph.schemas.settings import Settings
 from tidegraph.schemas.topics import DEFAULT_PARTITIONS, MAX_DOCUMENT_BYTES, TopicSpec, topic_specs
@@ -22,6 +24,16 @@ log = logging.getLogger(__name__)
 _TOPIC_ALREADY_EXISTS = 36
 _AT_LEAST = frozenset({"max.message.bytes"})
 """Settings where a larger existing value is fine."""
+
+
+@dataclass
+class TopicsReport:
+    """What :func:`ensure_topic_specs` found and did."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """One per difference: topic, setting, value found, value wanted."""
 
 
 async def ensure_topics(
@@ -43,11 +55,11 @@ async def ensure_topics(
         max_document_bytes=max_document_bytes,
         changes_retention_ms=changes_retention_ms,
     )
-    return await ensure_topic_specs(bootstrap, specs)
+    return (await ensure_topic_specs(bootstrap, specs)).warnings
 
 
-async def ensure_topic_specs(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
-    """:func:`ensure_topics` for explicit specs."""
+async def ensure_topic_specs(bootstrap: str, specs: Sequence[TopicSpec]) -> TopicsReport:
+    """Create what is missing of ``specs``, compare what exists; never alter a topic."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="tidegraph-topics")
     try:
         await admin.start()
@@ -62,7 +74,8 @@ async def ensure_topic_specs(bootstrap: str, specs: Sequence[TopicSpec]) -> list
         await admin.close()
 
 
-async def _ensure(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> list[str]:
+async def _ensure(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> TopicsReport:
+    report = TopicsReport()
     brokers = len((await admin.describe_cluster())["brokers"])
     existing = set(await admin.list_topics())
     missing = [s for s in specs if s.name not in existing]
@@ -78,13 +91,16 @@ async def _ensure(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> lis
                 )
             if code == 0:
                 log.info("created topic %s", err["topic"])
-    warnings: list[str] = []
+                report.created.append(err["topic"])
+            else:
+                report.existing.append(err["topic"])  # created concurrently by someone else
     present = [s for s in specs if s.name in existing]
+    report.existing += [s.name for s in present]
     if present:
-        warnings = await _differences(admin, present)
-    for w in warnings:
+        report.warnings = await _differences(admin, present)
+    for w in report.warnings:
         log.warning("%s", w)
-    return warnings
+    return report
 
 
 def _new_topic(spec: TopicSpec, brokers: int) -> NewTopic:
