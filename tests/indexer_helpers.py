@@ -11,6 +11,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -126,11 +127,14 @@ def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subpr
         TIDEGRAPH_KAFKA_BOOTSTRAP=topics.bootstrap, TIDEGRAPH_PG_DSN=pg_dsn,
         TIDEGRAPH_TOPIC_PREFIX=topics.prefix, TIDEGRAPH_EMBEDDER="hashing:64",
     )
-    return subprocess.Popen(
-        [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--group", group,
-         "--log-level", "WARNING", *extra],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
+    log_dir = Path(tempfile.gettempdir()) / "tidegraph-test-logs"
+    log_dir.mkdir(exist_ok=True)
+    with open(log_dir / f"indexer-{group}.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--group", group,
+             "--log-level", "INFO", *extra],
+            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+        )
 
 
 async def wait_for(
@@ -147,11 +151,14 @@ async def wait_for(
 async def stored_position(pg_dsn: str, group: str, topic: str) -> int:
     """Sum of next offsets over the group's partitions: records applied so far."""
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute(
-            "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-            " WHERE group_id = %s AND topic = %s",
-            (group, topic),
-        )
+        try:
+            cur = await conn.execute(
+                "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
+                " WHERE group_id = %s AND topic = %s",
+                (group, topic),
+            )
+        except psycopg.errors.UndefinedTable:
+            return 0  # the indexer has not created its control schema yet
         row = await cur.fetchone()
         return int(row[0]) if row else 0
 
