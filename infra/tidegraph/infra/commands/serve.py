@@ -1,0 +1,167 @@
+"""``tidegraph serve``: the HTTP query API and the change publisher in one process.
+
+Composition: each realm's query embedder is built from the realm's pinned id
+(``hashing:<dim>`` → the offline hashing embedder, ``llm:<model>:<dim>`` → the model
+endpoint), the chat model for ``/query`` from the model endpoint when one is configured.
+Without API keys the service refuses to listen beyond loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from tidegraph.infra.runtime import llm_client_if_configured
+from tidegraph.query_service.app import Deps, create_app
+from tidegraph.query_service.auth import ApiKeys, require_loopback
+from tidegraph.query_service.config import QuerySettings, load_query_settings
+from tidegraph.query_service.db import make_pool
+from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
+from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
+from tidegraph.query_service.synthesis import ChatModel
+from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.realm_config import parse_embedder
+from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.schemas.topics import changes_topic
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="HTTP query API and change publisher",
+        description="Serve the query API (CONTRACT.md, HTTP API) and publish each realm's "
+        "changes to <prefix>.changes (one publisher per realm across replicas).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEGRAPH_KAFKA_BOOTSTRAP)")
+    p.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    p.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
+    p.add_argument("--no-publisher", action="store_true", help="serve queries only")
+    p.add_argument(
+        "--publish-realm",
+        action="append",
+        metavar="REALM",
+        help="publish only this realm's changes (repeatable; default: every realm)",
+    )
+    p.add_argument("--pool-size", type=int, default=16, help="database connections")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    settings = load_settings(
+        kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
+    )
+    query_settings = load_query_settings()
+    keys = ApiKeys.parse(
+        query_settings.api_keys.get_secret_value() if query_settings.api_keys else None
+    )
+    require_loopback(args.host, keys)
+    asyncio.run(serve(args, settings, query_settings))
+    return 0
+
+
+def embedder_factory(llm: Any) -> EmbedderFactory:
+    """Realm → query embedder in the realm's pinned geometry (never a fallback)."""
+
+    def build(realm: str, pinned: str) -> QueryEmbedder:
+        spec = parse_embedder(pinned)
+        if spec.kind == "hashing":
+            from tidegraph.indexer.hashing_embedder import HashingEmbedder
+
+            return HashingEmbedder(spec.dimension)
+        if llm is None:
+            raise ConfigError(
+                f"realm {realm!r} is pinned to {pinned!r} and no model endpoint is "
+                "configured (set TIDEGRAPH_LLM_BASE_URL)"
+            )
+        from tidegraph.indexer.llm_embedder import LLMEmbedder
+
+        return LLMEmbedder(llm, dimension=spec.dimension, realm=realm, model=spec.model)
+
+    return build
+
+
+def chat_model(llm: Any) -> ChatModel | None:
+    """The endpoint's chat model as the query service's ``ChatModel``, if configured."""
+    if llm is None:
+        return None
+
+    class _Chat:
+        async def __call__(self, system: str, prompt: str) -> str:
+            result = await llm.chat(
+                [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+                realm="query",
+            )
+            return str(result.content)
+
+    return _Chat()
+
+
+async def serve(args: argparse.Namespace, settings: Settings, query: QuerySettings) -> None:
+    registry = CollectorRegistry(auto_describe=True)
+    dsn = settings.pg_dsn.get_secret_value()
+    pool = make_pool(dsn, min_size=2, max_size=args.pool_size, ef_search=query.ef_search)
+    await pool.open(wait=True)
+    llm = llm_client_if_configured()
+    app = create_app(
+        query,
+        Deps(pool, embedder_factory(llm), chat=chat_model(llm), registry=registry),
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level.lower(),
+            lifespan="off",
+            access_log=False,
+        )
+    )
+    publisher: ChangePublisher | None = None
+    sink: KafkaChangeSink | None = None
+    task: asyncio.Task[None] | None = None
+    if not args.no_publisher:
+        await _ensure_changes_topic(settings)
+        sink = KafkaChangeSink(settings.kafka_bootstrap, settings.changes_topic)
+        publisher = ChangePublisher(dsn, sink, registry=registry, realms=args.publish_realm)
+        task = asyncio.create_task(publisher.run(), name="change-publisher")
+    try:
+        await server.serve()
+    finally:
+        if publisher is not None and task is not None:
+            publisher.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if sink is not None:
+            await sink.stop()
+        if llm is not None:
+            await llm.aclose()
+        await pool.close()
+
+
+async def _ensure_changes_topic(settings: Settings) -> None:
+    """Create ``<prefix>.changes`` when missing; a broker that refuses is logged, not fatal
+    (it may create topics on first write, and the publisher retries until Kafka answers)."""
+    from tidegraph.connectors.topics import ensure_topic_specs
+
+    try:
+        for warning in await ensure_topic_specs(
+            settings.kafka_bootstrap, [changes_topic(settings.topic_prefix)]
+        ):
+            log.warning("%s", warning)
+    except Exception as exc:  # noqa: BLE001 - publishing retries; serving must start
+        log.warning("could not ensure topic %s: %s", settings.changes_topic, exc)
