@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from local_services import REPO
+
 from tidegraph.infra import _proc, local_kafka, local_pg, services
 from tidegraph.infra.errors import (
     PortInUseError,

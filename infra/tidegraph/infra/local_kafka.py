@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
+
 from tidegraph.infra import _proc
 from tidegraph.infra.errors import (
     FetchError,
@@ -386,13 +387,47 @@ def launch(
     with layout.log.open("a") as log:
         log.write(f"\n===== tidegraph up: starting Kafka {runtime.version} at {stamp} =====\n")
     java, *rest = _java_base(runtime, layout)
-    command = [java, *JVM_FLAGS, *rest, "kafka.Kafka", str(layout.config)]
+    archive = class_archive(runtime)
+    pending: Path | None = None
+    if archive.is_file():
+        sharing = f"-XX:SharedArchiveFile={archive}"
+    else:
+        pending = archive.with_name(f"{archive.name}.{os.getpid()}-{time.time_ns()}.partial")
+        sharing = f"-XX:ArchiveClassesAtExit={pending}"
+    command = [java, *JVM_FLAGS, sharing, *rest, "kafka.Kafka", str(layout.config)]
     pid = _proc.spawn_detached(command, log=layout.log, cwd=layout.root)
     process = KafkaProcess(
         pid=pid, port=port, controller_port=controller_port, version=runtime.version
     )
-    layout.record.write_text(json.dumps(process.__dict__ | {"started_at": time.time()}) + "\n")
+    extra = {"started_at": time.time(), "archive": str(archive), "archive_pending": str(pending)}
+    layout.record.write_text(json.dumps(process.__dict__ | extra) + "\n")
     return process
+
+
+def class_archive(runtime: KafkaRuntime) -> Path:
+    """The broker's class-data-sharing archive for this JDK, next to the cached jars.
+
+    Why: most of a warm start is the JVM loading and verifying the broker's classes. The
+    first broker stopped by `down` dumps them (``-XX:ArchiveClassesAtExit``); every later
+    start maps the archive instead. A stale or foreign archive is ignored by the JVM.
+    """
+    java = Path(runtime.java).resolve()
+    identity = f"{java}:{java.stat().st_mtime_ns}".encode()
+    return runtime.libs.parent / f"classes-{hashlib.sha256(identity).hexdigest()[:12]}.jsa"
+
+
+def _adopt_archive(record: Path) -> None:
+    """After the JVM exited: keep the archive it dumped, or drop a partial one."""
+    try:
+        raw = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return
+    if raw.get("archive_pending") in (None, "None"):
+        return
+    pending, archive = Path(raw["archive_pending"]), Path(raw["archive"])
+    if pending.is_file() and pending.stat().st_size > 0 and not archive.exists():
+        pending.replace(archive)
+    pending.unlink(missing_ok=True)
 
 
 def wait_ready(layout: KafkaLayout, process: KafkaProcess, *, timeout: float) -> None:
@@ -424,10 +459,12 @@ def wait_ready(layout: KafkaLayout, process: KafkaProcess, *, timeout: float) ->
 def stop(layout: KafkaLayout, *, timeout: float = 60.0) -> int | None:
     """Stop the broker `up` started here (controlled shutdown first); return its pid."""
     process = running(layout)
-    layout.record.unlink(missing_ok=True)
     if process is None:
+        layout.record.unlink(missing_ok=True)
         return None
     _proc.terminate(process.pid, signal.SIGTERM, timeout=timeout)
+    _adopt_archive(layout.record)
+    layout.record.unlink(missing_ok=True)
     return process.pid
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+
 from tidegraph.infra import _proc
 from tidegraph.infra.errors import (
     PrerequisiteMissingError,

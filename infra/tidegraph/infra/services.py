@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from tidegraph.infra import _proc, local_kafka, local_pg
 from tidegraph.infra.errors import (
     InfraError,
