@@ -8,13 +8,15 @@ holds an old epoch, so its next CAS matches no row and its transaction rolls bac
 
 from __future__ import annotations
 
+from typing import Any
+
 from psycopg import AsyncConnection
 
 from tidegraph.indexer.errors import Fenced
 
 
 async def claim(
-    conn: AsyncConnection[object], group_id: str, topic: str, partition: int, start_offset: int
+    conn: AsyncConnection[Any], group_id: str, topic: str, partition: int, start_offset: int
 ) -> tuple[int, int]:
     """Take ownership of a partition; return (next offset to apply, our epoch)."""
     async with conn.transaction():
@@ -31,12 +33,11 @@ async def claim(
         )
         row = await cur.fetchone()
     assert row is not None
-    next_offset, epoch = row
-    return int(next_offset), int(epoch)  # type: ignore[call-overload]
+    return int(row[0]), int(row[1])
 
 
 async def advance(
-    conn: AsyncConnection[object], group_id: str, topic: str, partition: int,
+    conn: AsyncConnection[Any], group_id: str, topic: str, partition: int,
     offset: int, epoch: int,
 ) -> None:
     """Move the position past ``offset``, inside the caller's transaction, or raise Fenced."""
@@ -51,7 +52,7 @@ async def advance(
 
 
 async def stored(
-    conn: AsyncConnection[object], group_id: str, topic: str
+    conn: AsyncConnection[Any], group_id: str, topic: str
 ) -> dict[int, int]:
     """Next offset per partition for a group (for lag and status)."""
     cur = await conn.execute(
@@ -59,4 +60,4 @@ async def stored(
         " WHERE group_id = %s AND topic = %s",
         (group_id, topic),
     )
-    return {int(p): int(o) for p, o in await cur.fetchall()}  # type: ignore[call-overload]
+    return {int(p): int(o) for p, o in await cur.fetchall()}

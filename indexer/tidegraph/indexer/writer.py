@@ -125,9 +125,10 @@ class _Writer:
         self.s = info.schema
         self.embedder = embedder
 
-    async def _rows(self, query: sql.Composable, params: Sequence[Any] = ()) -> list[Any]:
+    async def _rows(self, query: sql.Composed, params: Sequence[Any] = ()) -> list[Any]:
         cur = await self.conn.execute(query, params)
-        return await cur.fetchall()
+        rows: list[Any] = await cur.fetchall()
+        return rows
 
     async def begin(self, log_time: datetime) -> tuple[int, datetime]:
         """Realm lock + sequence + belief instant, in one statement."""
@@ -348,8 +349,8 @@ class _Writer:
         for c in doc.chunks:
             for r in c.relations:
                 key = (ids[r.subject.lower()], r.predicate, ids[r.object.lower()], r.negated)
-                per_chunk = grouped.setdefault(key, {})
-                per_chunk.setdefault(chunk_id[c.ordinal], []).append(
+                said = grouped.setdefault(key, {})
+                said.setdefault(chunk_id[c.ordinal], []).append(
                     (r.description, r.confidence, r.valid_from, r.valid_to)
                 )
         if not grouped:
@@ -374,7 +375,7 @@ class _Writer:
         relation_ids: set[int] = set()
         sources: list[tuple[int, int, RelationAttrs]] = []
         for key in keys:
-            per_chunk = {
+            per_chunk: dict[int, RelationAttrs] = {
                 cid: merge_relation_attrs((str(cid), a) for a in attrs)
                 for cid, attrs in grouped[key].items()
             }

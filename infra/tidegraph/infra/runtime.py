@@ -35,7 +35,7 @@ def default_realm_config(
         parse_embedder(embedder)
     except ValueError as exc:
         raise ConfigError(f"TIDEGRAPH_EMBEDDER: {exc}") from None
-    return RealmConfig(extractor=extractor, embedder=embedder)  # type: ignore[arg-type]
+    return RealmConfig(extractor=extractor, embedder=embedder)
 
 
 def llm_client_if_configured() -> Any:

@@ -12,6 +12,8 @@ the graph as believed at any instant can be read back after later writes).
 
 from __future__ import annotations
 
+from typing import LiteralString
+
 from psycopg import sql
 
 CONTROL_SCHEMA = "tidegraph"
@@ -217,13 +219,13 @@ CREATE INDEX IF NOT EXISTS communities_embedding ON {schema}.communities
 
 def control_ddl() -> sql.SQL:
     """Statements creating the control schema (realms, consumer and publisher positions)."""
-    return sql.SQL(_CONTROL)  # type: ignore[arg-type]
+    return sql.SQL(_CONTROL)
 
 
-def _compose(template: str, schema: str, dimension: int) -> sql.Composed:
+def _compose(template: LiteralString, schema: str, dimension: int) -> sql.Composed:
     if not 1 <= dimension <= 16000:
         raise ValueError(f"embedding dimension {dimension} outside 1..16000")
-    return sql.SQL(template).format(  # type: ignore[arg-type]
+    return sql.SQL(template).format(
         schema=sql.Identifier(schema), dim=sql.Literal(dimension)
     )
 
