@@ -25,6 +25,8 @@ from tidegraph.schemas.errors import ConfigError, TransientError
 from llm_server import Fault, ScriptedLLMServer
 
 MakeClient = Callable[..., LLMClient]
+MARGIN = 0.3
+"""Slack over a deadline for event-loop scheduling on a loaded machine."""
 MESSAGES = [{"role": "user", "content": "<chunk>\nMara Ellison was born in Port Alder\n</chunk>"}]
 
 
@@ -88,9 +90,10 @@ async def test_retry_after_beyond_deadline_gives_up_at_once(
     make_llm_client: MakeClient, llm_server: ScriptedLLMServer, realm: str
 ) -> None:
     llm_server.enqueue(Fault.rate_limited(30))
+    client = make_llm_client(deadline=2.0)
     started = time.monotonic()
     with pytest.raises(LLMUnavailable) as caught:
-        await make_llm_client(deadline=2.0).chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
     assert time.monotonic() - started < 1.0
     assert caught.value.retry_after == 30
     assert llm_server.calls["chat"] == 1
@@ -101,14 +104,12 @@ async def test_outage_beyond_deadline_is_transient_and_bounded(
 ) -> None:
     llm_server.outage(60, status=503)
     deadline = 0.6
+    client = make_llm_client(deadline=deadline, max_attempts=100)
     started = time.monotonic()
     with pytest.raises(LLMUnavailable) as caught:
-        await make_llm_client(deadline=deadline, max_attempts=100).chat(
-            MESSAGES,  # type: ignore[arg-type]
-            realm=realm,
-        )
+        await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
     elapsed = time.monotonic() - started
-    assert elapsed < deadline + 0.2
+    assert elapsed < deadline + MARGIN
     error = caught.value
     assert isinstance(error, TransientError) and error.retriable
     assert error.attempts > 1 and error.attempts == llm_server.calls["chat"]
@@ -141,7 +142,7 @@ async def test_server_that_never_answers_fails_within_the_deadline(
         await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
     elapsed = time.monotonic() - started
     # Not attempts × attempt_timeout: the deadline bounds the whole call.
-    assert elapsed < deadline + 0.2
+    assert elapsed < deadline + MARGIN
     assert caught.value.attempts >= 2
     labels = {"realm": realm, "kind": "chat", "error_class": "timeout"}
     assert sample("tidegraph_model_failures_total", **labels) == caught.value.attempts
@@ -155,7 +156,7 @@ async def test_attempt_timeout_longer_than_deadline_is_cut_by_the_deadline(
     started = time.monotonic()
     with pytest.raises(LLMUnavailable):
         await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
-    assert time.monotonic() - started < 0.6
+    assert time.monotonic() - started < 0.4 + MARGIN
 
 
 async def test_connection_refused_is_transient(realm: str) -> None:

@@ -3,6 +3,7 @@ cache key, the prompt and its JSON Schema."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -199,6 +200,25 @@ async def test_truncated_output_then_a_good_one_succeeds(
     result = await make_extractor(gleaning=0).extract(chunk, CONTEXT)
     assert result == scripted(llm_fixtures_dir, "01-mara-ellison-early-life")
     assert llm_server.calls["chat"] == 2
+
+
+async def test_time_queued_for_a_slot_does_not_use_up_the_retry_budget(
+    make_extractor: Callable[..., LLMExtractor],
+    make_llm_client: MakeClient,
+    llm_server: ScriptedLLMServer,
+    llm_fixtures_dir: Path,
+) -> None:
+    llm_server.latency = 0.15
+    llm_server.enqueue(Fault.ok(), Fault.ok(), Fault.ok(), Fault.malformed())
+    extractor = make_extractor(make_llm_client(max_in_flight=1, deadline=0.4), gleaning=0)
+    names = ["01-mara-ellison-early-life", "04-kestrel-voyages", "06-vale-denial", "10-ada-quill"]
+    # the last chunk waits ~0.45 s for the slot, longer than its deadline, then gets a
+    # malformed answer: it must still have its retry
+    results = await asyncio.gather(
+        *(extractor.extract(corpus_chunk(llm_fixtures_dir, n), CONTEXT) for n in names)
+    )
+    assert results[3] == scripted(llm_fixtures_dir, "10-ada-quill")
+    assert llm_server.calls["chat"] == 5
 
 
 async def test_undecodable_body_counts_as_a_failed_attempt(

@@ -139,6 +139,8 @@ class ChatResult:
     """Tokens of the successful attempt."""
     attempts: int
     """HTTP attempts the call took (1 when nothing failed)."""
+    elapsed: float = 0.0
+    """Seconds from getting an in-flight slot to the answer: what the deadline was charged."""
 
 
 @dataclass(frozen=True)
@@ -244,10 +246,10 @@ class LLMClient:
                 raise LLMBadOutput(self.endpoint, "chat", model, reason="no message content")
             return (content, finish_reason), _usage(getattr(completion, "usage", None))
 
-        (content, finish_reason), usage, attempts = await self._call(
+        (content, finish_reason), usage, attempts, elapsed = await self._call(
             "chat", model, realm, deadline, attempt
         )
-        return ChatResult(content, finish_reason, usage, attempts)
+        return ChatResult(content, finish_reason, usage, attempts, elapsed)
 
     async def embed(
         self,
@@ -286,7 +288,7 @@ class LLMClient:
                 )
             return vectors, _usage(getattr(response, "usage", None))
 
-        vectors, usage, attempts = await self._call("embed", model, realm, deadline, attempt)
+        vectors, usage, attempts, _ = await self._call("embed", model, realm, deadline, attempt)
         return EmbeddingResult(vectors, usage, attempts)
 
     async def _call(
@@ -296,7 +298,7 @@ class LLMClient:
         realm: str,
         deadline: float | None,
         attempt: Callable[[float], Awaitable[tuple[_T, TokenUsage]]],
-    ) -> tuple[_T, TokenUsage, int]:
+    ) -> tuple[_T, TokenUsage, int, float]:
         """Run ``attempt`` under the slot bound, deadline and retry policy."""
         settings = self.settings
         budget = settings.deadline if deadline is None else deadline
@@ -347,7 +349,7 @@ class LLMClient:
                     self._metrics.attempt(realm, kind, time.monotonic() - attempt_started, None)
                     self._metrics.tokens(realm, kind, usage.prompt_tokens, usage.completion_tokens)
                     self._usage = self._usage + usage
-                    return value, usage, attempts
+                    return value, usage, attempts, time.monotonic() - started
 
     def _backoff(self, attempts: int) -> float:
         """Exponential backoff with jitter: half fixed, half random, so waits spread out."""

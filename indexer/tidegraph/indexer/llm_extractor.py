@@ -269,13 +269,20 @@ class LLMExtractor:
         chunk: Chunk,
         what: str,
     ) -> ExtractionOutput:
-        """Up to ``attempts`` requests within one deadline until an answer validates."""
-        deadline_at = time.monotonic() + self._client.settings.deadline
+        """Up to ``attempts`` requests within one deadline until an answer validates.
+
+        The deadline is charged with the time the calls took once they had an in-flight
+        slot (``ChatResult.elapsed``), not with time queued behind other chunks: a chunk
+        that waited for a slot keeps its retries for a bad answer.
+        """
+        budget = self._client.settings.deadline
+        spent = 0.0
         reason = "deadline spent before the first attempt"
         for _ in range(attempts):
-            remaining = deadline_at - time.monotonic()
+            remaining = budget - spent
             if remaining <= 0:
                 break
+            started = time.monotonic()
             try:
                 reply = await self._complete(messages, remaining)
             except LLMEndpointMisconfigured:
@@ -285,8 +292,10 @@ class LLMExtractor:
                     f"{what} of chunk {chunk.ordinal} rejected by the endpoint: {exc}"
                 ) from exc
             except LLMBadOutput as exc:
+                spent += time.monotonic() - started
                 reason = exc.reason
                 continue
+            spent += reply.elapsed
             try:
                 return parse_extraction(reply.content)
             except InvalidOutput as exc:
@@ -306,7 +315,6 @@ class LLMExtractor:
         client = self._client
         if not (self._structured and client.json_schema_supported(self.model)):
             return await client.chat(messages, realm=self.realm, model=self.model, deadline=budget)
-        started = time.monotonic()
         try:
             return await client.chat(
                 messages,
@@ -321,14 +329,10 @@ class LLMExtractor:
             if exc.status_code not in _SCHEMA_REFUSED_STATUS:
                 raise
             refused = exc
-        # Ask again without the schema. If that is rejected too, the schema was not the
-        # problem and the rejection propagates; if it succeeds, remember the endpoint.
-        reply = await client.chat(
-            messages,
-            realm=self.realm,
-            model=self.model,
-            deadline=budget - (time.monotonic() - started),
-        )
+        # Ask again without the schema (a refusal is immediate, so the budget is intact).
+        # If that is rejected too, the schema was not the problem and the rejection
+        # propagates; if it succeeds, remember the endpoint.
+        reply = await client.chat(messages, realm=self.realm, model=self.model, deadline=budget)
         client.mark_json_schema_unsupported(self.model)
         log.warning(
             "%s refuses json_schema output for %s (%s); using tolerant JSON parsing",
