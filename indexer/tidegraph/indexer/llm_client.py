@@ -154,10 +154,9 @@ class EmbeddingResult:
 
 @dataclass(frozen=True)
 class _Failure:
-    """How one failed attempt is handled."""
+    """How one failed attempt is handled: retried unless ``permanent`` is set."""
 
     error_class: ErrorClass
-    transient: bool
     detail: str
     retry_after: float | None = None
     permanent: LLMError | None = None
@@ -395,28 +394,25 @@ _MISCONFIGURED_STATUS = frozenset({401, 403, 404})
 
 def _classify(exc: BaseException, endpoint: str, kind: CallKind, model: str) -> _Failure:
     """Decide what one failed attempt means: retry, or give up with a permanent error."""
-    if isinstance(exc, LLMBadOutput):
-        return _Failure("bad_output", False, exc.reason, permanent=exc)
-    if isinstance(exc, LLMError):
-        return _Failure("bad_output", False, str(exc), permanent=exc)
+    if isinstance(exc, LLMError):  # raised by our own reading of a 2xx body
+        return _Failure("bad_output", str(exc), permanent=exc)
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
-        return _Failure("timeout", True, "attempt timed out")
+        return _Failure("timeout", "attempt timed out")
     if isinstance(exc, openai.APIConnectionError):
-        return _Failure("connection", True, f"connection failed: {exc}")
+        return _Failure("connection", f"connection failed: {exc}")
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         detail = f"HTTP {status}: {_error_message(exc)}"
         if status == 429:
-            return _Failure("rate_limited", True, detail, _retry_after(exc.response.headers))
+            return _Failure("rate_limited", detail, _retry_after(exc.response.headers))
         if status >= 500:
-            return _Failure("server_error", True, detail)
+            return _Failure("server_error", detail)
         if status in _TRANSIENT_STATUS:
-            return _Failure("server_error", True, detail)
+            return _Failure("server_error", detail)
         message = _error_message(exc)
         if status in _MISCONFIGURED_STATUS:
             return _Failure(
                 "misconfigured",
-                False,
                 detail,
                 permanent=LLMEndpointMisconfigured(
                     endpoint, kind, model, status_code=status, detail=message
@@ -424,14 +420,13 @@ def _classify(exc: BaseException, endpoint: str, kind: CallKind, model: str) -> 
             )
         return _Failure(
             "rejected",
-            False,
             detail,
             permanent=LLMRequestRejected(endpoint, kind, model, status_code=status, detail=message),
         )
     # APIResponseValidationError and undecodable bodies: the endpoint answered, uselessly.
     reason = f"undecodable response: {exc}"
     return _Failure(
-        "bad_output", False, reason, permanent=LLMBadOutput(endpoint, kind, model, reason=reason)
+        "bad_output", reason, permanent=LLMBadOutput(endpoint, kind, model, reason=reason)
     )
 
 
