@@ -1,0 +1,289 @@
+"""The change publisher against real Kafka and PostgreSQL: one publisher per realm, takeover
+when the holder dies, every change published in order, duplicates only as same-id repeats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
+from psycopg import sql
+
+from tidegraph.connectors.topics import ensure_topic_specs
+from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
+from tidegraph.schemas.changes import GraphChange
+from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.schemas.topics import changes_topic
+
+from graph_helpers import GraphHarness, ent, rel
+
+pytestmark = [pytest.mark.postgres, pytest.mark.kafka]
+
+CONFIG = RealmConfig(embedder="hashing:8")
+
+
+@pytest.fixture
+async def conn(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as c:
+        yield c
+
+
+async def write_some(graph: GraphHarness, start: int, count: int) -> None:
+    for i in range(start, start + count):
+        await graph.upsert(
+            f"d{i}", [([ent(f"P{i}"), ent(f"Q{i}")], [rel(f"P{i}", "knows", f"Q{i}")])]
+        )
+
+
+async def outbox_ids(conn: psycopg.AsyncConnection[Any], graph: GraphHarness) -> list[str]:
+    cur = await conn.execute(
+        sql.SQL("SELECT seq, idx FROM {}.outbox ORDER BY seq, idx").format(
+            sql.Identifier(graph.info.schema)
+        )
+    )
+    return [f"{graph.info.realm}:{s}:{i}" for s, i in await cur.fetchall()]
+
+
+async def published_seq(conn: psycopg.AsyncConnection[Any], realm: str) -> int:
+    cur = await conn.execute(
+        "SELECT published_seq FROM tidegraph.publisher_positions WHERE realm = %s", (realm,)
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def head_seq(conn: psycopg.AsyncConnection[Any], graph: GraphHarness) -> int:
+    cur = await conn.execute(
+        sql.SQL("SELECT seq FROM {}.meta").format(sql.Identifier(graph.info.schema))
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def wait_published(conn: psycopg.AsyncConnection[Any], graph: GraphHarness) -> None:
+    async with asyncio.timeout(60):
+        while True:
+            if await published_seq(conn, graph.info.realm) >= await head_seq(conn, graph):
+                return
+            await asyncio.sleep(0.05)
+
+
+async def consume(bootstrap: str, topic: str, realm: str, want: int) -> list[GraphChange]:
+    """Every record of ``realm`` on its partition, until ``want`` distinct ids were seen."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = sorted(consumer.partitions_for_topic(topic) or [])
+        for _ in range(50):
+            if parts:
+                break
+            await asyncio.sleep(0.1)
+            await consumer._client.force_metadata_update()
+            parts = sorted(consumer.partitions_for_topic(topic) or [])
+        key = realm.encode()
+        tp = TopicPartition(topic, DefaultPartitioner()(key, parts, parts))
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        out: list[GraphChange] = []
+        ids: set[str] = set()
+        deadline = time.monotonic() + 30
+        while len(ids) < want and time.monotonic() < deadline:
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            for record in batch.get(tp, []):
+                assert record.key == key
+                change = GraphChange.from_json(record.value)
+                out.append(change)
+                ids.add(change.id)
+        return out
+    finally:
+        await consumer.stop()
+
+
+def check_stream(received: list[GraphChange], expected: list[str]) -> int:
+    """Deduplicated by id the stream equals the outbox, in order; repeats are identical.
+    Returns how many duplicates there were."""
+    first: dict[str, GraphChange] = {}
+    order: list[str] = []
+    for change in received:
+        if change.id in first:
+            assert change == first[change.id], "a repeat must be the same change"
+            continue
+        first[change.id] = change
+        order.append(change.id)
+    assert order == expected
+    return len(received) - len(order)
+
+
+async def test_two_publishers_one_leader_and_takeover(
+    pg_dsn: str,
+    kafka_bootstrap: str,
+    conn: psycopg.AsyncConnection[Any],
+    unique_name: Callable[[str], str],
+) -> None:
+    realm = unique_name("p")
+    prefix = unique_name("tp")
+    topic = changes_topic(prefix, partitions=3)
+    await ensure_topic_specs(kafka_bootstrap, [topic])
+    graph = await GraphHarness.create(conn, realm, CONFIG)
+    await write_some(graph, 0, 20)
+    sinks = [KafkaChangeSink(kafka_bootstrap, topic.name) for _ in range(2)]
+    pubs = [
+        ChangePublisher(pg_dsn, s, realms=[realm], poll_interval=0.05, batch_size=7) for s in sinks
+    ]
+    tasks = [asyncio.create_task(p.run()) for p in pubs]
+    try:
+        await wait_published(conn, graph)
+        holders = [p for p in pubs if realm in p.held]
+        assert len(holders) == 1, "exactly one publisher per realm"
+        leader = holders[0]
+        follower = pubs[1 - pubs.index(leader)]
+        # The leader goes away (its session ends, releasing the lock); the other takes over.
+        leader.stop()
+        await tasks[pubs.index(leader)]
+        await write_some(graph, 20, 20)
+        await wait_published(conn, graph)
+        assert realm in follower.held
+    finally:
+        for p in pubs:
+            p.stop()
+        await asyncio.gather(*tasks)
+        for s in sinks:
+            await s.stop()
+    expected = await outbox_ids(conn, graph)
+    received = await consume(kafka_bootstrap, topic.name, realm, len(expected))
+    check_stream(received, expected)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(
+    pg_dsn: str, bootstrap: str, prefix: str, realm: str, port: int
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TIDEGRAPH_PG_DSN": pg_dsn, "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap}
+    env.pop("TIDEGRAPH_API_KEYS", None)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tidegraph.infra.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--topic-prefix",
+            prefix,
+            "--publish-realm",
+            realm,
+            "--log-level",
+            "warning",
+            "--pool-size",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+async def _wait_healthy(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (proc.stderr.read() if proc.stderr else b"").decode()
+            try:
+                r = await client.get(f"http://127.0.0.1:{port}/healthz")
+                if r.status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("serve did not become healthy")
+
+
+@pytest.mark.slow
+async def test_two_serve_processes_one_killed_mid_stream(
+    pg_dsn: str,
+    kafka_bootstrap: str,
+    conn: psycopg.AsyncConnection[Any],
+    unique_name: Callable[[str], str],
+) -> None:
+    realm = unique_name("p")
+    prefix = unique_name("tp")
+    graph = await GraphHarness.create(conn, realm, CONFIG)
+    await write_some(graph, 0, 30)
+    first = _serve(pg_dsn, kafka_bootstrap, prefix, realm, port_a := _free_port())
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await _wait_healthy(port_a, first)
+        deadline = time.monotonic() + 30
+        while await published_seq(conn, realm) == 0:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        second = _serve(pg_dsn, kafka_bootstrap, prefix, realm, port_b := _free_port())
+        await _wait_healthy(port_b, second)
+        writer = asyncio.create_task(write_some(graph, 30, 150))
+        await asyncio.sleep(1.0)
+        killed_at = await published_seq(conn, realm)
+        first.send_signal(signal.SIGKILL)  # mid-stream: writes keep landing in the outbox
+        await asyncio.to_thread(first.wait, 10)
+        await writer
+        assert await head_seq(conn, graph) > killed_at
+        await wait_published(conn, graph)
+        # the survivor serves queries too
+        async with httpx.AsyncClient() as client:
+            r = await client.get(
+                f"http://127.0.0.1:{port_b}/v1/realms/{realm}/changes", params={"limit": 5}
+            )
+            assert r.status_code == 200 and len(r.json()["changes"]) > 0
+    finally:
+        for proc in (first, second):
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+            if proc.stderr is not None:
+                proc.stderr.close()
+    expected = await outbox_ids(conn, graph)
+    received = await consume(kafka_bootstrap, f"{prefix}.changes", realm, len(expected))
+    check_stream(received, expected)
+    # the command-line tail prints the same changes
+    tail = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tidegraph.infra.cli",
+        "changes",
+        "--realm",
+        realm,
+        "--topic-prefix",
+        prefix,
+        "--bootstrap",
+        kafka_bootstrap,
+        "--dedupe",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(tail.communicate(), 60)
+    assert tail.returncode == 0, stderr.decode()
+    assert stderr.decode().startswith(f"{len(expected)} change(s)")
+    lines = [GraphChange.from_json(line).id for line in stdout.splitlines() if line]
+    assert lines == expected
