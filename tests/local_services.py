@@ -1,12 +1,13 @@
 """How the service fixtures obtain a broker and a database when the environment names none.
 
 Order (fix_kafka.py, fix_pg.py): ``TIDEGRAPH_*`` variable; a container when a Docker engine
-answers; else the project's own `up` into ``.tidegraph/test`` on free ports, stopped at the
-end of the session only when this session started it.
+answers; else the project's own `up` into ``.tidegraph/test`` on free ports, shared by the
+test sessions running at the same time and stopped by the last of them, when tests started it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import time
@@ -51,13 +52,57 @@ def docker_host_address() -> str:
 
 
 @contextmanager
+def _locked() -> Iterator[None]:
+    TEST_STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with (TEST_STATE_DIR / ".lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _live_users(name: str) -> list[Path]:
+    """Marker files of test sessions using ``name``; markers of dead sessions are removed."""
+    users = []
+    for marker in (TEST_STATE_DIR / "users").glob(f"{name}-*"):
+        if _proc.is_alive(int(marker.name.rsplit("-", 1)[1])):
+            users.append(marker)
+        else:
+            marker.unlink(missing_ok=True)
+    return users
+
+
+@contextmanager
 def local_service(name: str) -> Iterator[str]:
-    """Reuse ``name`` when it already runs from the test state dir; else `up` it, then `down`."""
-    current = services.status(TEST_STATE_DIR)
-    state = current.kafka if name == services.KAFKA else current.postgres
-    if state.origin == "local" and state.running:
-        yield state.address
-        return
+    """The service from ``.tidegraph/test``: reused when it runs, else started with `up`.
+
+    Sessions running at the same time share it: each registers itself, and the last one to
+    leave stops it, and only when a test session (not a person) started it.
+    """
+    me = TEST_STATE_DIR / "users" / f"{name}-{os.getpid()}"
+    started_by_tests = TEST_STATE_DIR / f"{name}.started-by-tests"
+    with _locked():
+        me.parent.mkdir(parents=True, exist_ok=True)
+        me.touch()
+        current = services.status(TEST_STATE_DIR)
+        state = current.kafka if name == services.KAFKA else current.postgres
+        if state.origin == "local" and state.running:
+            address = state.address
+        else:
+            address = _up(name)
+            started_by_tests.touch()
+    try:
+        yield address
+    finally:
+        with _locked():
+            me.unlink(missing_ok=True)
+            if not _live_users(name) and started_by_tests.exists():
+                services.down(TEST_STATE_DIR, services=[name])
+                started_by_tests.unlink(missing_ok=True)
+
+
+def _up(name: str) -> str:
     if name == services.KAFKA:
         kafka_port, controller_port = _two_free_ports()
         status = services.up(
@@ -66,14 +111,8 @@ def local_service(name: str) -> Iterator[str]:
             kafka_port=kafka_port,
             kafka_controller_port=controller_port,
         )
-        address = status.kafka_bootstrap
-    else:
-        status = services.up(TEST_STATE_DIR, services=[name], pg_port=_proc.free_port())
-        address = status.pg_dsn
-    try:
-        yield address
-    finally:
-        services.down(TEST_STATE_DIR, services=[name])
+        return status.kafka_bootstrap
+    return services.up(TEST_STATE_DIR, services=[name], pg_port=_proc.free_port()).pg_dsn
 
 
 def _two_free_ports() -> tuple[int, int]:

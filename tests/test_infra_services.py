@@ -236,3 +236,9 @@ def test_dsn_passwords_are_masked() -> None:
     assert local_pg.redact("postgresql://u:secret@h:5432/db") == "postgresql://u:***@h:5432/db"
     assert local_pg.redact("host=h password=secret user=u") == "host=h password=*** user=u"
     assert local_pg.redact("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_compose_file_pins_the_same_kafka_release() -> None:
+    compose = (REPO / "infra" / "compose.yaml").read_text()
+    assert f"image: apache/kafka:{local_kafka.kafka_version()}\n" in compose
+    assert "wal_level=logical" in compose
