@@ -12,7 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from tidegraph.query_service.errors import Forbidden, Unauthenticated
-from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.errors import ConfigError, InvalidNameError
 from tidegraph.schemas.names import validate_realm
 
 ALL_REALMS = "*"
@@ -63,7 +63,7 @@ class ApiKeys:
             for realm in realms - {ALL_REALMS}:
                 try:
                     validate_realm(realm)
-                except ValueError as exc:
+                except InvalidNameError as exc:
                     raise ConfigError(f"TIDEGRAPH_API_KEYS: {exc}") from None
             if any(g.key == key for g in grants):
                 raise ConfigError(f"TIDEGRAPH_API_KEYS lists key {_masked(key)!r} twice")

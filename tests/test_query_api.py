@@ -1,0 +1,309 @@
+"""The HTTP surface: keys and realms, the error shape, limits, synthesis, embedder pinning,
+service routes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from tidegraph.indexer.realms import create_realm
+from tidegraph.query_service.auth import ApiKeys, is_loopback, require_loopback
+from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.realm_config import RealmConfig
+
+from graph_helpers import GraphHarness, ent, rel
+from query_helpers import api_client, open_pool, write_doc
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+async def pool(pg_dsn: str) -> AsyncIterator[AsyncConnectionPool[Any]]:
+    async with open_pool(pg_dsn) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+async def realms(pg_dsn: str) -> tuple[str, str]:
+    """Two realms with a little graph each: (a, b)."""
+    import uuid
+
+    names = ("ka" + uuid.uuid4().hex[:10], "kb" + uuid.uuid4().hex[:10])
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        for realm in names:
+            g = await GraphHarness.create(conn, realm, RealmConfig(embedder="hashing:8"))
+            await write_doc(
+                g,
+                "bio.md",
+                [
+                    (
+                        "Charles Babbage designed the Analytical Engine from 1834 to 1871. "
+                        "Babbage never worked with Mary Somerville.",
+                        [
+                            ent("Charles Babbage"),
+                            ent("Analytical Engine", "Machine"),
+                            ent("Mary Somerville"),
+                        ],
+                        [
+                            rel(
+                                "Charles Babbage",
+                                "designed",
+                                "Analytical Engine",
+                                vf="1834",
+                                vt="1871",
+                            ),
+                            rel("Charles Babbage", "worked_with", "Mary Somerville", negated=True),
+                            rel("Charles Babbage", "met", "Mary Somerville", vf="1833-06-05"),
+                        ],
+                    ),
+                ],
+            )
+    return names
+
+
+KEYS = "alpha-key=REALM_A;star-key=*"
+
+
+def err(response: httpx.Response, status: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert body["error"]["message"]
+    code: str = body["error"]["code"]
+    return code
+
+
+async def test_keys_reach_only_their_realms(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    a, b = realms
+    async with api_client(pool, api_keys=KEYS.replace("REALM_A", a)) as client:
+        q = {"query": "Babbage"}
+        assert err(await client.post(f"/v1/realms/{a}/query_data", json=q), 401) == (
+            "unauthenticated"
+        )
+        bad = {"Authorization": "Bearer nope"}
+        assert err(await client.post(f"/v1/realms/{a}/query_data", json=q, headers=bad), 401)
+        basic = {"Authorization": "Basic alpha-key"}
+        assert err(await client.post(f"/v1/realms/{a}/query_data", json=q, headers=basic), 401)
+        mine = {"Authorization": "Bearer alpha-key"}
+        ok = await client.post(f"/v1/realms/{a}/query_data", json=q, headers=mine)
+        assert ok.status_code == 200
+        for path in ("query_data", "changes", "relations", "entities", "documents/bio.md"):
+            method = client.post if path == "query_data" else client.get
+            kwargs: dict[str, Any] = {"json": q} if path == "query_data" else {}
+            r = await method(f"/v1/realms/{b}/{path}", headers=mine, **kwargs)
+            assert err(r, 403) == "forbidden", path
+        # a key limited to other realms learns nothing about existence: 403, not 404
+        assert err(await client.get("/v1/realms/nosuchrealm/changes", headers=mine), 403)
+        star = {"Authorization": "Bearer star-key"}
+        assert (await client.get(f"/v1/realms/{b}/changes", headers=star)).status_code == 200
+        assert err(await client.get("/v1/realms/nosuchrealm/changes", headers=star), 404) == (
+            "realm_not_found"
+        )
+        assert err(await client.get("/v1/realms/Not-A-Realm/changes", headers=star), 404)
+        # service routes need no key
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_without_keys_unknown_realms_are_404(pool: AsyncConnectionPool[Any]) -> None:
+    async with api_client(pool) as client:
+        r = await client.post("/v1/realms/nosuchrealm/query_data", json={"query": "x"})
+        assert err(r, 404) == "realm_not_found"
+
+
+def test_key_parsing_and_loopback_rule() -> None:
+    keys = ApiKeys.parse(" k1 = a , b ; k2=* ")
+    assert [(g.key, sorted(g.realms)) for g in keys.grants] == [("k1", ["a", "b"]), ("k2", ["*"])]
+    for bad in ("k1", "=a", "k1=", "k1=Bad-Name", "k=a;k=b"):
+        with pytest.raises(ConfigError):
+            ApiKeys.parse(bad)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+    with pytest.raises(ConfigError, match="TIDEGRAPH_API_KEYS"):
+        require_loopback("0.0.0.0", ApiKeys())
+    require_loopback("0.0.0.0", keys)
+    require_loopback("127.0.0.1", ApiKeys())
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({}, "query"),
+        ({"query": ""}, "query"),
+        ({"query": "   "}, "blank"),
+        ({"query": "x", "mode": "everything"}, "mode"),
+        ({"query": "x", "top_k": 0}, "top_k"),
+        ({"query": "x", "top_k": 101}, "top_k"),
+        ({"query": "x", "hops": 4}, "hops"),
+        ({"query": "x", "hops": -1}, "hops"),
+        ({"query": "x", "relation_top_k": 500}, "relation_top_k"),
+        ({"query": "x", "space": "a b"}, "space"),
+        ({"query": "x", "as_of": "yesterday"}, "as_of"),
+        ({"query": "x", "as_believed_at": "2026-01-01T00:00:00"}, "as_believed_at"),
+        ({"query": "x", "surprise": 1}, "surprise"),
+        ({"query": "x\u0000y"}, "NUL"),
+        ({"query": "x", "relation_types": ["ok", "bad\u0000"]}, "NUL"),
+        ({"query": "x", "fusion": "max"}, "fusion"),
+        ({"query": "x" * 4001}, "query"),
+    ],
+)
+async def test_malformed_bodies_are_422_in_the_contract_shape(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str], body: dict[str, Any], needle: str
+) -> None:
+    async with api_client(pool) as client:
+        r = await client.post(f"/v1/realms/{realms[0]}/query_data", json=body)
+        assert err(r, 422) == "invalid_request"
+        assert needle in r.json()["error"]["message"]
+
+
+async def test_unparseable_and_oversized_bodies(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    async with api_client(pool, max_body_bytes=2048) as client:
+        url = f"/v1/realms/{realms[0]}/query_data"
+        bad_json = await client.post(
+            url, content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert err(bad_json, 422) == "invalid_request"
+        not_object = await client.post(url, json=[1, 2])
+        assert err(not_object, 422)
+        big = await client.post(url, json={"query": "x" * 5000})
+        assert err(big, 422) == "request_too_large"
+
+        async def chunks() -> AsyncIterator[bytes]:  # no content-length: streamed
+            for _ in range(10):
+                yield b" " * 1000
+
+        streamed = await client.post(
+            url, content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert err(streamed, 422) == "request_too_large"
+        assert err(await client.get("/nowhere"), 404) == "not_found"
+        assert err(await client.delete(url), 405) == "method_not_allowed"
+        bad_page = await client.get(f"/v1/realms/{realms[0]}/changes", params={"limit": 0})
+        assert err(bad_page, 422)
+        bad_space = await client.get(f"/v1/realms/{realms[0]}/documents/x", params={"space": "*"})
+        assert err(bad_space, 422)
+
+
+class RecordingChat:
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    async def __call__(self, system: str, prompt: str) -> str:
+        assert "NOT" in system
+        self.prompts.append(prompt)
+        return "Babbage designed it [1]."
+
+
+async def test_query_synthesises_with_validity_denials_and_references(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    chat = RecordingChat()
+    async with api_client(pool, chat=chat) as client:
+        r = await client.post(
+            f"/v1/realms/{realms[0]}/query", json={"query": "What did Charles Babbage design?"}
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["answer"] == "Babbage designed it [1]."
+        assert body["references"][0] == {
+            "n": 1,
+            "doc_key": "bio.md",
+            "chunk_id": body["data"]["chunks"][0]["id"],
+            "citation": "bio.md#0",
+        }
+        prompt = chat.prompts[0]
+        assert (
+            "(Charles Babbage) --[designed]--> (Analytical Engine) [valid 1834 to 1871]"
+        ) in prompt
+        assert "(Charles Babbage) --[NOT worked_with]--> (Mary Somerville)" in prompt
+        assert "(Charles Babbage) --[met]--> (Mary Somerville) [from 1833-06-05]" in prompt
+        assert "[1] (bio.md#0)" in prompt and "## References" in prompt
+        assert body["prompt"]["prompt_chars"] == body["prompt"]["retrieved_chars"]
+        assert body["prompt"]["clipped"] == 0 and body["prompt"]["budget"] is None
+
+        tight = await client.post(
+            f"/v1/realms/{realms[0]}/query",
+            json={"query": "What did Charles Babbage design?", "max_prompt_chars": 300},
+        )
+        stats = tight.json()["prompt"]
+        assert stats["clipped"] >= 1
+        assert stats["prompt_chars"] < stats["retrieved_chars"]
+        # clipped, not dropped: every passage still has its number in the prompt
+        assert len(tight.json()["references"]) == len(tight.json()["data"]["chunks"])
+        assert "[1] (bio.md#0)" in chat.prompts[-1] and "…" in chat.prompts[-1]
+
+
+async def test_query_without_a_chat_model_is_a_clear_503(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    async with api_client(pool) as client:
+        r = await client.post(f"/v1/realms/{realms[0]}/query", json={"query": "x"})
+        assert err(r, 503) == "chat_model_not_configured"
+        assert "query_data works without one" in r.json()["error"]["message"]
+        missing = await client.post("/v1/realms/nosuchrealm/query", json={"query": "x"})
+        assert err(missing, 404)
+
+
+class WideEmbedder:
+    id = "hashing:16"
+    dimension = 16
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0] + [0.0] * 15 for _ in texts]
+
+
+async def test_a_query_embedder_other_than_the_pinned_one_is_409(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    async with api_client(pool, embedder=WideEmbedder()) as client:
+        r = await client.post(f"/v1/realms/{realms[0]}/query_data", json={"query": "x"})
+        assert err(r, 409) == "embedder_mismatch"
+        assert "hashing:8" in r.json()["error"]["message"]
+        # bypass embeds nothing, so it still answers
+        ok = await client.post(
+            f"/v1/realms/{realms[0]}/query_data", json={"query": "x", "mode": "bypass"}
+        )
+        assert ok.status_code == 200
+
+
+async def test_service_routes(
+    pool: AsyncConnectionPool[Any],
+    realms: tuple[str, str],
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    async with api_client(pool) as client:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        await client.post(f"/v1/realms/{realms[0]}/query_data", json={"query": "Babbage"})
+        metrics = (await client.get("/metrics")).text
+        assert 'route="/v1/realms/{realm}/query_data"' in metrics
+        assert "tidegraph_retrieval_seconds_bucket" in metrics
+        spec = (await client.get("/openapi.json")).json()
+        assert "/v1/realms/{realm}/query_data" in spec["paths"]
+        modes = spec["components"]["schemas"]["QueryDataRequest"]["properties"]["mode"]
+        assert set(modes["enum"]) == {"mix", "local", "global", "hybrid", "naive", "bypass"}
+        # a realm whose tables disagree with its pinned dimension makes the service unready
+        broken = unique_name("br")
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            info = await create_realm(conn, broken, RealmConfig(embedder="hashing:8"))
+            await conn.execute(
+                f"UPDATE \"{info.schema}\".meta SET embedder = 'hashing:9', dimension = 9"
+            )
+            try:
+                unready = await client.get("/readyz")
+                assert err(unready, 503) == "unavailable"
+                assert broken in unready.json()["error"]["message"]
+            finally:
+                await conn.execute(
+                    f"UPDATE \"{info.schema}\".meta SET embedder = 'hashing:8', dimension = 8"
+                )
