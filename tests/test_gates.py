@@ -93,10 +93,11 @@ def _run(
     config: GateConfig = DEFAULT,
 ) -> tuple[list[CandidateEntity], list[CandidateRelation], dict[str, Gate]]:
     result = apply_gates(ExtractionOutput(entities=entities, relations=relations), config)
-    gates = {
-        (r.alias or getattr(r.record, "name", None) or getattr(r.record, "predicate", "")): r.gate
-        for r in result.rejections
-    }
+    gates: dict[str, Gate] = {}
+    for r in result.rejections:
+        record = r.record
+        key = record.name if isinstance(record, CandidateEntity) else record.predicate
+        gates[r.alias or key] = r.gate
     return list(result.entities), list(result.relations), gates
 
 

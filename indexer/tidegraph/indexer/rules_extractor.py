@@ -319,13 +319,12 @@ _DATE = (
     r"|(?<![\d$€£.,])\d{4}(?:-\d{2}(?:-\d{2})?)?(?![\d%]))"
 )
 _PERIOD = re.compile(
-    rf"\b(?:(?i:from)\s+(?P<from>{_DATE})"
-    rf"(?:\s*(?:to|until|till|through|[-–—])\s*(?P<to>{_DATE}))?"
-    rf"|(?i:between)\s+(?P<bfrom>{_DATE})\s+and\s+(?P<bto>{_DATE})"
-    rf"|(?i:since)\s+(?P<since>{_DATE})"
-    rf"|(?i:until|till|up\s+to)\s+(?P<until>{_DATE})"
-    rf"|(?i:in|during|on)\s+(?P<in>{_DATE})"
-    rf"|\((?P<rfrom>{_DATE})\s*[-–—]\s*(?P<rto>{_DATE})\))"
+    rf"\b(?i:from)\s+(?P<from>{_DATE})(?:\s*(?:to|until|till|through|[-–—])\s*(?P<to>{_DATE}))?"
+    rf"|\b(?i:between)\s+(?P<bfrom>{_DATE})\s+and\s+(?P<bto>{_DATE})"
+    rf"|\b(?i:since)\s+(?P<since>{_DATE})"
+    rf"|\b(?i:until|till|up\s+to)\s+(?P<until>{_DATE})"
+    rf"|\b(?i:in|during|on)\s+(?P<in>{_DATE})"
+    rf"|\((?P<rfrom>{_DATE})\s*[-–—]\s*(?P<rto>{_DATE})\)"
 )
 
 
@@ -587,14 +586,13 @@ class RulesExtractor:
 
     def _objects(self, text: str, m: re.Match[str]) -> list[str]:
         objs = m["objs"]
-        if m.end() < len(text) and text[m.end() : m.end() + 2] in ("'s", "’s"):
-            return []  # "worked with Babbage's son": a role of someone, not a named object
         resume = self._resume(text, m)
         if resume != m.end():
             objs = text[m.start("objs") : resume].rstrip()
             objs = objs[: -len("and")].rstrip() if objs.endswith("and") else objs
-        names = [found for part in _SPLIT_OBJECTS.split(objs) if (found := part.strip())]
-        return [n for n in (_trim_name(p) for p in names) if n]
+        parts = [part for part in map(str.strip, _SPLIT_OBJECTS.split(objs)) if part]
+        # "worked with Babbage's son": a role of someone, not a named object
+        return [_trim_name(p) for p in parts if not p.endswith(("'s", "’s"))]
 
 
 def _enclosing(starts: list[int], position: int, length: int) -> tuple[int, int]:
