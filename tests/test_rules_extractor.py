@@ -193,6 +193,10 @@ def test_known_names_are_reused() -> None:
 def test_pronouns_resolve_to_the_last_person_or_reach_the_gates() -> None:
     resolved = _triples("Charles Babbage, a mathematician, lived in London. He worked with Ada.")
     assert resolved[-1][:3] == ("Charles Babbage", "worked_with", "Ada")
+    resolved = _triples("Babbage, a mathematician, was born in 1791. He worked with Ada.")
+    assert resolved == [("Babbage", "worked_with", "Ada", False, None, None)]
+    resolved = _triples("Ada married Bob King. Mary Somerville is a scientist. She wrote Notes.")
+    assert resolved[-1][:3] == ("Mary Somerville", "wrote", "Notes")  # the latest Person
     out = RULES.extract_text(
         "He worked with Ada. His father worked with Ada. The company acquired Acme."
     )
@@ -259,8 +263,8 @@ def test_fast_enough_for_the_indexer_benchmark() -> None:
     )
     chunks = chunk_document((sentence * 8 + "\n\n") * 25)
     assert len(chunks) >= 20
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: other processes on the machine do not count
     for chunk in chunks:
         RULES.extract_text(chunk.text)
-    rate = len(chunks) / (time.perf_counter() - started)
-    assert rate > 250, f"{rate:.0f} chunks/s"  # ~2,500/s on an idle core; generous margin
+    rate = len(chunks) / max(time.process_time() - started, 1e-9)
+    assert rate > 250, f"{rate:.0f} chunks/s"  # ~2,500/s on one core; a generous margin

@@ -31,9 +31,9 @@ Hedges
     may have, reportedly, allegedly, possibly, probably, perhaps … → confidence 0.2, below
     the default floor; plain statements get 0.9.
 Pronouns
-    ``He``/``She`` as subject resolve to the last Person named as a subject earlier in the
-    chunk; otherwise, like ``his father`` or ``the company``, they are emitted as written
-    for the gates to reject.
+    ``He``/``She`` as subject resolve to the latest Person mentioned before them in the chunk
+    (a Person subject, or a name typed Person by ``X, a mathematician``); otherwise, like
+    ``his father`` or ``the company``, they are emitted as written for the gates to reject.
 
 Every regular expression is compiled once; name phrases use possessive quantifiers so no
 pattern backtracks over a run of capitalised words.
@@ -41,6 +41,7 @@ pattern backtracks over a run of capitalised words.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from dataclasses import dataclass, field
@@ -412,6 +413,8 @@ class _Collector:
     def __init__(self, context: DocumentContext) -> None:
         self.entities: dict[str, _Entity] = {}
         self.exact, self.by_last = _known_index(context.known_names)
+        self.people: list[tuple[int, str]] = []
+        """(offset, name) of each mention typed Person, in text order: pronoun antecedents."""
 
     def canonical(self, raw: str) -> str:
         name = _trim_name(raw)
@@ -471,10 +474,11 @@ class RulesExtractor:
     def _entities(self, text: str, found: _Collector) -> None:
         if ", a" in text or ", the" in text:
             for m in _APPOSITIVE.finditer(text):
-                self._describe(found, m["name"], m["desc"])
+                self._describe(found, m)
         if " is a" in text or " was a" in text or " is the" in text or " was the" in text:
             for m in _COPULA_TYPE.finditer(text):
-                self._describe(found, m["name"], m["desc"])
+                self._describe(found, m)
+        found.people.sort()
         if "known as" in text or "called" in text or "nicknamed" in text or "dubbed" in text:
             for m in _ALIAS.finditer(text):
                 alias = m["qalias"] or m["alias"]
@@ -485,13 +489,16 @@ class RulesExtractor:
                 found.add(found.canonical(m["name"])).aliases.append(_trim_name(m["alias"]))
 
     @staticmethod
-    def _describe(found: _Collector, raw_name: str, description: str) -> None:
+    def _describe(found: _Collector, m: re.Match[str]) -> None:
+        description = m["desc"]
         entity_type = _type_of(description)
         if entity_type is None:
             return
-        name = found.canonical(raw_name)
+        name = found.canonical(m["name"])
         if name.lower() in _NOT_NAMES:
             return
+        if entity_type == _PERSON:
+            found.people.append((m.start(), name))
         found.typed(name, entity_type, cued=True)
         entity = found.add(name)
         if len(description) > len(entity.description):
@@ -507,17 +514,18 @@ class RulesExtractor:
             return []
         starts = sentence_starts(text)
         relations: list[CandidateRelation] = []
-        last_person: str | None = None
+        last_person: tuple[int, str] | None = None
         for k, m in enumerate(matches):
             verb = self._verb(m)
-            subject, is_name = self._subject(m["subj"], found, last_person)
+            antecedent = _latest((last_person, _mention_before(found.people, m.start())))
+            subject, is_name = self._subject(m["subj"], found, antecedent)
             objects = [found.canonical(o) for o in self._objects(text, m)]
             if not objects:
                 continue
             if is_name:
                 found.typed(subject, verb.subject_type if not verb.passive else None)
                 if found.add(subject).type == _PERSON:
-                    last_person = subject
+                    last_person = (m.start(), subject)
             sentence_start, sentence_end = _enclosing(starts, m.start(), len(text))
             clause_end = sentence_end
             if k + 1 < len(matches):
@@ -595,15 +603,19 @@ class RulesExtractor:
         return [_trim_name(p) for p in parts if not p.endswith(("'s", "’s"))]
 
 
+def _mention_before(people: list[tuple[int, str]], position: int) -> tuple[int, str] | None:
+    """The last Person mention starting before ``position``."""
+    k = bisect.bisect_left(people, (position, ""))
+    return people[k - 1] if k else None
+
+
+def _latest(mentions: tuple[tuple[int, str] | None, ...]) -> str | None:
+    """The name of the latest of the given mentions, if any."""
+    present = [m for m in mentions if m is not None]
+    return max(present)[1] if present else None
+
+
 def _enclosing(starts: list[int], position: int, length: int) -> tuple[int, int]:
     """``(start, end)`` of the sentence containing ``position``."""
-    lo, hi = 0, len(starts)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if starts[mid] <= position:
-            lo = mid + 1
-        else:
-            hi = mid
-    begin = starts[lo - 1] if lo > 0 else 0
-    end = starts[lo] if lo < len(starts) else length
-    return begin, end
+    k = bisect.bisect_right(starts, position)
+    return (starts[k - 1] if k else 0), (starts[k] if k < len(starts) else length)
