@@ -34,9 +34,8 @@ from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import (
     RealmCatalog,
     RealmMeta,
-    check_realm_schema,
     is_transient,
-    list_realms,
+    realm_problems,
     unavailable,
 )
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder, checked
@@ -190,15 +189,10 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     async def readyz() -> Response:
         """Readiness: the database answers and every realm's tables are usable."""
         async with deps.pool.connection() as conn:
-            problems = []
-            realms = await list_realms(conn)
-            for realm, schema in realms:
-                problem = await check_realm_schema(conn, realm, schema)
-                if problem:
-                    problems.append(problem)
+            count, problems = await realm_problems(conn)
         if problems:
             raise Unavailable("; ".join(problems))
-        return _json({"status": "ready", "realms": len(realms)})
+        return _json({"status": "ready", "realms": count})
 
     @app.get("/metrics", tags=["service"], response_class=Response)
     async def prometheus() -> Response:

@@ -156,36 +156,61 @@ async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
     return [(str(a), str(b)) for a, b in await cur.fetchall()]
 
 
-async def check_realm_schema(conn: AsyncConnection[Any], realm: str, schema: str) -> str | None:
-    """Why a realm's tables cannot serve queries, or ``None`` when they can."""
+async def realm_problems(conn: AsyncConnection[Any]) -> tuple[int, list[str]]:
+    """(number of realms, why some cannot serve queries), in three statements whatever the
+    number of realms: each needs a meta row whose embedder agrees with its dimension, and
+    every embedding column at that dimension."""
+    realms = await list_realms(conn)
+    if not realms:
+        return 0, []
+    schemas = [s for _, s in realms]
     cur = await conn.execute(
-        "SELECT c.relname, format_type(a.atttypid, a.atttypmod)"
+        "SELECT n.nspname, c.relname, format_type(a.atttypid, a.atttypmod)"
         " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND a.attname = 'embedding' AND a.attnum > 0"
-        " AND NOT a.attisdropped",
-        (schema,),
+        " WHERE n.nspname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped"
+        " AND (a.attname = 'embedding' OR (c.relname = 'meta' AND a.attname = 'dimension'))",
+        (schemas,),
     )
-    types = {str(t): str(ty) for t, ty in await cur.fetchall()}
-    try:
-        meta = await conn.execute(
-            sql.SQL("SELECT embedder, dimension FROM {}").format(table(schema, "meta"))
+    types: dict[tuple[str, str], str] = {
+        (str(n), str(t)): str(ty) for n, t, ty in await cur.fetchall()
+    }
+    with_meta = [s for s in schemas if (s, "meta") in types]
+    metas: dict[str, tuple[str, int]] = {}
+    if with_meta:
+        union = sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {}, embedder, dimension FROM {}").format(
+                sql.Literal(s), table(s, "meta")
+            )
+            for s in with_meta
         )
-        row = await meta.fetchone()
-    except psycopg.errors.UndefinedTable:
-        return f"realm {realm!r}: schema {schema!r} has no meta table"
-    if row is None:
-        return f"realm {realm!r}: meta row missing"
+        cur = await conn.execute(union)
+        metas = {str(s): (str(e), int(d)) for s, e, d in await cur.fetchall()}
+    problems = []
+    for realm, schema in realms:
+        problem = _realm_problem(realm, schema, metas.get(schema), types)
+        if problem:
+            problems.append(problem)
+    return len(realms), problems
+
+
+def _realm_problem(
+    realm: str, schema: str, meta: tuple[str, int] | None, types: dict[tuple[str, str], str]
+) -> str | None:
+    if meta is None:
+        return f"realm {realm!r}: schema {schema!r} has no meta row"
+    embedder, dimension = meta
     try:
-        spec = parse_embedder(str(row[0]))
+        spec = parse_embedder(embedder)
     except ValueError as exc:
         return f"realm {realm!r}: {exc}"
-    want = f"vector({int(row[1])})"
-    if spec.dimension != int(row[1]):
-        return f"realm {realm!r}: embedder {row[0]} disagrees with dimension {row[1]}"
+    if spec.dimension != dimension:
+        return f"realm {realm!r}: embedder {embedder} disagrees with dimension {dimension}"
+    want = f"vector({dimension})"
     for name in _VECTOR_TABLES:
-        if types.get(name) != want:
-            return f"realm {realm!r}: {schema}.{name}.embedding is {types.get(name)}, want {want}"
+        found = types.get((schema, name))
+        if found != want:
+            return f"realm {realm!r}: {schema}.{name}.embedding is {found}, want {want}"
     return None
 
 
