@@ -8,6 +8,7 @@ from typing import Any, TypeAlias
 import orjson
 from aiokafka import AIOKafkaConsumer
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.jsonschema_export import load

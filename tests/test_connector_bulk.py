@@ -15,6 +15,7 @@ from connector_helpers import (  # type: ignore[import-not-found]
     read_topic,
     validated,
 )
+
 from tidegraph.connectors.bulk import Input, Refusal, publish_paths, read_inputs
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.schemas.hashing import content_hash

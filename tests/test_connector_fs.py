@@ -14,6 +14,7 @@ from connector_helpers import (  # type: ignore[import-not-found]
     read_topic,
     validated,
 )
+
 from tidegraph.connectors.fs import FsConnector, SyncReport
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import first_heading, matches

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from connector_helpers import fresh_settings, read_topic, validated  # type: ignore[import-not-found]
+
 from tidegraph.connectors.api_keys import parse_api_keys
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.http_ingest import IngestService, create_app

@@ -112,10 +112,10 @@ async def _run_until(cdc: PostgresCdc, done: Callable[[], bool]) -> None:
 async def test_load_then_changes(source: Source) -> None:
     await source.sql("INSERT INTO {t} VALUES ('a', 'alpha', 'A', 1), ('b', 'beta', NULL, 2)")
     async with DocumentProducer.from_settings(source.settings) as producer:
-        cdc = PostgresCdc(source.dsn, source.spec(), producer, poll_interval=0.02)
+        cdc = PostgresCdc(source.dsn, source.spec(), producer)
         stop = asyncio.Event()
         task = asyncio.create_task(cdc.run(stop))
-        while cdc.stats.snapshot_rows < 2 or cdc.stats.confirmed_lsn == 0:
+        while cdc.stats.snapshot_rows < 2 or not cdc.stats.streaming:
             assert not task.done(), task.exception()
             await asyncio.sleep(0.05)
         big = "x" * 300_000  # stored out of line (TOAST)
@@ -149,10 +149,10 @@ async def test_load_then_changes(source: Source) -> None:
 async def test_restart_resumes_without_reloading(source: Source) -> None:
     await source.sql("INSERT INTO {t} VALUES ('a', 'one', NULL, 1)")
     async with DocumentProducer.from_settings(source.settings) as producer:
-        first = PostgresCdc(source.dsn, source.spec(), producer, poll_interval=0.02)
+        first = PostgresCdc(source.dsn, source.spec(), producer)
         await _run_until(first, lambda: first.stats.published >= 1)
         await source.sql("UPDATE {t} SET body = 'two' WHERE id = 'a'")
-        second = PostgresCdc(source.dsn, source.spec(), producer, poll_interval=0.02)
+        second = PostgresCdc(source.dsn, source.spec(), producer)
         await _run_until(second, lambda: second.stats.published >= 1)
         assert second.stats.snapshot_rows == 0
     assert [d.content for d in await _documents(source, 2)] == ["one", "two"]
@@ -197,7 +197,7 @@ def _command(src: Source, *extra: str) -> list[str]:
         sys.executable, "-m", "tidegraph.infra.cli", "connect", "postgres",
         "--dsn", src.dsn, "--table", src.table, "--key-column", "id",
         "--content-column", "body", "--realm", src.realm, "--slot", src.slot,
-        "--topic-prefix", src.settings.topic_prefix, "--poll-interval", "0.01", *extra,
+        "--topic-prefix", src.settings.topic_prefix, *extra,
     ]  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import DocumentProducer, encode
 from tidegraph.connectors.topics import ensure_topics

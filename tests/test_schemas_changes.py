@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.changes import (
     CHANGE_SCHEMA,

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import (
     DOCUMENT_SCHEMA,
@@ -309,3 +310,4 @@ def test_round_trip_model_json_model(doc: DocumentVersion) -> None:
     assert again == doc
     assert again.to_json() == data
     assert again.hash_matches()
+    assert data == orjson.dumps(doc.model_dump(mode="json", exclude_none=True))

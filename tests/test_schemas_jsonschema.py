@@ -14,6 +14,7 @@ from test_schemas_documents import (  # type: ignore[import-not-found]
     documents,
     upsert,
 )
+
 from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.documents import DocumentVersion

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+
 from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.realm_config import (
     DEFAULT_REALM_CONFIG,

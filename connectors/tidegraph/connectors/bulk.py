@@ -19,6 +19,7 @@ from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
 import orjson
+
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError, UndecodableSourceError
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.progress import Progress

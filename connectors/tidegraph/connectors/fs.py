@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from watchfiles import awatch
+
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError, UndecodableSourceError
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, matches, title_of, walk
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import DEFAULT_SPACE
-from watchfiles import awatch
 
 log = logging.getLogger(__name__)
 

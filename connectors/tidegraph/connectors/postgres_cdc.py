@@ -3,121 +3,109 @@
 Setup creates a publication on the table and a replication slot using ``pgoutput``. The slot
 is created on a replication connection that exports its snapshot; the existing rows are read
 under exactly that snapshot, so the initial load and the change stream meet without a gap
-or an overlap. Rows are then streamed as document versions:
+or an overlap.
 
-1. peek at the slot (``pg_logical_slot_peek_binary_changes``): whole transactions, in
-   commit order, not consumed;
-2. decode the ``pgoutput`` messages and submit one document version per row change;
-3. wait until Kafka acknowledged every one of them;
-4. only then advance the slot (``pg_replication_slot_advance``) past those transactions.
+Then the slot is streamed (``START_REPLICATION``), and for each committed transaction:
 
-A crash at any point therefore loses nothing: what was not acknowledged is still in the slot
-and is peeked again (duplicates are harmless, the indexer is idempotent). ``source_version``
-is the commit LSN (20 digits) followed by the change's position in its transaction (10
-digits), so versions order as integers and as strings; snapshot rows carry the slot's
-consistent point with position 0, below every streamed change.
+1. decode its ``pgoutput`` messages and submit one document version per row change;
+2. keep reading while Kafka acknowledges (many transactions are in flight at once);
+3. once every record of a transaction *and of all transactions before it* is
+   acknowledged, report the transaction's end as flushed — only then does the slot's
+   confirmed position move past it.
+
+A crash at any point therefore loses nothing: a restart streams again from the confirmed
+position (duplicates are harmless, the indexer is idempotent). When the table is idle, the
+server's keepalives let the slot move past other tables' WAL once nothing is in flight.
 
 A crash during the initial load is caught by a marker: the publication's comment records
 that the snapshot of this slot completed; a slot found without it is dropped and the load
-redone. When the table is idle a transactional logical message (a heartbeat) lets the slot
-advance past other tables' WAL, so decoding never re-reads an ever-growing backlog.
+redone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from tidegraph.connectors import pgoutput
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError, SourceSetupError
+from tidegraph.connectors.postgres_capture import (
+    CaptureSpec,
+    Conn,
+    RowMapper,
+    Table,
+    default_slot_name,
+    source_version,
+)
 from tidegraph.connectors.producer import Delivery, DocumentProducer
-from tidegraph.schemas._validation import RecordValidationError
+from tidegraph.connectors.replication import Keepalive, ReplicationLost, ReplicationStream
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm
+from tidegraph.schemas.names import validate_realm
+
+__all__ = [
+    "AckCallback",
+    "CaptureSpec",
+    "CdcStats",
+    "PostgresCdc",
+    "default_slot_name",
+    "source_version",
+]
 
 log = logging.getLogger(__name__)
 
-SOURCE = "postgres"
-HEARTBEAT_PREFIX = "tidegraph.cdc.heartbeat"
 MARKER_PREFIX = "tidegraph cdc"
-_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 
-Conn = psycopg.AsyncConnection[tuple[Any, ...]]
-Pending = deque[tuple[DocumentVersion, "asyncio.Future[Delivery]", datetime | None]]
-"""Documents submitted and not yet acknowledged, with their source commit time."""
 AckCallback = Callable[[DocumentVersion, Delivery, datetime | None], None]
-"""Called per acknowledged document with the source commit time (``None`` for snapshots)."""
+"""Called per acknowledged document with the source commit time (``None`` for the load)."""
 
 
-def source_version(lsn: int, position: int) -> str:
-    """Commit LSN and position in the transaction, fixed width: orders as int and as str."""
-    return f"{lsn:020d}{position:010d}"
-
-
-def default_slot_name(realm: str, table: str) -> str:
-    """``tidegraph_<realm>_<table>``, folded to what slot names allow (a-z, 0-9, _)."""
-    base = re.sub(r"[^a-z0-9_]", "_", f"tidegraph_{realm}_{table}".lower())
-    return base[:63]
-
-
-@dataclass(frozen=True)
-class CaptureSpec:
-    """Which table to capture and how its columns map onto a document."""
-
-    table: str
-    """Table name as SQL would resolve it (``orders`` or ``sales.orders``)."""
-    key_column: str
-    """Its value is the ``doc_key``; must be part of the replica identity."""
-    content_column: str
-    realm: str
-    title_column: str | None = None
-    order_column: str | None = None
-    """Its text value becomes ``order_key``."""
-    space: str = DEFAULT_SPACE
-    slot: str | None = None
-    """Replication slot (and publication) name; derived from realm and table when absent."""
-
-    @property
-    def slot_name(self) -> str:
-        name = self.slot or default_slot_name(self.realm, self.table)
-        if not _SLOT_NAME.fullmatch(name):
-            raise SourceSetupError(f"slot name {name!r} must match {_SLOT_NAME.pattern}")
-        return name
-
-
-@dataclass(frozen=True)
-class _Table:
-    oid: int
-    schema: str
-    name: str
-
-    @property
-    def ident(self) -> sql.Composable:
-        return sql.Identifier(self.schema, self.name)
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.schema}.{self.name}"
-
-
-@dataclass
 class CdcStats:
-    """Counters, for progress and the benchmark."""
+    """Counters, for progress lines and the benchmark."""
 
-    snapshot_rows: int = 0
-    changes: int = 0
-    published: int = 0
-    refused: int = 0
-    confirmed_lsn: int = 0
+    def __init__(self) -> None:
+        self.snapshot_rows = 0
+        self.changes = 0
+        self.published = 0
+        self.refused = 0
+        self.confirmed_lsn = 0
+        self.streaming = False
+
+
+class _Txn:
+    """A transaction's records, counted down as Kafka acknowledges them."""
+
+    __slots__ = ("end_lsn", "futures", "remaining", "error")
+
+    def __init__(self) -> None:
+        self.end_lsn = 0
+        self.futures: list[asyncio.Future[Delivery]] = []
+        self.remaining = 0
+        self.error: BaseException | None = None
+
+    def add(self, future: asyncio.Future[Delivery]) -> None:
+        self.futures.append(future)
+        self.remaining += 1
+        future.add_done_callback(self._one_done)
+
+    def _one_done(self, future: asyncio.Future[Delivery]) -> None:
+        self.remaining -= 1
+        if self.error is None:
+            if future.cancelled():
+                self.error = DeliveryError("send cancelled")
+            else:
+                self.error = future.exception()
+
+    def done(self) -> bool:
+        return self.remaining == 0
+
+    def failure(self) -> BaseException | None:
+        return self.error
 
 
 class PostgresCdc:
@@ -129,9 +117,8 @@ class PostgresCdc:
         spec: CaptureSpec,
         producer: DocumentProducer,
         *,
-        batch_changes: int = 5000,
-        poll_interval: float = 0.05,
-        heartbeat_interval: float = 1.0,
+        max_in_flight: int = 20_000,
+        status_interval: float = 0.1,
         on_ack: AckCallback | None = None,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
@@ -140,19 +127,23 @@ class PostgresCdc:
         self.spec = spec
         self.slot = spec.slot_name
         self.producer = producer
-        self.batch_changes = batch_changes
-        self.poll_interval = poll_interval
-        self.heartbeat_interval = heartbeat_interval
+        self.max_in_flight = max_in_flight
+        self.status_interval = status_interval
         self.on_ack = on_ack
         self.on_event = on_event
         self.stats = CdcStats()
-        self._table: _Table | None = None
-        self._columns: dict[str, int] = {}
+        self._mapper: RowMapper | None = None
 
     def _say(self, message: str) -> None:
         log.info("%s", message)
         if self.on_event is not None:
             self.on_event(message)
+
+    def _refuse(self, key: str | None, reason: str) -> None:
+        self.stats.refused += 1
+        log.error("refused row %s of %s: %s", key, self.spec.table, reason)
+        if self.on_event is not None:
+            self.on_event(f"refused row {key!r}: {reason}")
 
     # ------------------------------------------------------------------ setup
 
@@ -162,7 +153,7 @@ class PostgresCdc:
         except psycopg.OperationalError as exc:
             raise SourceSetupError(f"cannot connect to PostgreSQL: {exc}") from exc
 
-    async def _resolve_table(self, conn: Conn) -> _Table:
+    async def _resolve_table(self, conn: Conn) -> Table:
         row = await (
             await conn.execute(
                 "SELECT c.oid::int8, n.nspname, c.relname, c.relreplident"
@@ -174,7 +165,7 @@ class PostgresCdc:
         if row is None:
             raise SourceSetupError(f"table {self.spec.table!r} does not exist")
         oid, schema, name, identity = row
-        table = _Table(int(str(oid)), str(schema), str(name))
+        table = Table(int(oid), str(schema), str(name))
         cols = await (
             await conn.execute(
                 "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0"
@@ -183,8 +174,7 @@ class PostgresCdc:
             )
         ).fetchall()
         names = {str(c[0]) for c in cols}
-        wanted = [self.spec.key_column, self.spec.content_column]
-        wanted += [c for c in (self.spec.title_column, self.spec.order_column) if c]
+        wanted = [self.spec.key_column, *(c for c in self.spec.value_columns if c)]
         missing = [c for c in wanted if c not in names]
         if missing:
             raise SourceSetupError(f"table {table.qualified} has no column {', '.join(missing)}")
@@ -206,6 +196,7 @@ class PostgresCdc:
                     f"{table.qualified}, so deleted rows could not be named: make it the "
                     f"primary key or run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL"
                 )
+        self._mapper = RowMapper(self.spec, table, self._refuse)
         return table
 
     async def _marker(self, conn: Conn) -> str | None:
@@ -218,6 +209,13 @@ class PostgresCdc:
             )
         ).fetchone()
         return None if row is None else str(row[0])
+
+    async def _comment(self, conn: Conn, text: str) -> None:
+        await conn.execute(
+            sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+                sql.Identifier(self.slot), sql.Literal(f"{MARKER_PREFIX}: {text}")
+            )
+        )
 
     async def _slot_exists(self, conn: Conn) -> bool:
         row = await (
@@ -243,7 +241,7 @@ class PostgresCdc:
             level = await (await conn.execute("SHOW wal_level")).fetchone()
             if level is None or level[0] != "logical":
                 raise SourceSetupError("PostgreSQL needs wal_level = logical for this connector")
-            table = self._table = await self._resolve_table(conn)
+            table = await self._resolve_table(conn)
             marker = await self._marker(conn)
             if marker is None:
                 await conn.execute(
@@ -265,33 +263,14 @@ class PostgresCdc:
         finally:
             await conn.close()
 
-    async def _comment(self, conn: Conn, text: str) -> None:
-        await conn.execute(
-            sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
-                sql.Identifier(self.slot), sql.Literal(f"{MARKER_PREFIX}: {text}")
-            )
-        )
-
-    def _select(self, table: _Table) -> sql.Composed:
-        def text(column: str | None) -> sql.Composable:
-            if column is None:
-                return sql.SQL("NULL::text")
-            return sql.SQL("{}::text").format(sql.Identifier(column))
-
-        return sql.SQL("SELECT {}, {}, {}, {} FROM {}").format(
-            text(self.spec.key_column),
-            text(self.spec.content_column),
-            text(self.spec.title_column),
-            text(self.spec.order_column),
-            table.ident,
-        )
-
-    async def _create_slot_and_load(self, conn: Conn, table: _Table) -> None:
+    async def _create_slot_and_load(self, conn: Conn, table: Table) -> None:
         """Create the slot exporting its snapshot, and publish every row seen in it."""
+        assert self._mapper is not None
         repl = await psycopg.AsyncConnection.connect(
             self.dsn, autocommit=True, replication="database"
         )
         reader = await psycopg.AsyncConnection.connect(self.dsn)
+        pending: deque[tuple[DocumentVersion, asyncio.Future[Delivery]]] = deque()
         try:
             created = await (
                 await repl.execute(
@@ -302,10 +281,9 @@ class PostgresCdc:
             ).fetchone()
             assert created is not None
             consistent = pgoutput.lsn_to_int(str(created[1]))
-            snapshot_name = str(created[2])
             await reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             await reader.execute(
-                sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name))
+                sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(str(created[2])))
             )
             await repl.close()  # the snapshot now lives in the reader's transaction
             self._say(
@@ -314,20 +292,21 @@ class PostgresCdc:
             )
             version = source_version(consistent, 0)
             now = datetime.now(UTC)
-            pending: Pending = deque()
             async with reader.cursor(name="tidegraph_cdc_snapshot") as cursor:
                 cursor.itersize = 2000
-                await cursor.execute(self._select(table))
+                await cursor.execute(self._mapper.select_all())
                 async for key, content, title, order in cursor:
                     self.stats.snapshot_rows += 1
-                    doc = self._upsert(key, content, title, order, version, now)
+                    doc = self._mapper.upsert(key, (content, title, order), version, now)
                     if doc is not None:
-                        await self._submit(doc, None, pending)
-                    while len(pending) > 10_000:
-                        await self._settle(pending.popleft())
+                        future = await self._submit(doc, None)
+                        if future is not None:
+                            pending.append((doc, future))
+                    while len(pending) > self.max_in_flight:
+                        await pending.popleft()[1]
             await reader.rollback()
             while pending:
-                await self._settle(pending.popleft())
+                await pending.popleft()[1]
         finally:
             await repl.close()
             await reader.close()
@@ -339,86 +318,34 @@ class PostgresCdc:
         self.stats.confirmed_lsn = consistent
         self._say(f"initial load done: {self.stats.snapshot_rows} rows")
 
-    # ------------------------------------------------------------- documents
-
-    def _upsert(
-        self,
-        key: object,
-        content: object,
-        title: object,
-        order: object,
-        version: str,
-        event_time: datetime,
-    ) -> DocumentVersion | None:
-        if key is None:
-            self._refuse(None, "row with a NULL key column")
-            return None
-        fields: dict[str, object] = {
-            "space": self.spec.space,
-            "source": SOURCE,
-            "source_version": version,
-            "metadata": {"table": self._table.qualified if self._table else self.spec.table},
-        }
-        if title is not None:
-            fields["title"] = str(title)
-        if order is not None:
-            fields["order_key"] = str(order)
-        try:
-            return DocumentVersion.for_upsert(
-                self.spec.realm,
-                str(key),
-                "" if content is None else str(content),
-                event_time=event_time,
-                **fields,
-            )
-        except RecordValidationError as exc:
-            self._refuse(str(key), str(exc))
-            return None
-
-    def _delete(self, key: object, version: str, event_time: datetime) -> DocumentVersion | None:
-        if key is None:
-            self._refuse(None, "deleted row without its key column")
-            return None
-        try:
-            return DocumentVersion.for_delete(
-                self.spec.realm,
-                str(key),
-                space=self.spec.space,
-                source=SOURCE,
-                source_version=version,
-                event_time=event_time,
-            )
-        except RecordValidationError as exc:
-            self._refuse(str(key), str(exc))
-            return None
-
-    def _refuse(self, key: str | None, reason: str) -> None:
-        self.stats.refused += 1
-        log.error("refused row %s of %s: %s", key, self.spec.table, reason)
-        if self.on_event is not None:
-            self.on_event(f"refused row {key!r}: {reason}")
-
     async def _submit(
-        self, doc: DocumentVersion, commit_time: datetime | None, pending: Pending
-    ) -> None:
+        self, doc: DocumentVersion, commit_time: datetime | None
+    ) -> asyncio.Future[Delivery] | None:
+        """Buffer ``doc``; count and report it when acknowledged. ``None`` if refused."""
         try:
-            pending.append((doc, await self.producer.submit(doc), commit_time))
+            future = await self.producer.submit(doc)
         except DocumentTooLargeError as exc:
             self._refuse(doc.doc_key, str(exc))
+            return None
 
-    async def _settle(
-        self, item: tuple[DocumentVersion, asyncio.Future[Delivery], datetime | None]
-    ) -> None:
-        doc, future, commit_time = item
-        delivery = await future
-        self.stats.published += 1
-        if self.on_ack is not None:
-            self.on_ack(doc, delivery, commit_time)
+        def acked(f: asyncio.Future[Delivery]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                return
+            self.stats.published += 1
+            if self.on_ack is not None:
+                self.on_ack(doc, f.result(), commit_time)
+
+        future.add_done_callback(acked)
+        return future
 
     # ------------------------------------------------------------- streaming
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Set up if needed, then stream changes until ``stop`` is set."""
+        """Set up if needed, then stream changes until ``stop`` is set.
+
+        A lost replication connection or a record Kafka did not acknowledge restarts the
+        stream from the slot's confirmed position after a pause.
+        """
         stop = stop or asyncio.Event()
         guard = await self._connect()
         try:
@@ -431,137 +358,105 @@ class PostgresCdc:
             if not locked or not locked[0]:
                 raise SourceSetupError(f"another connector is already running on {self.slot}")
             await self.setup()
-            conn = await self._connect()
-            try:
-                if self._table is None:
-                    self._table = await self._resolve_table(conn)
-                await self._stream(conn, stop)
-            finally:
-                await conn.close()
+            while not stop.is_set():
+                try:
+                    await self._stream(guard, stop)
+                except (ReplicationLost, DeliveryError) as exc:
+                    log.warning("stream interrupted, resuming from the slot: %s", exc)
+                    self._say(f"stream interrupted ({exc}); resuming")
+                    await _sleep_or_stop(stop, 1.0)
         finally:
+            self.stats.streaming = False
             await guard.close()
 
-    async def _stream(self, conn: Conn, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        last_progress = loop.time()
-        relations: dict[int, pgoutput.Relation] = {}
+    async def _stream(self, lookups: Conn, stop: asyncio.Event) -> None:
+        """One replication session: read, publish, confirm what Kafka acknowledged."""
+        mapper = self._mapper
+        assert mapper is not None
+        stream = await ReplicationStream.start(self.dsn, self.slot, self.slot)
+        self.stats.streaming = True
         self._say(f"streaming changes of {self.spec.table} from slot {self.slot}")
-        while not stop.is_set():
-            try:
-                rows = await (
-                    await conn.execute(
-                        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes("
-                        "%s, NULL, %s, 'proto_version', '1', 'publication_names', %s,"
-                        " 'messages', 'true')",
-                        (self.slot, self.batch_changes, self.slot),
-                    )
-                ).fetchall()
-                if rows:
-                    await self._apply(conn, rows, relations)
-                    last_progress = loop.time()
-                    continue
-            except DeliveryError as exc:
-                log.warning("Kafka did not acknowledge, retrying from the slot: %s", exc)
-                await _sleep_or_stop(stop, 1.0)
-                continue
-            if loop.time() - last_progress >= self.heartbeat_interval:
-                await conn.execute(
-                    "SELECT pg_logical_emit_message(true, %s, %s)", (HEARTBEAT_PREFIX, self.slot)
-                )
-                last_progress = loop.time()
-            await _sleep_or_stop(stop, self.poll_interval)
-
-    async def _apply(
-        self,
-        conn: Conn,
-        rows: list[tuple[object, ...]],
-        relations: dict[int, pgoutput.Relation],
-    ) -> None:
-        """Publish a peeked batch, wait for every ack, then advance the slot past it."""
-        pending: Pending = deque()
+        relations: dict[int, pgoutput.Relation] = {}
+        committed: deque[_Txn] = deque()
+        in_flight = 0
+        txn: _Txn | None = None
         begin: pgoutput.Begin | None = None
         position = 0
-        advance_to = 0
-        for _, data in rows:
-            message = pgoutput.decode(data)  # type: ignore[arg-type]
-            if isinstance(message, pgoutput.Begin):
-                begin, position = message, 0
-            elif isinstance(message, pgoutput.Commit):
-                advance_to = max(advance_to, message.end_lsn)
-                begin = None
-            elif isinstance(message, pgoutput.Relation):
-                relations[message.relid] = message
-            elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
-                assert begin is not None, "row change outside a transaction"
-                self.stats.changes += 1
-                for doc in await self._documents(conn, message, relations, begin, position):
-                    await self._submit(doc, begin.commit_time, pending)
-                position += 2  # room for a key change: a delete and an upsert
-            elif isinstance(message, pgoutput.Truncate):
-                log.warning("TRUNCATE of %s is not propagated as deletes", self.spec.table)
-        while pending:
-            await self._settle(pending.popleft())
-        if advance_to > self.stats.confirmed_lsn:
-            await conn.execute(
-                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                (self.slot, pgoutput.int_to_lsn(advance_to)),
-            )
-            self.stats.confirmed_lsn = advance_to
+        try:
+            while not stop.is_set():
+                frame = await stream.next(within=self.status_interval)
+                reply = False
+                idle_at = 0
+                if isinstance(frame, Keepalive):
+                    reply = frame.reply_requested
+                    if txn is None and not committed:
+                        idle_at = frame.wal_end  # everything sent is handled
+                elif frame is not None:
+                    message = pgoutput.decode(frame.payload)
+                    if isinstance(message, pgoutput.Begin):
+                        txn, begin, position = _Txn(), message, 0
+                    elif isinstance(message, pgoutput.Commit):
+                        assert txn is not None
+                        txn.end_lsn = message.end_lsn
+                        committed.append(txn)
+                        txn = begin = None
+                    elif isinstance(message, pgoutput.Relation):
+                        relations[message.relid] = message
+                    elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
+                        assert txn is not None and begin is not None
+                        relation = relations[message.relid]
+                        if relation.relid != mapper.table.oid:
+                            continue
+                        self.stats.changes += 1
+                        for doc in await mapper.documents(
+                            lookups, message, relation, begin, position
+                        ):
+                            future = await self._submit(doc, begin.commit_time)
+                            if future is not None:
+                                txn.add(future)
+                                in_flight += 1
+                        position += 2  # room for a key change: a delete and an upsert
+                    elif isinstance(message, pgoutput.Truncate):
+                        log.warning("TRUNCATE of %s is not propagated as deletes", self.spec.table)
+                while in_flight > self.max_in_flight and committed:
+                    await _all_done(committed[0].futures)
+                    stream.confirm(committed[0].end_lsn)
+                    in_flight -= self._settle_one(committed)
+                while committed and committed[0].done():
+                    stream.confirm(committed[0].end_lsn)
+                    in_flight -= self._settle_one(committed)
+                if idle_at:
+                    stream.confirm(idle_at)
+                await stream.report(force=reply, every=self.status_interval)
+                self.stats.confirmed_lsn = stream.confirmed
+            await self._drain(stream, committed)
+        finally:
+            self.stats.streaming = False
+            await stream.close()
 
-    async def _documents(
-        self,
-        conn: Conn,
-        message: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
-        relations: dict[int, pgoutput.Relation],
-        begin: pgoutput.Begin,
-        position: int,
-    ) -> list[DocumentVersion]:
-        relation = relations.get(message.relid)
-        if relation is None or self._table is None or message.relid != self._table.oid:
-            return []
-        index = {c.name: i for i, c in enumerate(relation.columns)}
-        key_at = index[self.spec.key_column]
-        version = source_version(begin.final_lsn, position + 1)
-        when = begin.commit_time
-        if isinstance(message, pgoutput.Delete):
-            return [d for d in [self._delete(message.old[key_at], version, when)] if d]
-        out: list[DocumentVersion] = []
-        new = message.new
-        if isinstance(message, pgoutput.Update) and message.old is not None:
-            old_key = message.old[key_at]
-            if old_key is not None and old_key != new[key_at]:
-                gone = self._delete(old_key, version, when)
-                if gone is not None:
-                    out.append(gone)
-                version = source_version(begin.final_lsn, position + 2)
+    @staticmethod
+    def _settle_one(committed: deque[_Txn]) -> int:
+        """Pop the oldest transaction once acknowledged; raise if Kafka refused a record."""
+        head = committed[0]
+        failure = head.failure()
+        if failure is not None:
+            raise failure if isinstance(failure, DeliveryError) else DeliveryError(str(failure))
+        committed.popleft()
+        return len(head.futures)
 
-        def value(column: str | None) -> object:
-            return None if column is None else new[index[column]]
-
-        row = [value(self.spec.content_column), value(self.spec.title_column)]
-        row.append(value(self.spec.order_column))
-        if any(v is pgoutput.UNCHANGED_TOAST for v in row):
-            current = await self._current_row(conn, new[key_at])
-            if current is None:
-                return out  # deleted since; its delete follows in the stream
-            row = [current[i] if v is pgoutput.UNCHANGED_TOAST else v for i, v in enumerate(row)]
-        doc = self._upsert(new[key_at], row[0], row[1], row[2], version, when)
-        if doc is not None:
-            out.append(doc)
-        return out
-
-    async def _current_row(self, conn: Conn, key: object) -> tuple[object, ...] | None:
-        """Content, title and order of a row now: for TOASTed values an UPDATE left out."""
-        assert self._table is not None
-        query = sql.SQL("SELECT {}, {}, {} FROM {} WHERE {} = %s").format(
-            *(
-                sql.SQL("{}::text").format(sql.Identifier(c)) if c else sql.SQL("NULL::text")
-                for c in (self.spec.content_column, self.spec.title_column, self.spec.order_column)
-            ),
-            self._table.ident,
-            sql.Identifier(self.spec.key_column),
-        )
-        return await (await conn.execute(query, (key,))).fetchone()
+    async def _drain(self, stream: ReplicationStream, committed: deque[_Txn]) -> None:
+        """On stop: wait (bounded) for what is in flight and confirm it."""
+        try:
+            async with asyncio.timeout(30):
+                while committed:
+                    await _all_done(committed[0].futures)
+                    end = committed[0].end_lsn
+                    self._settle_one(committed)
+                    stream.confirm(end)
+        except (TimeoutError, DeliveryError) as exc:
+            log.warning("stopping with unacknowledged records (they will be resent): %s", exc)
+        await stream.report(force=True)
+        self.stats.confirmed_lsn = stream.confirmed
 
     # --------------------------------------------------------------- cleanup
 
@@ -580,6 +475,11 @@ class PostgresCdc:
         finally:
             await conn.close()
         return dropped
+
+
+async def _all_done(futures: list[asyncio.Future[Delivery]]) -> None:
+    if futures:
+        await asyncio.wait(futures)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.partitioner import murmur2
+
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 from tidegraph.schemas.settings import Settings
@@ -117,6 +119,7 @@ class DocumentProducer:
             "client_id": client_id,
         }
         self._producer: AIOKafkaProducer | None = None
+        self._partition_of: dict[bytes, int] = {}
 
     @classmethod
     def from_settings(
@@ -159,6 +162,7 @@ class DocumentProducer:
     async def stop(self) -> None:
         """Flush what is buffered and disconnect."""
         producer, self._producer = self._producer, None
+        self._partition_of.clear()
         if producer is not None:
             await producer.stop()
 
@@ -180,8 +184,15 @@ class DocumentProducer:
             raise DeliveryError("producer is not started", doc_key=doc.doc_key)
         record = encode(doc, self.max_document_bytes)
         try:
+            partition = self._partition_of.get(record.key)
+            if partition is None:
+                partition = await self._partition_for(record.key)
             sent = await self._producer.send(
-                self.topic, record.value, key=record.key, headers=record.headers
+                self.topic,
+                record.value,
+                key=record.key,
+                headers=record.headers,
+                partition=partition,
             )
         except KafkaError as exc:
             raise _delivery_error(exc, doc.doc_key) from exc
@@ -213,6 +224,19 @@ class DocumentProducer:
 
         sent.add_done_callback(_acked)
         return result
+
+    async def _partition_for(self, key: bytes) -> int:
+        """The default partitioner's choice for ``key``, worked out once per key.
+
+        Same mapping as Kafka's (murmur2 of the key over the sorted partitions), so records
+        from any producer keyed by a realm land together; caching it saves the per-record
+        partitioning cost on bulk paths.
+        """
+        assert self._producer is not None
+        partitions = sorted(await self._producer.partitions_for(self.topic))
+        chosen = int(partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)])
+        self._partition_of[key] = chosen
+        return chosen
 
     async def publish(self, doc: DocumentVersion, *, ack_timeout: float | None = None) -> Delivery:
         """Send ``doc`` and wait for the acknowledgement (at most ``ack_timeout`` seconds)."""

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import orjson
 from pydantic import ValidationError
+
 from tidegraph.schemas.errors import ContractError
 
 

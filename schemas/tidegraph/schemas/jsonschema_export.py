@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from pydantic import BaseModel
+
 from tidegraph.schemas.changes import CHANGE_SCHEMA, GraphChange
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 

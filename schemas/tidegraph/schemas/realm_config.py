@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
 
 PREDICATE_PATTERN = r"^[a-z][a-z0-9_]*$"

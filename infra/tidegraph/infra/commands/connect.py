@@ -210,9 +210,11 @@ def _register_postgres(kinds: argparse._SubParsersAction[argparse.ArgumentParser
     pg.add_argument("--space", default=DEFAULT_SPACE)
     pg.add_argument("--slot", help="slot and publication name (default: tidegraph_<realm>_<table>)")
     pg.add_argument("--drop-slot", action="store_true", help="drop slot and publication, then exit")
-    pg.add_argument("--batch", type=int, default=5000, help="row changes read per round")
     pg.add_argument(
-        "--poll-interval", type=float, default=0.05, help="seconds between polls when idle"
+        "--max-in-flight",
+        type=int,
+        default=20_000,
+        help="documents awaiting Kafka's acknowledgement before reading pauses",
     )
     add_kafka_options(pg)
     pg.set_defaults(func=run_postgres)
@@ -239,8 +241,7 @@ async def _postgres(args: argparse.Namespace, spec: CaptureSpec) -> int:
         settings, max_document_bytes=connector_settings.max_document_bytes
     )
     cdc = PostgresCdc(
-        dsn, spec, producer, batch_changes=args.batch, poll_interval=args.poll_interval,
-        on_event=_say,
+        dsn, spec, producer, max_in_flight=args.max_in_flight, on_event=_say,
     )  # fmt: skip
     if args.drop_slot:
         dropped = await cdc.drop()
