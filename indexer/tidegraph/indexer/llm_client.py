@@ -36,6 +36,7 @@ import json
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -68,6 +69,10 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+_MIN_ATTEMPT = 0.05
+"""Seconds an attempt needs at least; with less left before the deadline, give up now
+rather than send a request that can only time out."""
 
 # Sent when no key is configured: local servers (vLLM, Ollama) ignore it, OpenAI answers 401,
 # which surfaces as LLMEndpointMisconfigured naming OPENAI_API_KEY.
@@ -305,12 +310,13 @@ class LLMClient:
             started = time.monotonic()
             deadline_at = started + budget
             attempts = 0
+            failures: Counter[str] = Counter()
             while True:
                 remaining = deadline_at - time.monotonic()
                 if remaining <= 0:
                     # Only reachable when the caller's own budget was already spent.
                     raise self._unavailable(
-                        kind, model, realm, attempts, started, "no time left", None
+                        kind, model, realm, started, failures, "no time left", None
                     )
                 attempts += 1
                 attempt_started = time.monotonic()
@@ -325,6 +331,7 @@ class LLMClient:
                     UnicodeDecodeError,
                 ) as exc:
                     failure = _classify(exc, self.endpoint, kind, model)
+                    failures[failure.error_class] += 1
                     self._metrics.attempt(
                         realm, kind, time.monotonic() - attempt_started, failure.error_class
                     )
@@ -333,13 +340,14 @@ class LLMClient:
                     wait = self._backoff(attempts)
                     if failure.retry_after is not None:
                         wait = max(wait, failure.retry_after)
-                    if attempts >= settings.max_attempts or wait >= deadline_at - time.monotonic():
+                    left = deadline_at - time.monotonic()
+                    if attempts >= settings.max_attempts or wait + _MIN_ATTEMPT > left:
                         raise self._unavailable(
                             kind,
                             model,
                             realm,
-                            attempts,
                             started,
+                            failures,
                             failure.detail,
                             failure.retry_after,
                         ) from exc
@@ -361,8 +369,8 @@ class LLMClient:
         kind: CallKind,
         model: str,
         realm: str,
-        attempts: int,
         started: float,
+        failures: Counter[str],
         detail: str,
         retry_after: float | None,
     ) -> LLMUnavailable:
@@ -371,7 +379,7 @@ class LLMClient:
             self.endpoint,
             kind,
             model,
-            attempts=attempts,
+            failures=dict(failures),
             elapsed=time.monotonic() - started,
             last_error=detail,
             retry_after=retry_after,

@@ -25,6 +25,8 @@ the model, and for failed calls the number of attempts and the elapsed time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tidegraph.schemas.errors import ConfigError, TidegraphError, TransientError
 
 
@@ -108,18 +110,22 @@ class LLMUnavailable(LLMError, TransientError):
         kind: str,
         model: str,
         *,
-        attempts: int,
+        failures: Mapping[str, int],
         elapsed: float,
         last_error: str,
         retry_after: float | None = None,
     ) -> None:
+        attempts = sum(failures.values())
+        summary = ", ".join(f"{name} ×{count}" for name, count in sorted(failures.items()))
         TransientError.__init__(
             self,
             f"{kind} endpoint {endpoint} (model {model!r}) unavailable after {attempts} "
-            f"attempt(s) in {elapsed:.2f}s: {last_error}",
+            f"attempt(s) in {elapsed:.2f}s ({summary or 'no attempt'}); last: {last_error}",
             retry_after=retry_after,
         )
         self._position(endpoint, kind, model)
+        self.failures = dict(failures)
+        """Failed attempts by class (``timeout``, ``server_error``, ``rate_limited`` …)."""
         self.attempts = attempts
         self.elapsed = elapsed
         self.last_error = last_error
