@@ -1,7 +1,7 @@
 """A deterministic, offline embedder: feature hashing with SHA-256 (paper §3.5).
 
 Each text becomes a bag of features — its lowercased words, and the character trigrams of
-each word padded with ``#`` (so ``Babbage`` and ``Babbage's`` still land close) — and each
+each word padded with ``#`` (so ``designs`` and ``designed`` still land close) — and each
 feature adds ±weight to one of ``dimension`` buckets. Bucket and sign come from SHA-256 of
 the feature, never from Python's ``hash``, which is salted per process: with it, nothing
 indexed by one process could be found by another. The vector is unit-normalised.
@@ -16,21 +16,44 @@ from __future__ import annotations
 
 import hashlib
 import math
-import operator
 import re
 from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 
 __all__ = ["DEFAULT_DIMENSION", "HashingEmbedder"]
 
 DEFAULT_DIMENSION = 384
-WORD_WEIGHT = 1.0
+WORD_WEIGHT = 2
 """Weight of a whole-word feature."""
-TRIGRAM_WEIGHT = 0.5
-"""Weight of each character-trigram feature: enough to relate inflections, less than a word."""
+TRIGRAM_WEIGHT = 1
+"""Weight of each character-trigram feature: enough to relate inflections, less than a word.
+Weights are small integers so that a text's features can be counted exactly, in C."""
 
 _WORDS = re.compile(r"\w+")
 _CACHE_LIMIT = 200_000
+
+
+class _Features(dict[str, tuple[int, ...]]):
+    """Word → its signed bucket keys (``bucket * 2 + positive``), repeated by weight; memoised."""
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__()
+        self.dimension = dimension
+
+    def __missing__(self, word: str) -> tuple[int, ...]:
+        padded = f"#{word}#"
+        features = [(f"w:{word}", WORD_WEIGHT)]
+        features.extend((f"t:{padded[i : i + 3]}", TRIGRAM_WEIGHT) for i in range(len(word)))
+        keys: list[int] = []
+        for feature, weight in features:
+            digest = hashlib.sha256(feature.encode("utf-8")).digest()
+            bucket = int.from_bytes(digest[:8], "big") % self.dimension
+            keys.extend([bucket * 2 + (digest[8] & 1)] * weight)
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
+        self[word] = result = tuple(keys)
+        return result
 
 
 class HashingEmbedder:
@@ -40,7 +63,7 @@ class HashingEmbedder:
         if dimension < 1:
             raise ValueError(f"embedding dimension must be positive, got {dimension}")
         self._dimension = dimension
-        self._features: dict[str, tuple[tuple[int, float], ...]] = {}
+        self._features = _Features(dimension)
 
     @property
     def id(self) -> str:
@@ -62,38 +85,13 @@ class HashingEmbedder:
 
     def vector(self, text: str) -> list[float]:
         """The unit vector of one text."""
+        words = _WORDS.findall(text.lower())
+        counts = Counter(chain.from_iterable(map(self._features.__getitem__, words)))
         values = [0.0] * self._dimension
-        cache = self._features
-        for word, count in Counter(_WORDS.findall(text.lower())).items():
-            features = cache.get(word) or self._word_features(word)
-            if count == 1:
-                for bucket, weight in features:
-                    values[bucket] += weight
-            else:
-                for bucket, weight in features:
-                    values[bucket] += weight * count
-        norm = math.sqrt(sum(map(operator.mul, values, values)))
+        for key, count in counts.items():
+            values[key >> 1] += count if key & 1 else -count
+        norm = math.hypot(*values)
         if norm == 0.0:
             values[0] = 1.0
             return values
-        return [v / norm for v in values]
-
-    def _word_features(self, word: str) -> tuple[tuple[int, float], ...]:
-        """(bucket, signed weight) of a word and its trigrams, memoised per word."""
-        cached = self._features.get(word)
-        if cached is not None:
-            return cached
-        merged: dict[int, float] = {}
-        padded = f"#{word}#"
-        features = [(f"w:{word}", WORD_WEIGHT)]
-        features.extend((f"t:{padded[i : i + 3]}", TRIGRAM_WEIGHT) for i in range(len(word)))
-        for feature, weight in features:
-            digest = hashlib.sha256(feature.encode("utf-8")).digest()
-            bucket = int.from_bytes(digest[:8], "big") % self._dimension
-            signed = weight if digest[8] & 1 else -weight
-            merged[bucket] = merged.get(bucket, 0.0) + signed
-        result = tuple(merged.items())
-        if len(self._features) >= _CACHE_LIMIT:
-            self._features.clear()
-        self._features[word] = result
-        return result
+        return list(map((1.0 / norm).__mul__, values))
