@@ -139,7 +139,7 @@ class GateResult:
     relations: tuple[CandidateRelation, ...]
     """Accepted relations in canonical form."""
     rejections: tuple[Rejection, ...]
-    """Every refused entity, alias and relation, in input order."""
+    """Refused entities and aliases, then refused relations, each in input order."""
     stubs: tuple[str, ...] = ()
     """Names of the ``Concept`` stubs created for endpoints without an entity record."""
 
