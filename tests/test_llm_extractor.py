@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
@@ -413,6 +413,7 @@ outputs = st.builds(
 )
 
 
+@settings(max_examples=60, deadline=None)
 @given(outputs, st.text(alphabet=st.characters(exclude_characters="{"), max_size=30))
 def test_round_trip_through_prose(output: ExtractionOutput, prose: str) -> None:
     text = f"{prose}\n```json\n{output.model_dump_json()}\n```\n{prose}"
