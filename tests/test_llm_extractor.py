@@ -125,6 +125,28 @@ async def test_more_gleaning_passes_stop_when_nothing_is_missed(
     assert len(result.relations) == 3
 
 
+async def test_duplicates_in_an_answer_are_merged(
+    make_extractor: Callable[..., LLMExtractor],
+    llm_server: ScriptedLLMServer,
+) -> None:
+    entity = {"name": "Ada", "type": "Person", "description": "", "aliases": ["A. L."]}
+    relation = {"subject": "Ada", "predicate": "knew", "object": "Ada2"}
+    llm_server.enqueue(
+        Fault.reply(
+            json.dumps(
+                {
+                    "entities": [entity, {**entity, "name": "ada", "aliases": ["Lovelace"]}],
+                    "relations": [relation, relation],
+                }
+            )
+        )
+    )
+    result = await make_extractor(gleaning=2).extract(Chunk(ordinal=0, text="x"), CONTEXT)
+    assert [(e.name, e.aliases) for e in result.entities] == [("Ada", ["A. L.", "Lovelace"])]
+    assert len(result.relations) == 1
+    assert llm_server.gleaning_calls == 1  # the empty gleaning answer ends gleaning
+
+
 async def test_gleaning_off_makes_one_call(
     make_extractor: Callable[..., LLMExtractor],
     llm_server: ScriptedLLMServer,

@@ -14,7 +14,8 @@ What can go wrong, and what each outcome means to the consumer:
   also raises ``ExtractionFailed`` at once.
 - A gleaning pass fails on its output or is rejected: the result so far is kept (paper
   §4.2 — the first pass already succeeded; discarding it would trade a partial result for
-  none). A gleaning pass that adds nothing ends gleaning early.
+  none). A gleaning pass that adds nothing ends gleaning early. Passes are merged with
+  :func:`merge_outputs`, which also folds duplicates within one answer.
 
 Structured output: the request carries ``response_format`` with :data:`EXTRACTION_SCHEMA`.
 An endpoint that refuses it (400/422) is asked once more without it; when that succeeds
@@ -240,9 +241,10 @@ class LLMExtractor:
         return cache_key(chunk.text, context, self.model, PROMPT_VERSION, self.params)
 
     async def extract(self, chunk: Chunk, context: DocumentContext) -> ExtractionOutput:
-        result = await self._pass(
+        first = await self._pass(
             extraction_messages(chunk.text, context), self.output_attempts, chunk, "extraction"
         )
+        result = merge_outputs(first)  # deduplicated, so "nothing new" below is exact
         for number in range(1, self.gleaning + 1):
             try:
                 extra = await self._pass(
