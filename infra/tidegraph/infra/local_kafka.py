@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -491,9 +492,22 @@ async def _count_brokers(bootstrap: str, seconds: float) -> int:
         await client.close()
 
 
+@contextlib.contextmanager
+def _quiet_client() -> Iterator[None]:
+    """Silence aiokafka's connection errors while probing: "no answer" is an expected result."""
+    logger = logging.getLogger("aiokafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def brokers_answering(bootstrap: str, *, timeout: float = 5.0) -> bool:
     """True when a broker at ``bootstrap`` returns metadata naming at least one broker."""
     try:
-        return _run_blocking(_count_brokers(bootstrap, timeout)) > 0
+        with _quiet_client():
+            return _run_blocking(_count_brokers(bootstrap, timeout)) > 0
     except (KafkaError, OSError, TimeoutError):
         return False
