@@ -145,3 +145,32 @@ async def test_alias_resolution_longest_form_wins(graph: GraphHarness) -> None:
     assert set(ents) == {"Charles Babbage"}
     assert ents["Charles Babbage"][0] == "Person"
     assert "Babbage" in ents["Charles Babbage"][2]
+
+
+async def test_first_write_after_a_community_build_says_communities_are_stale(
+    graph: GraphHarness,
+) -> None:
+    from psycopg import sql
+
+    await graph.upsert("a", [([ent("Ada Lovelace")], [])])
+    await graph.conn.execute(
+        sql.SQL("UPDATE {}.meta SET communities_built_at = now(), communities_stale = false")
+        .format(sql.Identifier(graph.info.schema))
+    )
+    await graph.upsert("b", [([ent("Charles Babbage")], [])])
+    await graph.upsert("c", [([ent("Mary Somerville")], [])])
+    kinds = [k for _, _, k in await graph.changes()]
+    assert kinds.count("communities_stale") == 1
+
+
+async def test_a_swapped_out_schema_refuses_writes(graph: GraphHarness) -> None:
+    from psycopg import sql
+
+    from tidegraph.indexer.errors import RealmSwapped
+
+    await graph.conn.execute(
+        sql.SQL("UPDATE {}.meta SET swapped_out = true").format(sql.Identifier(graph.info.schema))
+    )
+    with pytest.raises(RealmSwapped):
+        await graph.upsert("a", [([ent("Ada Lovelace")], [])])
+    assert await graph.entities() == {}

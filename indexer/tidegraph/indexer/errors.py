@@ -5,7 +5,8 @@
     ├── EmbedderMismatch     writing or querying with another embedder than the realm's
     ├── Fenced               another consumer owns the partition now: stop, do not retry
     └── TransientError
-        └── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
+        ├── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
+        └── RealmSwapped          a replay replaced the realm's schema under this write
 
 ``classify_db_error`` maps psycopg's SQLSTATE classes onto ``retriable``.
 """
@@ -46,6 +47,13 @@ class Fenced(TidegraphError):
 
 class DatabaseUnavailable(TransientError):
     """PostgreSQL cannot serve the write now; the partition pauses and retries."""
+
+
+class RealmSwapped(TransientError):
+    """The realm's schema was swapped out by a replay; retrying writes into the new one."""
+
+    def __init__(self, realm: str) -> None:
+        super().__init__(f"realm {realm!r} was rebuilt and swapped in; retrying the record")
 
 
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")

@@ -20,7 +20,7 @@ neither skips nor repeats a record.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,6 +29,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
 from tidegraph.indexer import positions
+from tidegraph.indexer.errors import RealmSwapped
 from tidegraph.indexer.graph_rules import (
     EntityRecord,
     RelationAttrs,
@@ -86,7 +87,7 @@ async def write_document(
     """Apply (``doc`` given) or delete (``doc`` None) one document version atomically."""
     async with conn.transaction():
         w = _Writer(conn, info, embedder)
-        seq, bt = await w.begin(pos.log_time)
+        seq, bt, communities_stale = await w.begin(pos.log_time)
         changes = ChangeSet(space)
         previous = await w.previous_status(space, doc_key)
         old_entities, old_relations = await w.withdraw(space, doc_key, bt)
@@ -108,6 +109,8 @@ async def write_document(
             old_relations | new_relations, bt, changes, dict(doc.vectors) if doc else None
         )
         await w.reconcile_entities(old_entities | new_entities, bt, changes)
+        if communities_stale:
+            changes.add("communities_stale")
         await w.upsert_document(space, doc_key, status, doc, source_version, failure, bt)
         await w.append_outbox(seq, bt, changes)
         await positions.advance(
@@ -125,23 +128,35 @@ class _Writer:
         self.s = info.schema
         self.embedder = embedder
 
-    async def _rows(self, query: sql.Composed, params: Sequence[Any] = ()) -> list[Any]:
+    async def _rows(
+        self, query: sql.Composed, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[Any]:
         cur = await self.conn.execute(query, params)
         rows: list[Any] = await cur.fetchall()
         return rows
 
-    async def begin(self, log_time: datetime) -> tuple[int, datetime]:
-        """Realm lock + sequence + belief instant, in one statement."""
+    async def begin(self, log_time: datetime) -> tuple[int, datetime, bool]:
+        """Realm lock, sequence and belief instant in one statement.
+
+        Also reports whether this write is the first since communities were built (so the
+        feed says once that they are stale), and refuses to write into a schema a replay
+        swapped out: the caller's transaction rolls back and retries against the new one.
+        """
         rows = await self._rows(
             sql.SQL(
-                "UPDATE {} SET seq = seq + 1,"
-                " last_write_at = greatest(coalesce(last_write_at, %(t)s), %(t)s)"
-                " RETURNING seq, last_write_at"
-            ).format(_t(self.s, "meta")),
-            {"t": log_time},  # type: ignore[arg-type]
+                "UPDATE {meta} m SET seq = m.seq + 1,"
+                " last_write_at = greatest(coalesce(m.last_write_at, %(t)s), %(t)s),"
+                " communities_stale = m.communities_built_at IS NOT NULL"
+                " FROM (SELECT communities_stale AS was FROM {meta} FOR UPDATE) old"
+                " RETURNING m.seq, m.last_write_at,"
+                " m.communities_built_at IS NOT NULL AND NOT old.was, m.swapped_out"
+            ).format(meta=_t(self.s, "meta")),
+            {"t": log_time},
         )
-        seq, bt = rows[0]
-        return int(seq), bt
+        seq, bt, stale, swapped_out = rows[0]
+        if swapped_out:
+            raise RealmSwapped(self.info.realm)
+        return int(seq), bt, bool(stale)
 
     async def previous_status(self, space: str, doc_key: str) -> str | None:
         rows = await self._rows(
@@ -349,6 +364,8 @@ class _Writer:
         for c in doc.chunks:
             for r in c.relations:
                 key = (ids[r.subject.lower()], r.predicate, ids[r.object.lower()], r.negated)
+                if key[0] == key[2]:
+                    continue  # both ends resolved to one entity: a self-loop asserts nothing
                 said = grouped.setdefault(key, {})
                 said.setdefault(chunk_id[c.ordinal], []).append(
                     (r.description, r.confidence, r.valid_from, r.valid_to)
@@ -598,7 +615,8 @@ class _Writer:
                 " title = coalesce(excluded.title, d.title),"
                 " source = coalesce(excluded.source, d.source),"
                 " metadata = excluded.metadata, error = excluded.error,"
-                " chunk_count = excluded.chunk_count, indexed_at = excluded.indexed_at"
+                " chunk_count = excluded.chunk_count, indexed_at = excluded.indexed_at,"
+                " applied_at = clock_timestamp()"
             ).format(_t(self.s, "documents")),
             (
                 space, doc_key, status,

@@ -61,6 +61,9 @@ CREATE TABLE IF NOT EXISTS {schema}.meta (
     config         jsonb NOT NULL,
     seq            bigint NOT NULL DEFAULT 0,
     last_write_at  timestamptz,
+    communities_built_at  timestamptz,
+    communities_stale     boolean NOT NULL DEFAULT false,
+    swapped_out    boolean NOT NULL DEFAULT false,
     created_at     timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS {schema}.documents (
@@ -76,6 +79,7 @@ CREATE TABLE IF NOT EXISTS {schema}.documents (
     error           text,
     chunk_count     int  NOT NULL DEFAULT 0,
     indexed_at      timestamptz NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (space, doc_key)
 );
 CREATE TABLE IF NOT EXISTS {schema}.chunks (

@@ -1,0 +1,215 @@
+"""Indexer throughput, freshness, no-op rate and memory on the offline extractor.
+
+Streams 5,000 documents of about 9 KB (5 chunks each at the default chunk size, about four
+entities and four relations per chunk) through a real `tidegraph indexer` process, with
+broker and database on this machine, hashing embeddings of 384 dimensions. Prints:
+
+- documents/s, chunks/s and relations/s applied (backlog drained from a cold start);
+- publish-to-applied latency p50/p99 for documents published at a quarter of that rate;
+- no-op throughput when all 5,000 are re-sent unchanged;
+- the indexer's peak RSS.
+
+Services: ``TIDEGRAPH_KAFKA_BOOTSTRAP`` / ``TIDEGRAPH_PG_DSN`` when set, else the ones
+``tidegraph up`` runs (started if needed). Run: ``.venv/bin/python bench/indexer.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+from aiokafka import AIOKafkaProducer
+
+from tidegraph.connectors.topics import ensure_topic_specs
+from tidegraph.infra import services
+from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.topics import topic_specs
+
+REPO = Path(__file__).resolve().parents[1]
+FIRST = ["Ada", "Charles", "Mary", "Michael", "Grace", "Alan", "Emmy", "Niels", "Lise",
+         "Marie", "Henri", "Sofia", "Paul", "Rosalind", "James", "Dorothy"]
+LAST = ["Lovelace", "Babbage", "Somerville", "Faraday", "Hopper", "Turing", "Noether", "Bohr",
+        "Meitner", "Curie", "Poincare", "Kovalevskaya", "Dirac", "Franklin", "Maxwell",
+        "Hodgkin"]
+ORGS = ["Royal Society", "Analytical Society", "Cambridge University", "Harvard University",
+        "Bell Laboratories", "Institut Pasteur", "Berlin Academy", "Copenhagen Institute"]
+VERBS = ["worked with", "corresponded with", "studied with", "married", "mentored"]
+FILLER = [
+    "The correspondence of the period records long discussions of method and instruments.",
+    "Much of the surviving material concerns the careful checking of tables by hand.",
+    "Letters from these years show how slowly results travelled between the societies.",
+    "Several of the manuscripts were only catalogued a century later by archivists.",
+    "Contemporary reviews were mixed, and some of the work was ignored for decades.",
+    "The notebooks mix calculations with household accounts and travel arrangements.",
+    "Funding came from private subscriptions more often than from any government.",
+]
+
+
+def _person(rng: random.Random) -> str:
+    return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+
+
+def _document(rng: random.Random, realm: str, i: int, size: int = 9000) -> DocumentVersion:
+    paragraphs: list[str] = []
+    total = 0
+    while total < size:
+        a, b = _person(rng), _person(rng)
+        while b == a:
+            b = _person(rng)
+        kind = rng.random()
+        if kind < 0.5:
+            fact = f"{a} {rng.choice(VERBS)} {b}."
+        elif kind < 0.8:
+            fact = f"{a} joined the {rng.choice(ORGS)} in {rng.randint(1800, 1990)}."
+        else:
+            fact = f"{a} is an ally of {b}."
+        para = " ".join([fact, *rng.sample(FILLER, 3)])
+        paragraphs.append(para)
+        total += len(para) + 2
+    text = "\n\n".join(paragraphs)
+    return DocumentVersion(
+        realm=realm, doc_key=f"doc-{i:05d}.md", op="upsert", content=text,
+        content_hash=content_hash(text), title=f"Document {i}", order_key=f"{i:06d}",
+        event_time=datetime.now(UTC),
+    )
+
+
+async def _publish(bootstrap: str, topic: str, docs: list[DocumentVersion],
+                   rate: float | None = None) -> dict[str, float]:
+    """Publish in order; with ``rate``, paced. Returns doc_key → wall time just before send."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                                compression_type="lz4", linger_ms=5,
+                                max_request_size=16 * 1024 * 1024)
+    await producer.start()
+    sent: dict[str, float] = {}
+    try:
+        futures = []
+        started = time.perf_counter()
+        for n, doc in enumerate(docs):
+            if rate:
+                delay = started + n / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            sent[doc.doc_key] = time.time()
+            futures.append(await producer.send(topic, doc.to_json(), key=doc.realm.encode()))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def _position(dsn: str, group: str, topic: str) -> int:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        try:
+            cur = await conn.execute(
+                "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
+                " WHERE group_id = %s AND topic = %s", (group, topic))
+        except psycopg.errors.UndefinedTable:
+            return 0
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+async def _wait(dsn: str, group: str, topic: str, target: int, limit: float = 1800) -> float:
+    start = time.perf_counter()
+    while await _position(dsn, group, topic) < target:
+        if time.perf_counter() - start > limit:
+            raise RuntimeError(f"indexer did not reach {target} within {limit}s")
+        await asyncio.sleep(0.05)
+    return time.perf_counter() - start
+
+
+def _rss_peak_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, default=5000)
+    parser.add_argument("--fresh", type=int, default=400, help="documents for the latency run")
+    args = parser.parse_args()
+
+    bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP")
+    dsn = os.environ.get("TIDEGRAPH_PG_DSN")
+    if not (bootstrap and dsn):
+        status = services.up()
+        bootstrap, dsn = status.kafka_bootstrap, status.pg_dsn
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    realms = [f"bench{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.documents"
+    await ensure_topic_specs(bootstrap, topic_specs(prefix, partitions=4))
+    rng = random.Random(42)
+    docs = [_document(rng, realms[i % len(realms)], i) for i in range(args.documents)]
+    size = sum(len(d.content or "") for d in docs)
+    print(f"corpus: {len(docs)} documents, {size / len(docs) / 1000:.1f} KB each on average")
+    await _publish(bootstrap, topic, docs)
+
+    env = dict(os.environ, TIDEGRAPH_KAFKA_BOOTSTRAP=bootstrap, TIDEGRAPH_PG_DSN=dsn,
+               TIDEGRAPH_TOPIC_PREFIX=prefix, TIDEGRAPH_EMBEDDER="hashing:384")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--group", group,
+         "--log-level", "WARNING"], env=env, cwd=REPO)
+    try:
+        elapsed = await _wait(dsn, group, topic, len(docs))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            chunks = relations = 0
+            for realm in realms:
+                cur = await conn.execute(f"SELECT count(*) FROM realm_{realm}.chunks")  # noqa: S608
+                chunks += (await cur.fetchone() or (0,))[0]
+                cur = await conn.execute(
+                    f"SELECT count(*) FROM realm_{realm}.relation_sources")  # noqa: S608
+                relations += (await cur.fetchone() or (0,))[0]
+        rate = len(docs) / elapsed
+        print(f"applied: {rate:.0f} documents/s, {chunks / elapsed:.0f} chunks/s, "
+              f"{relations / elapsed:.0f} relations/s ({elapsed:.1f} s for {len(docs)} docs, "
+              f"{chunks / len(docs):.1f} chunks and {relations / chunks:.1f} relation "
+              "contributions per chunk)")
+
+        fresh = [_document(rng, realms[i % len(realms)], args.documents + i)
+                 for i in range(args.fresh)]
+        sent = await _publish(bootstrap, topic, fresh, rate=rate / 4)
+        await _wait(dsn, group, topic, len(docs) + len(fresh))
+        latencies: list[float] = []
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            for realm in realms:
+                cur = await conn.execute(
+                    f"SELECT doc_key, extract(epoch FROM applied_at) FROM realm_{realm}.documents"  # noqa: S608
+                    " WHERE doc_key = ANY(%s)", (list(sent),))
+                for key, applied in await cur.fetchall():
+                    latencies.append((float(applied) - sent[key]) * 1000)
+        print(f"publish-to-applied at {rate / 4:.0f} documents/s: "
+              f"p50 {statistics.median(latencies):.1f} ms, p99 {_pct(latencies, 0.99):.1f} ms")
+
+        start = time.perf_counter()
+        await _publish(bootstrap, topic, docs)
+        noop = await _wait(dsn, group, topic, 2 * len(docs) + len(fresh))
+        print(f"no-op re-sends: {len(docs) / (time.perf_counter() - start):.0f} documents/s "
+              f"(drain after publish {noop:.1f} s)")
+        print(f"indexer peak RSS: {_rss_peak_mb(proc.pid):.0f} MB")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
