@@ -25,16 +25,18 @@ redone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from tidegraph.connectors import pgoutput
-from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError, SourceSetupError
+from tidegraph.connectors.errors import DeliveryError, SourceSetupError
 from tidegraph.connectors.postgres_capture import (
     CaptureSpec,
     Conn,
@@ -78,34 +80,66 @@ class CdcStats:
 
 
 class _Txn:
-    """A transaction's records, counted down as Kafka acknowledges them."""
+    """A transaction's records: those still waiting to be sent, and batches awaiting acks.
 
-    __slots__ = ("end_lsn", "futures", "remaining", "error")
+    It is done when nothing is waiting and every batch holding one of its records is
+    acknowledged; only then may the stream be confirmed past it.
+    """
+
+    __slots__ = ("end_lsn", "docs", "unsent", "futures", "remaining", "error")
 
     def __init__(self) -> None:
         self.end_lsn = 0
-        self.futures: list[asyncio.Future[Delivery]] = []
+        self.docs = 0
+        self.unsent = 0
+        self.futures: list[asyncio.Future[list[Delivery]]] = []
         self.remaining = 0
         self.error: BaseException | None = None
 
-    def add(self, future: asyncio.Future[Delivery]) -> None:
+    def sent(self, count: int, future: asyncio.Future[list[Delivery]]) -> None:
+        self.unsent -= count
         self.futures.append(future)
         self.remaining += 1
-        future.add_done_callback(self._one_done)
+        future.add_done_callback(self._acked)
 
-    def _one_done(self, future: asyncio.Future[Delivery]) -> None:
+    def failed(self, count: int, error: BaseException) -> None:
+        self.unsent -= count
+        self.error = self.error or error
+
+    def _acked(self, future: asyncio.Future[list[Delivery]]) -> None:
         self.remaining -= 1
         if self.error is None:
-            if future.cancelled():
-                self.error = DeliveryError("send cancelled")
-            else:
-                self.error = future.exception()
+            cancelled = future.cancelled()
+            self.error = DeliveryError("send cancelled") if cancelled else future.exception()
 
     def done(self) -> bool:
-        return self.remaining == 0
+        return self.unsent == 0 and self.remaining == 0
 
-    def failure(self) -> BaseException | None:
-        return self.error
+
+class _Outbox:
+    """Documents decoded and not yet handed to the producer, with their transactions."""
+
+    def __init__(self) -> None:
+        self.docs: list[DocumentVersion] = []
+        self.times: list[datetime | None] = []
+        self.txns: list[list[Any]] = []  # [transaction, how many of its documents]
+
+    def add(self, doc: DocumentVersion, txn: _Txn, commit_time: datetime | None) -> None:
+        self.docs.append(doc)
+        self.times.append(commit_time)
+        txn.docs += 1
+        txn.unsent += 1
+        if self.txns and self.txns[-1][0] is txn:
+            self.txns[-1][1] += 1
+        else:
+            self.txns.append([txn, 1])
+
+    def take(self) -> _Outbox:
+        """Everything in the outbox, leaving it empty."""
+        chunk = _Outbox()
+        chunk.docs, chunk.times, chunk.txns = self.docs, self.times, self.txns
+        self.docs, self.times, self.txns = [], [], []
+        return chunk
 
 
 class PostgresCdc:
@@ -270,7 +304,7 @@ class PostgresCdc:
             self.dsn, autocommit=True, replication="database"
         )
         reader = await psycopg.AsyncConnection.connect(self.dsn)
-        pending: deque[tuple[DocumentVersion, asyncio.Future[Delivery]]] = deque()
+        load, outbox = _Txn(), _Outbox()
         try:
             created = await (
                 await repl.execute(
@@ -299,14 +333,17 @@ class PostgresCdc:
                     self.stats.snapshot_rows += 1
                     doc = self._mapper.upsert(key, (content, title, order), version, now)
                     if doc is not None:
-                        future = await self._submit(doc, None)
-                        if future is not None:
-                            pending.append((doc, future))
-                    while len(pending) > self.max_in_flight:
-                        await pending.popleft()[1]
+                        outbox.add(doc, load, None)
+                    if len(outbox.docs) >= 2000:
+                        await self._send(outbox)
+                        if load.remaining > 8:  # bound what is in flight
+                            await asyncio.wait([load.futures[-8]])
             await reader.rollback()
-            while pending:
-                await pending.popleft()[1]
+            await self._send(outbox)
+            if load.futures:
+                await asyncio.wait(load.futures)
+            if load.error is not None:
+                raise load.error
         finally:
             await repl.close()
             await reader.close()
@@ -317,26 +354,6 @@ class PostgresCdc:
         )
         self.stats.confirmed_lsn = consistent
         self._say(f"initial load done: {self.stats.snapshot_rows} rows")
-
-    async def _submit(
-        self, doc: DocumentVersion, commit_time: datetime | None
-    ) -> asyncio.Future[Delivery] | None:
-        """Buffer ``doc``; count and report it when acknowledged. ``None`` if refused."""
-        try:
-            future = await self.producer.submit(doc)
-        except DocumentTooLargeError as exc:
-            self._refuse(doc.doc_key, str(exc))
-            return None
-
-        def acked(f: asyncio.Future[Delivery]) -> None:
-            if f.cancelled() or f.exception() is not None:
-                return
-            self.stats.published += 1
-            if self.on_ack is not None:
-                self.on_ack(doc, f.result(), commit_time)
-
-        future.add_done_callback(acked)
-        return future
 
     # ------------------------------------------------------------- streaming
 
@@ -370,7 +387,13 @@ class PostgresCdc:
             await guard.close()
 
     async def _stream(self, lookups: Conn, stop: asyncio.Event) -> None:
-        """One replication session: read, publish, confirm what Kafka acknowledged."""
+        """One replication session: read, publish, confirm what Kafka acknowledged.
+
+        Reading never waits for Kafka: decoded documents collect in an outbox that one
+        sender task hands to the producer as whole batches, so the longer Kafka takes,
+        the bigger the next batch. The stream is confirmed transaction by transaction, in
+        commit order, as their batches are acknowledged.
+        """
         mapper = self._mapper
         assert mapper is not None
         stream = await ReplicationStream.start(self.dsn, self.slot, self.slot)
@@ -378,78 +401,119 @@ class PostgresCdc:
         self._say(f"streaming changes of {self.spec.table} from slot {self.slot}")
         relations: dict[int, pgoutput.Relation] = {}
         committed: deque[_Txn] = deque()
-        in_flight = 0
+        outbox = _Outbox()
+        sender: asyncio.Task[None] | None = None
         txn: _Txn | None = None
         begin: pgoutput.Begin | None = None
         position = 0
         try:
             while not stop.is_set():
-                frame = await stream.next(within=self.status_interval)
-                reply = False
-                idle_at = 0
+                frame = stream.next_nowait()
+                if frame is None:
+                    if sender is not None and sender.done():
+                        sender.result()  # a failed send ends this session
+                        sender = None
+                    if outbox.docs and sender is None:
+                        sender = asyncio.create_task(self._send(outbox))
+                    while committed and committed[0].done():
+                        stream.confirm(committed[0].end_lsn)
+                        self._settle_one(committed)
+                    await stream.report(every=self.status_interval)
+                    self.stats.confirmed_lsn = stream.confirmed
+                    frame = await stream.next(within=self.status_interval)
+                    if frame is None:
+                        continue
                 if isinstance(frame, Keepalive):
-                    reply = frame.reply_requested
-                    if txn is None and not committed:
-                        idle_at = frame.wal_end  # everything sent is handled
-                elif frame is not None:
-                    message = pgoutput.decode(frame.payload)
-                    if isinstance(message, pgoutput.Begin):
-                        txn, begin, position = _Txn(), message, 0
-                    elif isinstance(message, pgoutput.Commit):
-                        assert txn is not None
-                        txn.end_lsn = message.end_lsn
-                        committed.append(txn)
-                        txn = begin = None
-                    elif isinstance(message, pgoutput.Relation):
-                        relations[message.relid] = message
-                    elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
-                        assert txn is not None and begin is not None
-                        relation = relations[message.relid]
-                        if relation.relid != mapper.table.oid:
-                            continue
-                        self.stats.changes += 1
-                        for doc in await mapper.documents(
-                            lookups, message, relation, begin, position
-                        ):
-                            future = await self._submit(doc, begin.commit_time)
-                            if future is not None:
-                                txn.add(future)
-                                in_flight += 1
-                        position += 2  # room for a key change: a delete and an upsert
-                    elif isinstance(message, pgoutput.Truncate):
-                        log.warning("TRUNCATE of %s is not propagated as deletes", self.spec.table)
-                while in_flight > self.max_in_flight and committed:
-                    await _all_done(committed[0].futures)
-                    stream.confirm(committed[0].end_lsn)
-                    in_flight -= self._settle_one(committed)
-                while committed and committed[0].done():
-                    stream.confirm(committed[0].end_lsn)
-                    in_flight -= self._settle_one(committed)
-                if idle_at:
-                    stream.confirm(idle_at)
-                await stream.report(force=reply, every=self.status_interval)
-                self.stats.confirmed_lsn = stream.confirmed
+                    if txn is None and not committed and not outbox.docs:
+                        stream.confirm(frame.wal_end)  # everything sent so far is handled
+                    await stream.report(force=frame.reply_requested, every=self.status_interval)
+                    continue
+                message = pgoutput.decode(frame.payload)
+                if isinstance(message, pgoutput.Begin):
+                    txn, begin, position = _Txn(), message, 0
+                elif isinstance(message, pgoutput.Commit):
+                    assert txn is not None
+                    txn.end_lsn = message.end_lsn
+                    committed.append(txn)
+                    txn = begin = None
+                elif isinstance(message, pgoutput.Relation):
+                    relations[message.relid] = message
+                elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
+                    assert txn is not None and begin is not None
+                    relation = relations[message.relid]
+                    if relation.relid != mapper.table.oid:
+                        continue
+                    self.stats.changes += 1
+                    for doc in await mapper.documents(lookups, message, relation, begin, position):
+                        outbox.add(doc, txn, begin.commit_time)
+                    position += 2  # room for a key change: a delete and an upsert
+                    if len(outbox.docs) >= self.max_in_flight and sender is not None:
+                        await asyncio.wait([sender])  # Kafka is slower than the source
+                elif isinstance(message, pgoutput.Truncate):
+                    log.warning("TRUNCATE of %s is not propagated as deletes", self.spec.table)
+            if sender is not None:
+                await sender
+            await self._send(outbox)
             await self._drain(stream, committed)
         finally:
+            if sender is not None and not sender.done():
+                sender.cancel()
             self.stats.streaming = False
             await stream.close()
+
+    async def _send(self, outbox: _Outbox) -> None:
+        """Hand the outbox to the producer until it is empty (new documents included)."""
+        while outbox.docs:
+            chunk = outbox.take()
+            try:
+                submitted = await self.producer.submit_many(chunk.docs)
+            except DeliveryError as exc:
+                for txn, count in chunk.txns:
+                    txn.failed(count, exc)
+                raise
+            for doc, too_large in submitted.refused:
+                self._refuse(doc.doc_key, str(too_large))
+            for txn, count in chunk.txns:
+                txn.sent(count, submitted.acked)
+            refused = {id(doc) for doc, _ in submitted.refused}
+            times = [
+                t for d, t in zip(chunk.docs, chunk.times, strict=True) if id(d) not in refused
+            ]
+            submitted.acked.add_done_callback(
+                functools.partial(self._acked, docs=submitted.accepted, times=times)
+            )
+
+    def _acked(
+        self,
+        future: asyncio.Future[list[Delivery]],
+        docs: list[DocumentVersion],
+        times: list[datetime | None],
+    ) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        deliveries = future.result()
+        self.stats.published += len(deliveries)
+        if self.on_ack is not None:
+            for doc, delivery, when in zip(docs, deliveries, times, strict=True):
+                self.on_ack(doc, delivery, when)
 
     @staticmethod
     def _settle_one(committed: deque[_Txn]) -> int:
         """Pop the oldest transaction once acknowledged; raise if Kafka refused a record."""
         head = committed[0]
-        failure = head.failure()
-        if failure is not None:
-            raise failure if isinstance(failure, DeliveryError) else DeliveryError(str(failure))
+        if head.error is not None:
+            error = head.error
+            raise error if isinstance(error, DeliveryError) else DeliveryError(str(error))
         committed.popleft()
-        return len(head.futures)
+        return head.docs
 
     async def _drain(self, stream: ReplicationStream, committed: deque[_Txn]) -> None:
         """On stop: wait (bounded) for what is in flight and confirm it."""
         try:
             async with asyncio.timeout(30):
                 while committed:
-                    await _all_done(committed[0].futures)
+                    if committed[0].futures:
+                        await asyncio.wait(committed[0].futures)
                     end = committed[0].end_lsn
                     self._settle_one(committed)
                     stream.confirm(end)
@@ -475,11 +539,6 @@ class PostgresCdc:
         finally:
             await conn.close()
         return dropped
-
-
-async def _all_done(futures: list[asyncio.Future[Delivery]]) -> None:
-    if futures:
-        await asyncio.wait(futures)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

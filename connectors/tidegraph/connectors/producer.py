@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -71,6 +71,16 @@ class Delivery(NamedTuple):
     offset: int
     size: int
     """Bytes of the encoded value."""
+
+
+class Submitted(NamedTuple):
+    """Documents buffered together by :meth:`DocumentProducer.submit_many`."""
+
+    acked: asyncio.Future[list[Delivery]]
+    """Resolves, in the order of ``accepted``, once Kafka acknowledged all of them."""
+    accepted: list[DocumentVersion]
+    refused: list[tuple[DocumentVersion, DocumentTooLargeError]]
+    """Documents over the size limit, not buffered, with the error naming doc and size."""
 
 
 class EncodedDocument(NamedTuple):
@@ -223,6 +233,98 @@ class DocumentProducer:
             )
 
         sent.add_done_callback(_acked)
+        return result
+
+    async def submit_many(self, docs: list[DocumentVersion]) -> Submitted:
+        """Buffer ``docs`` as whole record batches, with one future for all of them.
+
+        Cheaper per record than :meth:`submit` (no per-record future or partitioning), for
+        paths that produce many documents at once; order is kept per realm. Oversize
+        documents come back as refused; the others are still sent.
+        """
+        if self._producer is None:
+            raise DeliveryError("producer is not started")
+        producer = self._producer
+        accepted: list[DocumentVersion] = []
+        refused: list[tuple[DocumentVersion, DocumentTooLargeError]] = []
+        placed: list[tuple[int, int, int]] = []  # (batch number, offset in batch, size)
+        sent: dict[int, asyncio.Future[Any]] = {}  # batch number → acknowledgement
+        building: dict[int, tuple[Any, int]] = {}  # partition → (builder, batch number)
+        count = 0
+
+        async def send(partition: int) -> None:
+            builder, number = building.pop(partition)
+            try:
+                future = await producer.send_batch(builder, self.topic, partition=partition)
+            except KafkaError as exc:
+                raise _delivery_error(exc, "(batch)") from exc
+            sent[number] = future
+
+        for doc in docs:
+            try:
+                record = encode(doc, self.max_document_bytes)
+            except DocumentTooLargeError as exc:
+                refused.append((doc, exc))
+                continue
+            partition = self._partition_of.get(record.key)
+            if partition is None:
+                partition = await self._partition_for(record.key)
+            while True:
+                if partition not in building:
+                    building[partition] = (producer.create_batch(), count)
+                    count += 1
+                builder, number = building[partition]
+                meta = builder.append(
+                    timestamp=None, key=record.key, value=record.value, headers=record.headers
+                )
+                if meta is not None:
+                    break
+                await send(partition)  # full: send it, the record starts the next one
+            accepted.append(doc)
+            placed.append((number, meta.offset, len(record.value)))
+        for partition in sorted(building, key=lambda p: building[p][1]):
+            await send(partition)
+        batches = [sent[number] for number in range(count)]
+        return Submitted(self._deliveries(batches, accepted, placed), accepted, refused)
+
+    def _deliveries(
+        self,
+        batches: list[asyncio.Future[Any]],
+        accepted: list[DocumentVersion],
+        placed: list[tuple[int, int, int]],
+    ) -> asyncio.Future[list[Delivery]]:
+        result: asyncio.Future[list[Delivery]] = asyncio.get_running_loop().create_future()
+        if not batches:
+            result.set_result([])
+            return result
+        gathered = asyncio.gather(*batches, return_exceptions=True)
+
+        def done(fut: asyncio.Future[list[Any]]) -> None:
+            if result.done():
+                return
+            metas = fut.result()
+            for meta in metas:
+                if isinstance(meta, BaseException):
+                    error = (
+                        meta if isinstance(meta, DeliveryError) else _delivery_error(meta, "batch")
+                    )
+                    result.set_exception(error)
+                    return
+            result.set_result(
+                [
+                    Delivery(
+                        doc.realm,
+                        doc.doc_key,
+                        self.topic,
+                        metas[index].partition,
+                        metas[index].offset + relative,
+                        size,
+                    )
+                    for doc, (index, relative, size) in zip(accepted, placed, strict=True)
+                ]
+            )
+
+        gathered.add_done_callback(done)
         return result
 
     async def _partition_for(self, key: bytes) -> int:

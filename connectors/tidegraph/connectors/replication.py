@@ -132,15 +132,22 @@ class ReplicationStream:
             await self.close()
             raise ReplicationLost(f"START_REPLICATION failed: {message.strip()}")
 
+    def next_nowait(self) -> Frame | None:
+        """The next frame already received, or ``None`` when none is buffered."""
+        size, data = self._pg.get_copy_data(1)
+        if size > 0:
+            return _parse(bytes(data))
+        if size < 0:
+            error = self._pg.error_message.decode(errors="replace").strip()
+            raise ReplicationLost(f"replication stream ended: {error or 'by the server'}")
+        return None
+
     async def next(self, within: float) -> Frame | None:
         """The next frame, or ``None`` when nothing arrived within ``within`` seconds."""
         while True:
-            size, data = self._pg.get_copy_data(1)
-            if size > 0:
-                return _parse(bytes(data))
-            if size < 0:
-                error = self._pg.error_message.decode(errors="replace").strip()
-                raise ReplicationLost(f"replication stream ended: {error or 'by the server'}")
+            frame = self.next_nowait()
+            if frame is not None:
+                return frame
             if not await self._wait_readable(within):
                 return None
 
