@@ -21,7 +21,7 @@ from llm_server import FIXTURES_DIR, ExtractionFixture, ScriptedLLMServer, load_
 @pytest.fixture(scope="session")
 def llm_fixtures_dir() -> Path:
     """``tests/fixtures/llm``: the corpus, its realm config, manifest and scripted outputs."""
-    return FIXTURES_DIR
+    return Path(FIXTURES_DIR)
 
 
 @pytest.fixture(scope="session")

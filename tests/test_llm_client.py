@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client import REGISTRY
 
 from tidegraph.indexer.llm_client import LLMClient, LLMSettings, _retry_after
@@ -27,7 +28,9 @@ from llm_server import Fault, ScriptedLLMServer
 MakeClient = Callable[..., LLMClient]
 MARGIN = 0.3
 """Slack over a deadline for event-loop scheduling on a loaded machine."""
-MESSAGES = [{"role": "user", "content": "<chunk>\nMara Ellison was born in Port Alder\n</chunk>"}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "<chunk>\nMara Ellison was born in Port Alder\n</chunk>"}
+]
 
 
 def sample(name: str, **labels: str) -> float:
@@ -43,7 +46,7 @@ async def test_chat_answers_and_records_usage(
     make_llm_client: MakeClient, llm_server: ScriptedLLMServer, realm: str
 ) -> None:
     client = make_llm_client()
-    result = await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+    result = await client.chat(MESSAGES, realm=realm)
     assert '"Mara Ellison"' in result.content
     assert result.attempts == 1
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
@@ -65,7 +68,7 @@ async def test_5xx_retried_then_success(
 ) -> None:
     llm_server.fail_next(2, 500)
     llm_server.enqueue(Fault.http(502))
-    result = await make_llm_client().chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+    result = await make_llm_client().chat(MESSAGES, realm=realm)
     assert result.attempts == 4
     assert llm_server.calls["chat"] == 4
     kind = {"realm": realm, "kind": "chat"}
@@ -79,7 +82,7 @@ async def test_429_retry_after_is_honoured(
 ) -> None:
     llm_server.enqueue(Fault.rate_limited(0.4))
     started = time.monotonic()
-    result = await make_llm_client().chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+    result = await make_llm_client().chat(MESSAGES, realm=realm)
     assert time.monotonic() - started >= 0.4
     assert result.attempts == 2
     labels = {"realm": realm, "kind": "chat", "error_class": "rate_limited"}
@@ -93,7 +96,7 @@ async def test_retry_after_beyond_deadline_gives_up_at_once(
     client = make_llm_client(deadline=2.0)
     started = time.monotonic()
     with pytest.raises(LLMUnavailable) as caught:
-        await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await client.chat(MESSAGES, realm=realm)
     assert time.monotonic() - started < 1.0
     assert caught.value.retry_after == 30
     assert llm_server.calls["chat"] == 1
@@ -107,7 +110,7 @@ async def test_outage_beyond_deadline_is_transient_and_bounded(
     client = make_llm_client(deadline=deadline, max_attempts=100)
     started = time.monotonic()
     with pytest.raises(LLMUnavailable) as caught:
-        await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await client.chat(MESSAGES, realm=realm)
     elapsed = time.monotonic() - started
     assert elapsed < deadline + MARGIN
     error = caught.value
@@ -127,7 +130,7 @@ async def test_attempt_budget_exhausted_is_transient(
 ) -> None:
     llm_server.fail_next(5, 500)
     with pytest.raises(LLMUnavailable) as caught:
-        await make_llm_client(max_attempts=3).chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await make_llm_client(max_attempts=3).chat(MESSAGES, realm=realm)
     assert caught.value.attempts == 3 == llm_server.calls["chat"]
 
 
@@ -139,7 +142,7 @@ async def test_server_that_never_answers_fails_within_the_deadline(
     client = make_llm_client(deadline=deadline, attempt_timeout=0.25, max_attempts=20)
     started = time.monotonic()
     with pytest.raises(LLMUnavailable) as caught:
-        await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await client.chat(MESSAGES, realm=realm)
     elapsed = time.monotonic() - started
     # Not attempts × attempt_timeout: the deadline bounds the whole call.
     assert elapsed < deadline + MARGIN
@@ -155,7 +158,7 @@ async def test_attempt_timeout_longer_than_deadline_is_cut_by_the_deadline(
     client = make_llm_client(deadline=0.4, attempt_timeout=30)
     started = time.monotonic()
     with pytest.raises(LLMUnavailable):
-        await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await client.chat(MESSAGES, realm=realm)
     assert time.monotonic() - started < 0.4 + MARGIN
 
 
@@ -172,7 +175,7 @@ async def test_connection_refused_is_transient(realm: str) -> None:
     )
     async with LLMClient(settings) as client:
         with pytest.raises(LLMUnavailable) as caught:
-            await client.chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+            await client.chat(MESSAGES, realm=realm)
     assert caught.value.attempts > 1
     labels = {"realm": realm, "kind": "chat", "error_class": "connection"}
     assert sample("tidegraph_model_failures_total", **labels) == caught.value.attempts
@@ -183,7 +186,7 @@ async def test_400_is_permanent_and_not_retried(
 ) -> None:
     llm_server.fail_next(1, 400)
     with pytest.raises(LLMRequestRejected) as caught:
-        await make_llm_client().chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await make_llm_client().chat(MESSAGES, realm=realm)
     error = caught.value
     assert not error.retriable and error.status_code == 400
     assert not isinstance(error, LLMEndpointMisconfigured)
@@ -199,7 +202,7 @@ async def test_auth_and_not_found_are_misconfiguration(
 ) -> None:
     llm_server.fail_next(1, status)
     with pytest.raises(LLMEndpointMisconfigured) as caught:
-        await make_llm_client().chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await make_llm_client().chat(MESSAGES, realm=realm)
     assert isinstance(caught.value, ConfigError) and not caught.value.retriable
     assert "OPENAI_API_KEY" in str(caught.value)
 
@@ -209,7 +212,7 @@ async def test_request_timeout_and_conflict_are_retried(
     make_llm_client: MakeClient, llm_server: ScriptedLLMServer, realm: str, status: int
 ) -> None:
     llm_server.fail_next(1, status)
-    result = await make_llm_client().chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+    result = await make_llm_client().chat(MESSAGES, realm=realm)
     assert result.attempts == 2
 
 
@@ -218,7 +221,7 @@ async def test_undecodable_body_is_bad_output(
 ) -> None:
     llm_server.enqueue(Fault.raw_body(b'{"id": "chatcmpl-1", "choices": [{"mess'))
     with pytest.raises(LLMBadOutput):
-        await make_llm_client().chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await make_llm_client().chat(MESSAGES, realm=realm)
     assert llm_server.calls["chat"] == 1
     labels = {"realm": realm, "kind": "chat", "error_class": "bad_output"}
     assert sample("tidegraph_model_failures_total", **labels) == 1
@@ -229,7 +232,7 @@ async def test_body_without_choices_is_bad_output(
 ) -> None:
     llm_server.enqueue(Fault.raw_body(b'{"id": "chatcmpl-1", "choices": []}'))
     with pytest.raises(LLMBadOutput, match="no choices"):
-        await make_llm_client().chat(MESSAGES, realm=realm)  # type: ignore[arg-type]
+        await make_llm_client().chat(MESSAGES, realm=realm)
 
 
 async def test_in_flight_bound_is_respected(
@@ -238,7 +241,7 @@ async def test_in_flight_bound_is_respected(
     llm_server.latency = 0.1
     client = make_llm_client(max_in_flight=3)
     await asyncio.gather(
-        *(client.chat(MESSAGES, realm=realm) for _ in range(12)),  # type: ignore[arg-type]
+        *(client.chat(MESSAGES, realm=realm) for _ in range(12)),
         client.embed(["a", "b"], realm=realm),
     )
     assert llm_server.max_concurrent == 3
@@ -251,9 +254,7 @@ async def test_in_flight_bound_holds_while_backing_off(
     llm_server.latency = 0.05
     llm_server.fail_next(4, 503)
     client = make_llm_client(max_in_flight=2)
-    results = await asyncio.gather(
-        *(client.chat(MESSAGES, realm=realm) for _ in range(6))  # type: ignore[arg-type]
-    )
+    results = await asyncio.gather(*(client.chat(MESSAGES, realm=realm) for _ in range(6)))
     assert llm_server.max_concurrent <= 2
     assert sum(r.attempts for r in results) == 10
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -417,7 +417,7 @@ def test_unusable_answers_are_invalid(text: str) -> None:
         parse_extraction(text)
 
 
-names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=20)
 entities = st.builds(CandidateEntity, name=names, type=names, aliases=st.lists(names, max_size=3))
 relations = st.builds(
     CandidateRelation,
