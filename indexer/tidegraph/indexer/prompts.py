@@ -202,7 +202,7 @@ def gleaning_messages(
 
 
 def _user_message(chunk_text: str, context: DocumentContext, found: ExtractionOutput | None) -> str:
-    parts = [_document_block(context)]
+    parts = [_document_block(context)] if context.title or context.source else []
     if context.known_names:
         parts.append(
             "<known_entities>\nReuse these canonical names exactly:\n"
@@ -214,7 +214,7 @@ def _user_message(chunk_text: str, context: DocumentContext, found: ExtractionOu
             f"<vocabulary>\n{_VOCABULARY_RULE}\n{_bullets(context.vocabulary)}\n</vocabulary>"
         )
     if found is not None:
-        rendered = orjson.dumps(found.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+        rendered = orjson.dumps(found.model_dump(mode="json"))
         parts.append(f"<already_extracted>\n{rendered.decode()}\n</already_extracted>")
     parts.append(f"<chunk>\n{chunk_text}\n</chunk>")
     if found is not None:
