@@ -20,7 +20,7 @@ is kept apart from a rejected request so that an extractor does not mark every c
 every document failed because of a wrong API key: it propagates instead of being skipped.
 
 Every error carries where it happened: the endpoint, the call kind (``chat``/``embed``),
-the model, and for failed calls the number of attempts and the elapsed time.
+the model, and for calls given up the failed attempts by class and the elapsed time.
 """
 
 from __future__ import annotations
