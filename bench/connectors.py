@@ -91,6 +91,8 @@ async def bench_publish(bootstrap: str, count: int, size: int) -> tuple[float, f
         settings = await _fresh(bootstrap)
         try:
             async with DocumentProducer.from_settings(settings) as producer:
+                # A fresh topic elects its leaders first; measure the steady state.
+                await producer.publish(DocumentVersion.for_upsert("bench", "warm-up", "x"))
                 report = await publish_paths(producer, [path], "bench", show_progress=False)
         finally:
             await _drop_topics(settings)

@@ -80,3 +80,48 @@ async def test_unreachable_broker_fails_start_and_can_retry() -> None:
         assert not producer.started
     with pytest.raises(DeliveryError, match="not started"):
         await producer.submit(DocumentVersion.for_upsert("acme", "k", "x"))
+
+
+@pytest.mark.kafka
+async def test_submit_many_batches_in_order_and_refuses_oversize(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    settings = load_settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=unique_name("tm"))
+    await ensure_topics(kafka_bootstrap, settings, partitions=3)
+    docs = [
+        DocumentVersion.for_upsert(realm, f"{realm}-{i}", ("x" * 3000) if i == 7 else f"t{i}")
+        for i in range(40)
+        for realm in ("acme", "beta")
+    ]
+    producer = DocumentProducer(
+        kafka_bootstrap, settings.documents_topic, max_document_bytes=2048, batch_bytes=4096
+    )
+    async with producer:
+        submitted = await producer.submit_many(docs)
+        deliveries = await submitted.acked
+    assert sorted(d.doc_key for d, _ in submitted.refused) == ["acme-7", "beta-7"]
+    assert "bytes encoded" in str(submitted.refused[0][1])
+    assert [d.doc_key for d in deliveries] == [d.doc_key for d in submitted.accepted]
+    assert len(deliveries) == 78
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        for realm in ("acme", "beta"):
+            mine = [d for d in deliveries if d.realm == realm]
+            assert len({d.partition for d in mine}) == 1
+            offsets = [d.offset for d in mine]
+            assert offsets == sorted(offsets)
+            tp = TopicPartition(settings.documents_topic, mine[0].partition)
+            consumer.assign([tp])
+            consumer.seek(tp, mine[0].offset)
+            got: list[ConsumerRecord[bytes, bytes]] = []
+            while len(got) < len(mine):
+                batch = await consumer.getmany(tp, timeout_ms=5000)
+                got.extend(m for m in batch.get(tp, []) if m.key == realm.encode())
+            by_offset = {m.offset: m for m in got}
+            for delivery in mine:
+                record = by_offset[delivery.offset]
+                assert DocumentVersion.from_json(record.value).doc_key == delivery.doc_key
+    finally:
+        await consumer.stop()

@@ -2,16 +2,15 @@
 
 Inputs become a stream of document versions or refusals (a line that is not a valid
 document, a file that is not text, a document over the size limit); refusals are counted
-and reported with their reason, never fatal. Documents are submitted without waiting for
-each acknowledgement — up to ``window`` are in flight — and counted as published only when
-acknowledged. A delivery failure stops the load: what Kafka did not acknowledge is reported
-as not published.
+and reported with their reason, never fatal. Reading runs ahead while one sender task hands
+documents to the producer as whole record batches, and a document counts as published only
+once Kafka acknowledged it. A delivery failure stops the load: what Kafka did not
+acknowledge is reported as not published.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +19,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError, UndecodableSourceError
+from tidegraph.connectors.errors import DeliveryError, UndecodableSourceError
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.progress import Progress
 from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, title_of, walk
@@ -32,6 +31,7 @@ from tidegraph.schemas.names import DEFAULT_SPACE
 JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
 BULK_GLOBS = (*TEXT_GLOBS, "**/*.jsonl", "**/*.ndjson")
 DEFAULT_WINDOW = 20_000
+DEFAULT_CHUNK = 1_000
 
 
 @dataclass(frozen=True)
@@ -209,48 +209,76 @@ async def publish_items(
     *,
     progress: Progress | None = None,
     window: int = DEFAULT_WINDOW,
+    chunk: int = DEFAULT_CHUNK,
 ) -> BulkReport:
-    """Submit every document, keeping up to ``window`` unacknowledged; report the outcome."""
+    """Publish every document, reading ahead while Kafka acknowledges; report the outcome.
+
+    Documents are handed to the producer ``chunk`` at a time as whole record batches by
+    one sender task (so order is kept), while reading continues; at most ``window`` are
+    read ahead of what was handed over.
+    """
+    loop = asyncio.get_running_loop()
     report = BulkReport()
-    started = asyncio.get_running_loop().time()
-    pending: deque[asyncio.Future[Delivery]] = deque()
+    started = loop.time()
+    outbox: list[Input] = []
+    acks: list[asyncio.Future[list[Delivery]]] = []
+    sender: asyncio.Task[None] | None = None
 
     def refuse(refusal: Refusal) -> None:
         report.refused.append(refusal)
         if progress is not None:
             progress.refuse()
 
-    async def settle(future: asyncio.Future[Delivery]) -> None:
-        try:
-            delivery = await future
-        except DeliveryError as exc:
-            if report.failure is None:
-                report.failure = str(exc)
+    def acked(future: asyncio.Future[list[Delivery]]) -> None:
+        if future.cancelled() or future.exception() is not None:
             return
-        report.published += 1
-        report.bytes += delivery.size
+        deliveries = future.result()
+        size = sum(d.size for d in deliveries)
+        report.published += len(deliveries)
+        report.bytes += size
         if progress is not None:
-            progress.advance(1, delivery.size)
+            progress.advance(len(deliveries), size)
 
-    for item in items:
-        if isinstance(item, Refusal):
-            refuse(item)
-            continue
+    async def send() -> None:
+        while outbox:
+            taken = outbox[:chunk]
+            del outbox[:chunk]
+            submitted = await producer.submit_many([i.doc for i in taken])
+            where = {id(i.doc): i.where for i in taken}
+            for doc, exc in submitted.refused:
+                refuse(Refusal(where[id(doc)], doc.doc_key, str(exc)))
+            submitted.acked.add_done_callback(acked)
+            acks.append(submitted.acked)
+
+    try:
+        for item in items:
+            if isinstance(item, Refusal):
+                refuse(item)
+                continue
+            outbox.append(item)
+            if len(outbox) >= chunk:
+                if sender is not None and sender.done():
+                    sender.result()
+                    sender = None
+                if sender is None:
+                    sender = asyncio.create_task(send())
+                await asyncio.sleep(0)  # let the sender and the producer run
+                if len(outbox) >= window:
+                    await asyncio.wait([sender])
+        if sender is not None:
+            await sender
+        await send()
+    except DeliveryError as exc:
+        report.failure = str(exc)
+    finally:
+        if sender is not None and not sender.done():
+            sender.cancel()
+    for future in acks:
         try:
-            pending.append(await producer.submit(item.doc))
-        except DocumentTooLargeError as exc:
-            refuse(Refusal(item.where, item.doc.doc_key, str(exc)))
-            continue
+            await future
         except DeliveryError as exc:
-            report.failure = str(exc)
-            break
-        while len(pending) > window or (pending and pending[0].done()):
-            await settle(pending.popleft())
-        if report.failure is not None:
-            break
-    while pending:
-        await settle(pending.popleft())
-    report.elapsed = asyncio.get_running_loop().time() - started
+            report.failure = report.failure or str(exc)
+    report.elapsed = loop.time() - started
     if progress is not None:
         progress.finish()
     return report

@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from tidegraph.connectors import pgoutput
 from tidegraph.connectors.api_keys import parse_api_keys
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
@@ -220,6 +221,26 @@ def _register_postgres(kinds: argparse._SubParsersAction[argparse.ArgumentParser
     pg.set_defaults(func=run_postgres)
 
 
+async def _cdc_progress(cdc: PostgresCdc, stop: asyncio.Event, every: float = 5.0) -> None:
+    """A progress line every few seconds while changes flow."""
+    last = -1
+    started = asyncio.get_running_loop().time()
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except TimeoutError:
+            pass
+        stats = cdc.stats
+        if stats.published != last:
+            last = stats.published
+            rate = stats.published / max(asyncio.get_running_loop().time() - started, 1e-9)
+            _say(
+                f"{stats.snapshot_rows} rows loaded, {stats.changes} changes, "
+                f"{stats.published} published ({rate:,.0f}/s), {stats.refused} refused, "
+                f"confirmed {pgoutput.int_to_lsn(stats.confirmed_lsn)}"
+            )
+
+
 def run_postgres(args: argparse.Namespace) -> int:
     spec = CaptureSpec(
         table=args.table,
@@ -249,8 +270,13 @@ async def _postgres(args: argparse.Namespace, spec: CaptureSpec) -> int:
         return 0
     await prepare_topics(args, settings, connector_settings)
     stop = _stop_on_signals()
-    async with producer:
-        await cdc.run(stop)
+    progress = asyncio.create_task(_cdc_progress(cdc, stop))
+    try:
+        async with producer:
+            await cdc.run(stop)
+    finally:
+        stop.set()
+        await progress
     stats = cdc.stats
     _say(
         f"stopped: {stats.snapshot_rows} rows loaded, {stats.changes} changes, "
