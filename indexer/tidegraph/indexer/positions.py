@@ -44,10 +44,10 @@ async def advance(
     cur = await conn.execute(
         "UPDATE tidegraph.consumer_positions SET next_offset = %s, updated_at = now()"
         " WHERE group_id = %s AND topic = %s AND partition = %s"
-        " AND next_offset = %s AND epoch = %s",
+        " AND next_offset = %s AND epoch = %s RETURNING next_offset",
         (offset + 1, group_id, topic, partition, offset, epoch),
     )
-    if cur.rowcount != 1:
+    if await cur.fetchone() is None:  # fetching (not rowcount) also works in pipeline mode
         raise Fenced(topic, partition, offset)
 
 

@@ -84,8 +84,12 @@ async def write_document(
     conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
     doc: PreparedDocument | None, *, space: str, doc_key: str, source_version: str | None,
 ) -> WriteResult:
-    """Apply (``doc`` given) or delete (``doc`` None) one document version atomically."""
-    async with conn.transaction():
+    """Apply (``doc`` given) or delete (``doc`` None) one document version atomically.
+
+    Runs in pipeline mode: statements whose results are not read (history moves, attribute
+    updates, dormancy) travel together instead of one round trip each.
+    """
+    async with conn.transaction(), conn.pipeline():
         w = _Writer(conn, info, embedder)
         seq, bt, communities_stale = await w.begin(pos.log_time)
         changes = ChangeSet(space)
@@ -206,7 +210,7 @@ class _Writer:
         if missing:
             for text, vec in zip(missing, await self.embedder.embed(missing), strict=True):
                 known[text] = vec
-        return [_vec(known[t]) for t in texts]
+        return [_vec_text(known[t]) for t in texts]
 
     async def write_contribution(
         self, doc: PreparedDocument, bt: datetime, changes: ChangeSet
@@ -288,7 +292,12 @@ class _Writer:
         ):
             by_alias.setdefault(alias, (int(i), EntityRecord(name, typ, desc, tuple(aliases))))
 
+        # Decide everything in memory first (new rows get provisional negative ids), then
+        # write with a handful of set-based statements instead of one round trip per row.
         ids: dict[str, int] = {}
+        pending: dict[int, EntityRecord] = {}
+        updated: dict[int, EntityRecord] = {}
+        stored = {i: rec for i, rec in [*by_name.values(), *by_alias.values()]}
         for key in sorted(facts):
             fact = facts[key]
             if key in ids:
@@ -298,9 +307,7 @@ class _Writer:
                 (by_alias[p] for p in probes if p in by_alias), None
             )
             if match is None:
-                entity_id = await self._insert_entity(doc.space, fact, bt, vectors)
-                merged = fact
-                changes.add("entity_added", doc.space, entity=_entity_ref(entity_id, fact))
+                entity_id, merged = -(len(pending) + 1), fact
             else:
                 entity_id, current = match
                 merged = merge_entity(current, fact)
@@ -309,47 +316,76 @@ class _Writer:
                         current.name, merged.type, merged.description,
                         (*merged.aliases, merged.name),
                     )
-                if merged != current:
-                    await self._update_entity(entity_id, merged, vectors)
+            if entity_id < 0:
+                pending[entity_id] = merged
+            elif merged != stored[entity_id]:
+                updated[entity_id] = merged
             for surface in (merged.name, *merged.aliases, fact.name, *fact.aliases):
                 ids[surface.lower()] = entity_id
             by_name[merged.name.lower()] = (entity_id, merged)
             for a in merged.aliases:
                 by_alias.setdefault(a.lower(), (entity_id, merged))
-            if merged.aliases:
-                await self.conn.execute(
+
+        temp = sorted(pending, reverse=True)
+        vecs = await self._vectors(
+            [render_entity(e.name, e.description) for e in [*map(pending.get, temp),
+                                                             *updated.values()] if e],
+            vectors,
+        )
+        real: dict[int, int] = {}
+        if temp:
+            rows = await self._rows(
+                sql.SQL(
+                    "INSERT INTO {} (space, name, type, description, aliases, embedding,"
+                    " created_at) SELECT %s, n, t, d,"
+                    " ARRAY(SELECT jsonb_array_elements_text(a)), e::vector, %s"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::text[])"
+                    " AS u(n, t, d, a, e) RETURNING id, name"
+                ).format(_t(self.s, "entities")),
+                (
+                    doc.space, bt,
+                    [pending[t].name for t in temp], [pending[t].type for t in temp],
+                    [pending[t].description for t in temp],
+                    [Jsonb(sorted(pending[t].aliases)) for t in temp],
+                    vecs[: len(temp)],
+                ),
+            )
+            returned = {str(name): int(i) for i, name in rows}
+            for t in temp:
+                real[t] = returned[pending[t].name]
+                changes.add("entity_added", doc.space, entity=_entity_ref(real[t], pending[t]))
+        if updated:
+            async with self.conn.cursor() as cur:
+                await cur.executemany(
                     sql.SQL(
-                        "INSERT INTO {} (space, alias_lower, entity_id)"
-                        " SELECT %s, a, %s FROM unnest(%s::text[]) a ON CONFLICT DO NOTHING"
-                    ).format(_t(self.s, "entity_aliases")),
-                    (doc.space, entity_id, sorted({a.lower() for a in merged.aliases})),
+                        "UPDATE {} SET name = %s, type = %s, description = %s, aliases = %s,"
+                        " embedding = %s::vector WHERE id = %s"
+                    ).format(_t(self.s, "entities")),
+                    [
+                        (e.name, e.type, e.description, sorted(e.aliases), vec, entity_id)
+                        for (entity_id, e), vec in zip(
+                            updated.items(), vecs[len(temp):], strict=True
+                        )
+                    ],
                 )
+        ids = {k: real.get(v, v) for k, v in ids.items()}
+        alias_rows = sorted(
+            {
+                (a.lower(), real.get(entity_id, entity_id))
+                for entity_id, e in [*pending.items(), *updated.items()]
+                for a in e.aliases
+            }
+        )
+        if alias_rows:
+            await self.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (space, alias_lower, entity_id)"
+                    " SELECT %s, a, i FROM unnest(%s::text[], %s::bigint[]) AS u(a, i)"
+                    " ON CONFLICT DO NOTHING"
+                ).format(_t(self.s, "entity_aliases")),
+                (doc.space, [a for a, _ in alias_rows], [i for _, i in alias_rows]),
+            )
         return ids
-
-    async def _insert_entity(
-        self, space: str, e: EntityRecord, bt: datetime, vectors: dict[str, list[float]]
-    ) -> int:
-        [vec] = await self._vectors([render_entity(e.name, e.description)], vectors)
-        rows = await self._rows(
-            sql.SQL(
-                "INSERT INTO {} (space, name, type, description, aliases, embedding, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s::vector, %s) RETURNING id"
-            ).format(_t(self.s, "entities")),
-            (space, e.name, e.type, e.description, sorted(e.aliases), vec, bt),
-        )
-        return int(rows[0][0])
-
-    async def _update_entity(
-        self, entity_id: int, e: EntityRecord, vectors: dict[str, list[float]]
-    ) -> None:
-        [vec] = await self._vectors([render_entity(e.name, e.description)], vectors)
-        await self.conn.execute(
-            sql.SQL(
-                "UPDATE {} SET name = %s, type = %s, description = %s, aliases = %s,"
-                " embedding = %s::vector WHERE id = %s"
-            ).format(_t(self.s, "entities")),
-            (e.name, e.type, e.description, sorted(e.aliases), vec, entity_id),
-        )
 
     async def _attach_relations(
         self, doc: PreparedDocument, chunk_id: dict[int, int], ids: dict[str, int],
@@ -366,8 +402,8 @@ class _Writer:
                 key = (ids[r.subject.lower()], r.predicate, ids[r.object.lower()], r.negated)
                 if key[0] == key[2]:
                     continue  # both ends resolved to one entity: a self-loop asserts nothing
-                said = grouped.setdefault(key, {})
-                said.setdefault(chunk_id[c.ordinal], []).append(
+                by_chunk = grouped.setdefault(key, {})
+                by_chunk.setdefault(chunk_id[c.ordinal], []).append(
                     (r.description, r.confidence, r.valid_from, r.valid_to)
                 )
         if not grouped:
@@ -389,39 +425,48 @@ class _Writer:
             )
         }
         names = await self._entity_names({k[0] for k in keys} | {k[2] for k in keys})
-        relation_ids: set[int] = set()
-        sources: list[tuple[int, int, RelationAttrs]] = []
-        for key in keys:
-            per_chunk: dict[int, RelationAttrs] = {
+        said: dict[tuple[int, str, int, bool], dict[int, RelationAttrs]] = {
+            key: {
                 cid: merge_relation_attrs((str(cid), a) for a in attrs)
                 for cid, attrs in grouped[key].items()
             }
-            rid = existing.get(key)
-            if rid is None:
-                description, confidence, valid_from, valid_to = merge_relation_attrs(
-                    (str(cid), a) for cid, a in per_chunk.items()
-                )
-                lo, hi = period_bounds(valid_from, valid_to)
-                text = render_relation(
-                    names[key[0]], key[1], names[key[2]], key[3], valid_from, valid_to
-                )
-                [vec] = await self._vectors([text], vectors)
-                rows = await self._rows(
-                    sql.SQL(
-                        "INSERT INTO {} (space, subject_id, predicate, object_id, negated,"
-                        " description, confidence, valid_from, valid_to, valid_from_d,"
-                        " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
-                        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s,"
-                        " 'retracted', %s, %s, %s::vector) RETURNING id"
-                    ).format(_t(self.s, "relations")),
-                    (
-                        doc.space, key[0], key[1], key[2], key[3], description, confidence,
-                        valid_from, valid_to, lo, hi, doc.order_key, bt, text, vec,
-                    ),
-                )
-                rid = int(rows[0][0])
-            relation_ids.add(rid)
-            sources.extend((rid, cid, attrs) for cid, attrs in sorted(per_chunk.items()))
+            for key in keys
+        }
+        fresh = [k for k in keys if k not in existing]
+        if fresh:
+            attrs = [merge_relation_attrs((str(c), a) for c, a in said[k].items()) for k in fresh]
+            texts = [
+                render_relation(names[k[0]], k[1], names[k[2]], k[3], a[2], a[3])
+                for k, a in zip(fresh, attrs, strict=True)
+            ]
+            vecs = await self._vectors(texts, vectors)
+            bounds = [period_bounds(a[2], a[3]) for a in attrs]
+            rows = await self._rows(
+                sql.SQL(
+                    "INSERT INTO {} (space, subject_id, predicate, object_id, negated,"
+                    " description, confidence, valid_from, valid_to, valid_from_d,"
+                    " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
+                    " SELECT %s, s, p, o, n, d, c, vf, vt, lo, hi, 0, %s, 'retracted', %s,"
+                    " r, e::vector FROM unnest(%s::bigint[], %s::text[], %s::bigint[],"
+                    " %s::bool[], %s::text[], %s::real[], %s::text[], %s::text[], %s::date[],"
+                    " %s::date[], %s::text[], %s::text[])"
+                    " AS u(s, p, o, n, d, c, vf, vt, lo, hi, r, e)"
+                    " RETURNING id, subject_id, predicate, object_id, negated"
+                ).format(_t(self.s, "relations")),
+                (
+                    doc.space, doc.order_key, bt,
+                    [k[0] for k in fresh], [k[1] for k in fresh], [k[2] for k in fresh],
+                    [k[3] for k in fresh], [a[0] for a in attrs], [a[1] for a in attrs],
+                    [a[2] for a in attrs], [a[3] for a in attrs],
+                    [b[0] for b in bounds], [b[1] for b in bounds], texts, vecs,
+                ),
+            )
+            for i, s_id, p, o_id, n in rows:
+                existing[(int(s_id), str(p), int(o_id), bool(n))] = int(i)
+        sources = [
+            (existing[key], cid, a) for key in keys for cid, a in sorted(said[key].items())
+        ]
+        relation_ids = {existing[key] for key in keys}
         await self.conn.execute(
             sql.SQL(
                 "INSERT INTO {} (relation_id, chunk_id, doc_key, order_key, description,"
@@ -465,7 +510,7 @@ class _Writer:
                 "  WHERE id = ANY(%s))"
                 " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
                 "  r.weight, r.order_key, r.description, r.confidence, r.valid_from,"
-                "  r.valid_to, h.state, h.superseded_by, h.t_created"
+                "  r.valid_to, h.state, h.superseded_by, h.t_created, r.rendered"
                 " FROM {rel} r JOIN pairs USING (space, subject_id, object_id)"
                 " LEFT JOIN {hist} h ON h.relation_id = r.id AND h.t_expired IS NULL"
                 " ORDER BY r.id"
@@ -492,6 +537,10 @@ class _Writer:
         desired = desired_relation_states(live, self.info.exclusive_groups)
         names = await self._entity_names({int(r[2]) for r in rows} | {int(r[4]) for r in rows})
         vectors = {} if vectors is None else vectors
+        attr_updates: list[tuple[Any, ...]] = []
+        text_updates: list[tuple[int, str]] = []
+        zeroed: list[int] = []
+        transitions: list[tuple[Any, ...]] = []
         for r in rows:
             rid, space = int(r[0]), str(r[1])
             subject, obj = names[int(r[2])], names[int(r[4])]
@@ -503,27 +552,40 @@ class _Writer:
                 stored = (int(r[6]), r[7], r[8], float(r[9]), r[10], r[11])
                 if (weight, order_key, *attrs) != stored:
                     lo, hi = period_bounds(attrs[2], attrs[3])
+                    attr_updates.append((weight, order_key, *attrs, lo, hi, rid))
                     text = render_relation(subject, predicate, obj, negated, attrs[2], attrs[3])
-                    [vec] = await self._vectors([text], vectors)
-                    await self.conn.execute(
-                        sql.SQL(
-                            "UPDATE {} SET weight = %s, order_key = %s, description = %s,"
-                            " confidence = %s, valid_from = %s, valid_to = %s,"
-                            " valid_from_d = %s, valid_to_d = %s, rendered = %s,"
-                            " embedding = %s::vector WHERE id = %s"
-                        ).format(_t(self.s, "relations")),
-                        (weight, order_key, *attrs, lo, hi, text, vec, rid),
-                    )
+                    if text != r[15]:
+                        text_updates.append((rid, text))
                 valid_from, valid_to = attrs[2], attrs[3]
             else:
                 valid_from, valid_to = r[10], r[11]
                 if int(r[6]) != 0:
-                    await self.conn.execute(
-                        sql.SQL("UPDATE {} SET weight = 0 WHERE id = %s").format(
-                            _t(self.s, "relations")
-                        ),
-                        (rid,),
-                    )
+                    zeroed.append(rid)
+            transitions.append((r, rid, space, subject, predicate, obj, negated,
+                                valid_from, valid_to))
+        rel = _t(self.s, "relations")
+        async with self.conn.cursor() as cur:
+            if attr_updates:
+                await cur.executemany(
+                    sql.SQL(
+                        "UPDATE {} SET weight = %s, order_key = %s, description = %s,"
+                        " confidence = %s, valid_from = %s, valid_to = %s,"
+                        " valid_from_d = %s, valid_to_d = %s WHERE id = %s"
+                    ).format(rel),
+                    attr_updates,
+                )
+            if text_updates:
+                vecs = await self._vectors([t for _, t in text_updates], vectors)
+                await cur.executemany(
+                    sql.SQL("UPDATE {} SET rendered = %s, embedding = %s::vector WHERE id = %s")
+                    .format(rel),
+                    [(t, v, rid) for (rid, t), v in zip(text_updates, vecs, strict=True)],
+                )
+            if zeroed:
+                await cur.execute(
+                    sql.SQL("UPDATE {} SET weight = 0 WHERE id = ANY(%s)").format(rel), (zeroed,)
+                )
+        for r, rid, space, subject, predicate, obj, negated, valid_from, valid_to in transitions:
             want = desired.get(rid, ("retracted", None))
             have = ("retracted", None) if r[12] is None else (
                 str(r[12]), int(r[13]) if r[13] is not None else None
@@ -668,9 +730,6 @@ def _entity_ref(entity_id: int, e: EntityRecord) -> dict[str, str]:
     return {"id": str(entity_id), "name": e.name, "type": e.type}
 
 
-def _vec(v: list[float]) -> str:
-    return _vec_text(v)
-
-
 def _vec_text(v: list[float]) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in v) + "]"
+    """pgvector's text form; ``repr`` of floats is exact and far cheaper than formatting."""
+    return repr(v)
