@@ -55,10 +55,15 @@ async def ensure_topics(
         max_document_bytes=max_document_bytes,
         changes_retention_ms=changes_retention_ms,
     )
-    return (await ensure_topic_specs(bootstrap, specs)).warnings
+    return await ensure_topic_specs(bootstrap, specs)
 
 
-async def ensure_topic_specs(bootstrap: str, specs: Sequence[TopicSpec]) -> TopicsReport:
+async def ensure_topic_specs(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
+    """:func:`ensure_topics` for explicit specs: the warnings about existing topics."""
+    return (await topics_report(bootstrap, specs)).warnings
+
+
+async def topics_report(bootstrap: str, specs: Sequence[TopicSpec]) -> TopicsReport:
     """Create what is missing of ``specs``, compare what exists; never alter a topic."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="tidegraph-topics")
     try:

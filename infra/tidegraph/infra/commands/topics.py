@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from tidegraph.connectors.topics import TopicsReport, ensure_topic_specs
+from tidegraph.connectors.topics import TopicsReport, topics_report
 from tidegraph.schemas.settings import load_settings
 from tidegraph.schemas.topics import DEFAULT_PARTITIONS, MAX_DOCUMENT_BYTES, topic_specs
 
@@ -57,6 +57,6 @@ def run_topics(args: argparse.Namespace) -> int:
         max_document_bytes=args.max_document_bytes,
         changes_retention_ms=args.changes_retention_ms,
     )
-    report = asyncio.run(ensure_topic_specs(settings.kafka_bootstrap, specs))
+    report = asyncio.run(topics_report(settings.kafka_bootstrap, specs))
     _print(report)
     return 0
