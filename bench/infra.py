@@ -283,7 +283,8 @@ def main() -> int:
         shutil.rmtree(state, ignore_errors=True)
 
     print(f"tidegraph infra bench: Kafka {runtime.version}, median of {RUNS} runs")
-    print(f"  {os.cpu_count()} cores; {args.records:,} records of {RECORD_BYTES} B per run")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"  {os.cpu_count()} cores, load average {load}; {args.records:,} records per run")
     print(_secs("kafka cold start", cold))
     print(_secs("kafka warm start", warm, target=10))
     print(_secs("postgres start", pg_warm))
