@@ -268,3 +268,16 @@ def test_fast_enough_for_the_indexer_benchmark() -> None:
         RULES.extract_text(chunk.text)
     rate = len(chunks) / max(time.process_time() - started, 1e-9)
     assert rate > 250, f"{rate:.0f} chunks/s"  # ~2,500/s on one core; a generous margin
+
+
+def test_names_never_cross_a_line_break_and_more_verbs() -> None:
+    from tidegraph.indexer.rules_extractor import RulesExtractor as _Rules
+
+    out = _Rules().extract_text(
+        "# Ada Lovelace\n\nAda Lovelace studied with Mary Somerville. "
+        "Michael Faraday corresponded with Ada Lovelace."
+    )
+    assert "Ada Lovelace Ada Lovelace" not in {e.name for e in out.entities}
+    triples = {(r.subject, r.predicate, r.object) for r in out.relations}
+    assert ("Ada Lovelace", "studied_with", "Mary Somerville") in triples
+    assert ("Michael Faraday", "corresponded_with", "Ada Lovelace") in triples

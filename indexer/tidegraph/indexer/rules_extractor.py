@@ -66,7 +66,7 @@ _W_REST = r"(?:(?:r|rs|s|rof|t|ir)\.|\.|[\w'’\-]*+(?:&[\w'’\-]++)?)"
 """A capitalised word after its first letter: ``Dr.``, an initial ``C.``, ``O'Brien``, ``AT&T``."""
 _W = rf"(?:[{_UP}]{_W_REST})"
 _JOIN = r"(?:of(?:\s+the)?|van|von|de|da|di|du|der|den|del|della|la|le|bin|ibn|al|y|&)"
-_NAME_TAIL = rf"(?:\s+(?:{_JOIN}\s+)?{_W})*+"
+_NAME_TAIL = rf"(?:[ \t]+(?:{_JOIN}[ \t]+)?{_W})*+"  # names never cross a line break
 _NAME = rf"(?:{_W}{_NAME_TAIL})"
 # Patterns that scan a whole chunk start with one character class and a word-boundary check
 # placed after it, so the regex engine can skip ahead to capital letters.
@@ -120,6 +120,8 @@ _VERBS: tuple[_Verb, ...] = (
     _Verb(r"no\s+longer\s+(?:works?|worked)\s+(?:at|for)", "left", _PERSON, _ORG),
     _Verb(r"(?:worked|works|work|working)\s+(?:closely\s+)?(?:together\s+)?with", "worked_with"),
     _Verb(r"(?:collaborated|collaborates|collaborate)\s+with", "collaborated_with"),
+    _Verb(r"(?:corresponded|corresponds|correspond)\s+with", "corresponded_with", _PERSON, _PERSON),
+    _Verb(r"(?:studied|studies)\s+with", "studied_with", _PERSON, _PERSON),
     _Verb(r"(?:worked|works|work|working)\s+(?:at|for)", "works_at", _PERSON, _ORG),
     _Verb(rf"{_BE}\s+employed\s+(?:at|by)", "works_at", _PERSON, _ORG),
     _Verb(r"(?:re)?joined|joins|join", "works_at", _PERSON, _ORG, onset=True),
