@@ -98,7 +98,7 @@ async def _ensure(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> Top
                 log.info("created topic %s", err["topic"])
                 report.created.append(err["topic"])
             else:
-                report.existing.append(err["topic"])  # created concurrently by someone else
+                existing.add(err["topic"])  # created meanwhile, or not yet listed
     present = [s for s in specs if s.name in existing]
     report.existing += [s.name for s in present]
     if present:
