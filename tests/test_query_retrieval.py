@@ -275,7 +275,7 @@ async def test_space_isolation_through_every_channel(
 ) -> None:
     # The query names entities of both spaces and a part number of beta: the walk, the
     # similarity search and the full-text search would all reach beta if unscoped.
-    q = "Alpha One Beta One Gamma Hub XK-beta-9 knows tagged"
+    q = "Alpha One, Beta One, Gamma Hub: XK-beta-9 knows tagged"
     for mode in ("mix", "local", "hybrid", "global", "naive"):
         out = await query_data(client, built.realm, query=q, space="alpha", mode=mode, hops=2)
         assert {r["space"] for r in out["relations"]} <= {"alpha"}, mode

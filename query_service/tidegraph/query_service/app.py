@@ -113,7 +113,11 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     catalog = RealmCatalog(settings.realm_cache_seconds)
     metrics = ServiceMetrics(deps.registry or CollectorRegistry(auto_describe=True))
     limits = RetrievalLimits(
-        settings.edge_cap, settings.channel_depth, settings.rrf_k, settings.community_weights
+        settings.edge_cap,
+        settings.channel_depth,
+        settings.rrf_k,
+        settings.community_weights,
+        (settings.ef_search, settings.ef_search_relations, settings.ef_search_chunks),
     )
     embedders: dict[tuple[str, str], QueryEmbedder] = {}
     app = FastAPI(

@@ -68,6 +68,13 @@ def vector(values: list[float]) -> Vector:
     return Vector(values)
 
 
+def set_ef_search(value: int) -> sql.Composed:
+    """The HNSW candidate list for the searches that follow on this connection: each vector
+    channel sets its own, because recall at a given width differs by table (short, alike
+    texts make a harder graph to search)."""
+    return sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(int(value)))
+
+
 def _space(alias: str, scope: Scope) -> sql.Composable:
     if scope.space == ANY_SPACE:
         return sql.SQL("true")
@@ -266,10 +273,9 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
 def chunk_details(schema: str) -> sql.Composed:
     """Text and provenance of chunks ``%(chunk_ids)s``."""
     return sql.SQL(
-        "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text, c.metadata, d.title"
-        " FROM {chunks} c LEFT JOIN {docs} d ON d.space = c.space AND d.doc_key = c.doc_key"
+        "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text FROM {chunks} c"
         " WHERE c.id = ANY(%(chunk_ids)s::bigint[])"
-    ).format(chunks=table(schema, "chunks"), docs=table(schema, "documents"))
+    ).format(chunks=table(schema, "chunks"))
 
 
 def communities_ranked(schema: str, scope: Scope) -> sql.Composed:

@@ -30,10 +30,20 @@ class QuerySettings(BaseSettings):
         40, ge=1, description="Most relations one matched entity may contribute to a walk."
     )
     channel_depth: int = Field(
-        50, ge=1, description="Candidates each relation channel hands to fusion."
+        30, ge=1, description="Candidates each relation channel hands to fusion."
     )
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
-    ef_search: int = Field(100, ge=10, description="HNSW candidate list size per search.")
+    ef_search: int = Field(
+        100, ge=10, le=1000, description="HNSW candidate list (entities, communities)."
+    )
+    ef_search_relations: int = Field(
+        200,
+        ge=10,
+        le=1000,
+        description="HNSW candidate list for relation similarity: rendered triples are short "
+        "and alike, so their graph needs a wider search for the same recall.",
+    )
+    ef_search_chunks: int = Field(64, ge=10, le=1000, description="HNSW list for passages.")
     community_weights: tuple[float, float, float] = Field(
         (0.6, 0.25, 0.15),
         description="Blend of similarity, rating and size when ranking community reports.",

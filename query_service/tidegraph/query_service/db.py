@@ -1,9 +1,9 @@
 """Connections and the realm catalogue.
 
 Every connection of the pool gets pgvector's types and the HNSW search settings in the
-pool's ``configure=`` callback, so no request can run a similarity search with the wrong
-``ef_search`` or without iterative scans (pgvector 0.8: a filtered HNSW scan keeps walking
-the graph until enough rows pass the filter, instead of returning fewer than asked).
+pool's ``configure=`` callback, so no request can run a similarity search without iterative
+scans (pgvector 0.8: a filtered HNSW scan keeps walking the graph until enough rows pass
+the filter, instead of returning fewer than asked) or with a generic plan.
 
 SQL is typed :data:`Query` (``LiteralString | sql.Composed``) and realm schemas reach it only
 through ``sql.Identifier``: user input never becomes SQL text.
@@ -52,6 +52,9 @@ def make_pool(
         await register_vector_async(conn)
         await conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(int(ef_search))))
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        # Statements are prepared after a few runs; a generic plan cannot see the query
+        # vector, the LIMIT or the array sizes, and may trade an index scan for a sort.
+        await conn.execute("SET plan_cache_mode = force_custom_plan")
 
     return AsyncConnectionPool(
         conninfo,

@@ -74,9 +74,14 @@ def lexical_keywords(query: str) -> Keywords:
         phrase = (m.group(1) or m.group(2) or "").strip()
         if phrase:
             low.append(phrase)
-    text = _QUOTED.sub(" ", query)
-    tokens = [_strip(t) for t in _TOKEN.findall(text)]
-    tokens = [t for t in tokens if t]
+    text = _QUOTED.sub(" , ", query)
+    tokens: list[tuple[str, bool]] = []  # (token, punctuation before it)
+    last_end = 0
+    for m in _TOKEN.finditer(text):
+        tok = _strip(m.group())
+        if tok:
+            tokens.append((tok, bool(text[last_end : m.start()].strip())))
+        last_end = m.end()
     high: list[str] = []
     run: list[str] = []
 
@@ -85,7 +90,9 @@ def lexical_keywords(query: str) -> Keywords:
             low.append(" ".join(run))
             run.clear()
 
-    for i, tok in enumerate(tokens):
+    for i, (tok, broken) in enumerate(tokens):
+        if broken:  # "Ada Lovelace, Charles Babbage" names two things, not one
+            close_run()
         is_name = tok[:1].isupper() and not (i == 0 and tok.lower() in _QUESTION_WORDS)
         if _IDENTIFIER.match(tok) and not tok.isdigit() or is_name and tok.lower() not in _STOP:
             run.append(tok)

@@ -11,12 +11,14 @@ naive    no        yes     no                                           no
 bypass   no        no      no                                           no
 =======  ========  ======  ===========================================  ===========
 
-``local`` differs from ``mix`` in where its lexical and chunk evidence comes from: its
-full-text channel uses the low-level (named-thing) keywords only, and its chunks are the
-mention expansion alone, so every passage is about a matched entity; ``mix`` also ranks
-chunks by query similarity and searches text by every keyword. ``global`` ranks community
-reports by a blend of similarity, rating and size when a space has any, and its relations
-either way, so it never hard-fails before communities are built (paper §6).
+``local`` differs from ``mix`` in where its passages come from: only mention expansion,
+so every passage is about a matched entity; ``mix`` also ranks chunks by query similarity.
+The full-text channel of both searches the named things (low-level keywords; every keyword
+when the query names none): exact terms are where lexical search is decisive (paper §7.3),
+and a common theme word would match a large share of the edges and rank them by chance.
+``global`` searches text by the themes instead, and ranks community reports by a blend of
+similarity, rating and size when a space has any, and its relations either way, so it
+never hard-fails before communities are built (paper §6).
 
 A request uses one pooled connection and three pipelined rounds: seeds and the independent
 channels; the walk and mention expansion from the seeds; details of what survived fusion.
@@ -81,11 +83,13 @@ class RetrievalLimits:
 
     edge_cap: int = 40
     """Most relations one matched entity contributes to the walk."""
-    channel_depth: int = 50
+    channel_depth: int = 30
     """Candidates per relation channel."""
     rrf_k: int = 60
     community_weights: tuple[float, float, float] = (0.6, 0.25, 0.15)
     """Similarity, rating, size."""
+    ef_search: tuple[int, int, int] = (100, 200, 64)
+    """HNSW ``ef_search`` for entities (and communities), relations, chunks."""
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,7 @@ async def retrieve(
         params.relation_types,
     )
     depth = max(limits.channel_depth, params.relation_top_k)
-    local_text = channels_text(keywords.low or keywords.all)
+    named_text = channels_text(keywords.low or keywords.all)
     p = channels.parameters(
         scope,
         qvec=vec["query"],
@@ -216,8 +220,7 @@ async def retrieve(
         fanout=max(4, limits.edge_cap // 4),
         over=params.top_k * 3,
         names=_name_candidates(params.query, keywords),
-        fts=channels_text(keywords.all),
-        fts_local=local_text,
+        fts=named_text,
         fts_theme=channels_text(keywords.high or keywords.all),
     )
 
@@ -229,25 +232,30 @@ async def retrieve(
     chunk_vec: list[int] = []
     community_rows: list[Any] = []
     last_write: datetime | None = None
-    fts_param = "fts_local" if params.mode == "local" else "fts"
     async with conn.pipeline():
         cur_name = cur_vec = cur_sim = cur_fts = cur_chunks = cur_rank = cur_rank_fts = None
         cur_comm = cur_last = None
+        ef_entities, ef_relations, ef_chunks = limits.ef_search
         if walk:
             cur_name = await conn.execute(channels.entities_by_name(s, scope), p)
+            await conn.execute(channels.set_ef_search(ef_entities))
             cur_vec = await conn.execute(channels.entities_by_vector(s, scope), p)
+            await conn.execute(channels.set_ef_search(ef_relations))
             cur_sim = await conn.execute(channels.relations_by_vector(s, scope), p)
-            if p[fts_param]:
-                cur_fts = await conn.execute(channels.relations_by_text(s, scope, fts_param), p)
+            if p["fts"]:
+                cur_fts = await conn.execute(channels.relations_by_text(s, scope), p)
         if with_chunks and params.mode != "local":
+            await conn.execute(channels.set_ef_search(ef_chunks))
             cur_chunks = await conn.execute(channels.chunks_by_vector(s, scope), p)
         if ranked:
+            await conn.execute(channels.set_ef_search(ef_relations))
             cur_rank = await conn.execute(channels.relations_by_vector(s, scope, "gvec"), p)
             if p["fts_theme"]:
                 cur_rank_fts = await conn.execute(
                     channels.relations_by_text(s, scope, "fts_theme"), p
                 )
         if with_communities:
+            await conn.execute(channels.set_ef_search(ef_entities))
             cur_comm = await conn.execute(channels.communities_ranked(s, scope), p)
             cur_last = await conn.execute(channels.last_write(s))
     if cur_name is not None and cur_vec is not None and cur_sim is not None:
@@ -298,7 +306,8 @@ async def retrieve(
 
     # Round 3: details of what survived fusion.
     t = time.perf_counter()
-    p["ids"] = [f.key for f in fused[: params.relation_top_k * 2]]
+    margin = params.relation_top_k if params.space == "*" else 10  # room for de-duplication
+    p["ids"] = [f.key for f in fused[: params.relation_top_k + margin]]
     p["chunk_ids"] = [f.key for f in fused_chunks]
     rel_rows: list[Any] = []
     chunk_rows: list[Any] = []
@@ -455,7 +464,7 @@ def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[
         row = by_id.get(f.key)
         if row is None:
             continue
-        cid, sp, doc_key, ordinal, text, _meta, _title = row
+        cid, sp, doc_key, ordinal, text = row
         out.append(
             ChunkHit(
                 str(cid),

@@ -1,0 +1,551 @@
+"""Query service benchmark: query_data latency, vector recall, change-feed throughput,
+publish-to-visible freshness.
+
+For each realm size (entities) it builds a realm of 384-dimension hashing embeddings:
+
+* ``--load writer`` (default up to 20,000 entities): every document goes through the
+  indexer's own write transaction (``tidegraph.indexer.writer.write_document``) — the same
+  statements, outbox and belief history as live indexing, minus Kafka and extraction.
+* ``--load copy`` (default above): bulk ``COPY`` of the identical graph in the writer's
+  layout (chunks, entities, mentions, relations with their rendered text and embeddings,
+  provenance, one open belief interval per relation, one outbox commit per document with its
+  ``document_indexed`` / ``entity_added`` / ``relation_added`` changes, ``meta.seq``), HNSW
+  indexes built after the load as a replay would. It keeps the 100,000 case practical here.
+
+Each document is one chunk naming ten new entities linked in a chain plus one link to an
+earlier document's entity (so walks cross documents); a fifth of the relations carry a
+stated period. Then, against ``tidegraph serve`` on a loopback port (a separate process,
+HTTP/1.1 keep-alive), it prints per mode (mix, local, global, naive) and client count
+(1, 4, 8) the p50/p99 latency; recall@10 of the HNSW searches (entities, relations,
+chunks) against exact search at the service's ``ef_search``; and the change publisher's
+throughput draining the realm's whole outbox to a fresh topic. Finally it publishes
+documents through Kafka to a real ``tidegraph indexer`` and times publish-to-visible
+(Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
+
+Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP``. Run:
+``.venv/bin/python bench/query.py [--sizes 10000,100000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from tidegraph.connectors.topics import ensure_topic_specs
+from tidegraph.indexer import positions
+from tidegraph.indexer.graph_rules import period_bounds, render_entity, render_relation
+from tidegraph.indexer.hashing_embedder import HashingEmbedder
+from tidegraph.indexer.plan import (
+    EntityFact,
+    PreparedChunk,
+    PreparedDocument,
+    RecordPosition,
+    RelationFact,
+)
+from tidegraph.indexer.realms import create_realm, ensure_control
+from tidegraph.indexer.writer import write_document
+from tidegraph.query_service.config import QuerySettings
+from tidegraph.query_service.keywords import lexical_keywords
+from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
+from tidegraph.query_service.retrieval import _query_texts
+from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.ddl import vector_index_ddl
+from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.schemas.topics import changes_topic, topic_specs
+
+REPO = Path(__file__).resolve().parents[1]
+DIM = 384
+PER_DOC = 10
+PREDICATES = ["worked_with", "founded", "advised", "funded", "acquired", "designed",
+              "studied_at", "located_in", "supplies", "competes_with", "partners_with",
+              "member_of", "wrote", "influenced", "audits", "owns"]
+TYPES = ["Person", "Organization", "Project", "Place", "Product"]
+SYL = [c + v + e for c in ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r",
+                            "s", "t", "v", "w", "z", "ch", "sh", "th", "br", "tr", "st", "gl")
+       for v in ("a", "e", "i", "o", "u", "ai", "ea", "ou")
+       for e in ("", "n", "r", "s", "l", "m", "t", "x", "nd", "rk")]
+"""2,000 syllables, so names share few character trigrams, as real names do."""
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# ---------------------------------------------------------------------------- corpus
+
+
+@dataclass(frozen=True)
+class Doc:
+    key: str
+    text: str
+    entities: list[tuple[str, str]]
+    """(name, type) introduced or named by this document."""
+    relations: list[tuple[str, str, str, str | None, str | None]]
+    """(subject, predicate, object, valid_from, valid_to)."""
+
+
+def make_corpus(n_entities: int, seed: int = 7) -> list[Doc]:
+    rng = random.Random(seed)
+    names: list[str] = []
+    seen: set[str] = set()
+    while len(names) < n_entities:
+        first = "".join(rng.choice(SYL) for _ in range(2)).capitalize()
+        last = "".join(rng.choice(SYL) for _ in range(rng.choice((2, 3)))).capitalize()
+        name = f"{first} {last}"
+        if name not in seen:
+            seen.add(name)
+            names.append(name)
+    docs = []
+    for d in range(n_entities // PER_DOC):
+        ents = [(names[d * PER_DOC + i], TYPES[(d + i) % len(TYPES)]) for i in range(PER_DOC)]
+        rels: list[tuple[str, str, str, str | None, str | None]] = []
+        for i in range(PER_DOC - 1):
+            rels.append((ents[i][0], rng.choice(PREDICATES), ents[i + 1][0], *_period(rng)))
+        if d > 0:
+            other = names[rng.randrange(d * PER_DOC)]
+            rels.append((ents[0][0], rng.choice(PREDICATES), other, *_period(rng)))
+            ents.append((other, "Concept"))
+        text = " ".join(f"{s} {p.replace('_', ' ')} {o}." for s, p, o, _, _ in rels)
+        docs.append(Doc(f"corpus/{d:06d}.md", text, ents, rels))
+    return docs
+
+
+def _period(rng: random.Random) -> tuple[str | None, str | None]:
+    roll = rng.random()
+    if roll < 0.1:
+        start = rng.randrange(1990, 2015)
+        return str(start), str(start + rng.randrange(1, 10))
+    if roll < 0.2:
+        return f"{rng.randrange(1990, 2024)}-{rng.randrange(1, 13):02d}", None
+    return None, None
+
+
+def make_queries(docs: Sequence[Doc], n: int = 400, seed: int = 11) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        doc = rng.choice(docs)
+        s, p, o, _, _ = rng.choice(doc.relations)
+        out.append(rng.choice([
+            f"How is {s} connected to {o}?",
+            f"Who {p.replace('_', ' ')} {o}?",
+            f"What do we know about {s}?",
+            f"Which organisations {p.replace('_', ' ')} others, and since when?",
+        ]))
+    return out
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
+    """Every document through the indexer's write transaction."""
+    embedder = HashingEmbedder(DIM)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        info = await create_realm(conn, realm, RealmConfig(embedder=f"hashing:{DIM}"))
+        topic = f"bench.{realm}"
+        _, epoch = await positions.claim(conn, "bench", topic, 0, 0)
+        started = time.perf_counter()
+        for n, doc in enumerate(docs):
+            [vec] = await embedder.embed([doc.text])
+            chunk = PreparedChunk(
+                0, doc.text, vec,
+                tuple(EntityFact(name, typ, "", ()) for name, typ in doc.entities),
+                tuple(RelationFact(s, p, o, False, "", 1.0, vf, vt)
+                      for s, p, o, vf, vt in doc.relations),
+            )
+            prepared = PreparedDocument(
+                "default", doc.key, "sha256:" + f"{n:064x}", None, f"{n:08d}", doc.key,
+                "bench", {}, (chunk,), {},
+            )
+            pos = RecordPosition("bench", topic, 0, n, epoch, T0 + timedelta(seconds=n))
+            await write_document(conn, info, pos, embedder, prepared, space="default",
+                                 doc_key=doc.key, source_version=None)
+            if n % 200 == 199:
+                rate = (n + 1) / (time.perf_counter() - started)
+                print(f"  writer: {n + 1}/{len(docs)} documents ({rate:.0f}/s)", flush=True)
+
+
+def _vectors(texts: list[str]) -> list[str]:
+    embedder = HashingEmbedder(DIM)
+    return ["[" + ",".join(f"{x:.6g}" for x in v) + "]" for v in embedder.embed_sync(texts)]
+
+
+def _embed_all(texts: list[str]) -> list[str]:
+    """Embeddings as pgvector text, on every core."""
+    step = max(1, len(texts) // 16)
+    parts = [texts[i : i + step] for i in range(0, len(texts), step)]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return [v for part in pool.map(_vectors, parts) for v in part]
+
+
+def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
+    """The same graph in the writer's layout, by COPY; vector indexes after the load."""
+    asyncio.run(_create_bare(dsn, realm))
+    schema = f"realm_{realm}"
+    ent_id: dict[str, int] = {}
+    ent_rows = []
+    for doc in docs:
+        for name, typ in doc.entities:
+            if name not in ent_id:
+                ent_id[name] = len(ent_id) + 1
+                ent_rows.append((ent_id[name], name, typ))
+    rel_rows = []
+    for d, doc in enumerate(docs):
+        for s, p, o, vf, vt in doc.relations:
+            rel_rows.append((len(rel_rows) + 1, d, s, p, o, vf, vt))
+    t = time.perf_counter()
+    ent_vecs = _embed_all([render_entity(n, "") for _, n, _ in ent_rows])
+    rel_vecs = _embed_all([render_relation(s, p, o, False, vf, vt)
+                           for _, _, s, p, o, vf, vt in rel_rows])
+    chunk_vecs = _embed_all([d.text for d in docs])
+    print(f"  embedded {len(ent_vecs) + len(rel_vecs) + len(chunk_vecs)} texts in "
+          f"{time.perf_counter() - t:.1f}s", flush=True)
+    bt = [T0 + timedelta(seconds=d) for d in range(len(docs))]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def copy(tbl: str, cols: str, rows: Any) -> None:
+            query = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+                sql.Identifier(schema), sql.Identifier(tbl), sql.SQL(cols))
+            with conn.cursor().copy(query) as cp:
+                for row in rows:
+                    cp.write_row(row)
+
+        t = time.perf_counter()
+        first_doc = {}
+        for d, doc in enumerate(docs):
+            for name, _ in doc.entities:
+                first_doc.setdefault(name, d)
+        copy("documents", "space, doc_key, status, content_hash, order_key, title, source,"
+             " chunk_count, indexed_at",
+             (("default", doc.key, "indexed", "sha256:" + f"{d:064x}", f"{d:08d}", doc.key,
+               "bench", 1, bt[d]) for d, doc in enumerate(docs)))
+        copy("chunks", "id, space, doc_key, ordinal, text, content_hash, embedding, t_created",
+             ((d + 1, "default", doc.key, 0, doc.text, "sha256:" + f"{d:064x}",
+               chunk_vecs[d], bt[d]) for d, doc in enumerate(docs)))
+        copy("entities", "id, space, name, type, embedding, created_at",
+             ((i, "default", n, typ, ent_vecs[i - 1], bt[first_doc[n]])
+              for i, n, typ in ent_rows))
+        copy("mentions", "chunk_id, entity_id",
+             ((d + 1, ent_id[n]) for d, doc in enumerate(docs) for n, _ in doc.entities))
+        copy("relations", "id, space, subject_id, predicate, object_id, valid_from, valid_to,"
+             " valid_from_d, valid_to_d, weight, order_key, status, t_created, rendered,"
+             " embedding",
+             ((rid, "default", ent_id[s], p, ent_id[o], vf, vt, *period_bounds(vf, vt), 1,
+               f"{d:08d}", "current", bt[d], render_relation(s, p, o, False, vf, vt),
+               rel_vecs[rid - 1]) for rid, d, s, p, o, vf, vt in rel_rows))
+        copy("relation_sources", "relation_id, chunk_id, doc_key, order_key",
+             ((rid, d + 1, docs[d].key, f"{d:08d}") for rid, d, *_ in rel_rows))
+        copy("relation_history", "relation_id, state, t_created",
+             ((rid, "current", bt[d]) for rid, d, *_ in rel_rows))
+        copy("outbox", "seq, idx, kind, space, belief_time, payload", _outbox(docs, ent_id, bt))
+        for tbl in ("chunks", "entities", "relations"):
+            conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence({}, 'id'), {})").format(
+                sql.Literal(f"{schema}.{tbl}"),
+                sql.Literal({"chunks": len(docs), "entities": len(ent_rows),
+                             "relations": len(rel_rows)}[tbl])))
+        conn.execute(sql.SQL("UPDATE {}.meta SET seq = %s, last_write_at = %s").format(
+            sql.Identifier(schema)), (len(docs), bt[-1]))
+        print(f"  copied in {time.perf_counter() - t:.1f}s", flush=True)
+        t = time.perf_counter()
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        conn.execute(vector_index_ddl(schema, DIM))
+        print(f"  HNSW indexes built in {time.perf_counter() - t:.1f}s", flush=True)
+
+
+def _outbox(docs: Sequence[Doc], ent_id: dict[str, int], bt: list[datetime]) -> Any:
+    known: set[str] = set()
+    rid = 0
+    for d, doc in enumerate(docs):
+        items: list[tuple[str, dict[str, Any]]] = [("document_indexed", {"doc_key": doc.key})]
+        for name, typ in doc.entities:
+            if name not in known:
+                known.add(name)
+                items.append(("entity_added",
+                              {"entity": {"id": str(ent_id[name]), "name": name, "type": typ}}))
+        for s, p, o, vf, vt in doc.relations:
+            rid += 1
+            items.append(("relation_added", {"relation": {
+                "id": str(rid), "subject": s, "predicate": p, "object": o, "negated": False,
+                "valid_from": vf, "valid_to": vt}}))
+        for idx, (kind, payload) in enumerate(items):
+            yield (d + 1, idx, kind, "default", bt[d], Jsonb(payload))
+
+
+async def _create_bare(dsn: str, realm: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, realm, RealmConfig(embedder=f"hashing:{DIM}"),
+                           vector_indexes=False)
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(dsn: str, bootstrap: str, ef: dict[str, int], prefix: str) -> tuple[Any, str]:
+    port = _free_port()
+    env = {**os.environ, "TIDEGRAPH_PG_DSN": dsn, "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
+           "TIDEGRAPH_EF_SEARCH": str(ef["entities"]),
+           "TIDEGRAPH_EF_SEARCH_RELATIONS": str(ef["relations"]),
+           "TIDEGRAPH_EF_SEARCH_CHUNKS": str(ef["chunks"])}
+    env.pop("TIDEGRAPH_API_KEYS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidegraph.infra.cli", "serve", "--port", str(port),
+         "--no-publisher", "--pool-size", "8", "--log-level", "warning",
+         "--topic-prefix", prefix],
+        env=env, cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("tidegraph serve did not start")
+
+
+async def latency(url: str, realm: str, queries: list[str], mode: str, clients: int,
+                  requests: int) -> tuple[float, float, float]:
+    """p50 and p99 in ms, and requests/s, for ``requests`` queries over ``clients``."""
+    samples: list[float] = []
+    it = iter(range(requests))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+        async def worker(w: int) -> None:
+            for n in it:
+                body = {"query": queries[(n * 7 + w) % len(queries)], "mode": mode}
+                t = time.perf_counter()
+                r = await client.post(f"/v1/realms/{realm}/query_data", json=body)
+                samples.append((time.perf_counter() - t) * 1000)
+                if r.status_code != 200:
+                    raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
+
+        for q in queries[:20]:  # warm caches and connections
+            await client.post(f"/v1/realms/{realm}/query_data", json={"query": q, "mode": mode})
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(clients)))
+        elapsed = time.perf_counter() - started
+    samples.sort()
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    return statistics.median(samples), p99, len(samples) / elapsed
+
+
+async def recall(dsn: str, realm: str, queries: list[str], ef: dict[str, int]) -> dict[str, float]:
+    """recall@10 of each HNSW search, as the service runs it (same query texts, filters,
+    iterative scans and per-table ``ef_search``), against exact search. A hit is any result
+    at a distance no greater than the exact 10th (ties are equally correct)."""
+    schema = sql.Identifier(f"realm_{realm}")
+    embedder = HashingEmbedder(DIM)
+    out: dict[str, float] = {}
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        for tbl, where, text in (
+            ("entities", "dormant_since IS NULL AND space = 'default'", "entity"),
+            ("relations", "status = 'current' AND space = 'default'", "query"),
+            ("chunks", "t_expired IS NULL AND space = 'default'", "query"),
+        ):
+            await conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(ef[tbl])))
+            hits = total = 0
+            for q in queries[:100]:
+                texts = _query_texts(q, lexical_keywords(q))
+                vec = "[" + ",".join(map(str, (await embedder.embed([texts[text]]))[0])) + "]"
+                approx = await conn.execute(sql.SQL(
+                    "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
+                    " ORDER BY embedding <=> %s::vector LIMIT 10"
+                ).format(schema, sql.Identifier(tbl), sql.SQL(where)), (vec, vec))
+                exact = await conn.execute(sql.SQL(
+                    "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
+                    " ORDER BY (embedding <=> %s::vector) + 0 LIMIT 10"
+                ).format(schema, sql.Identifier(tbl), sql.SQL(where)), (vec, vec))
+                found = await approx.fetchall()
+                truth = await exact.fetchall()
+                if truth:
+                    bound = float(truth[-1][1]) + 1e-6
+                    hits += sum(1 for _, d in found if float(d) <= bound)
+                    total += len(truth)
+            out[tbl] = hits / total if total else 1.0
+    return out
+
+
+async def publish_rate(dsn: str, bootstrap: str, realm: str) -> tuple[int, float]:
+    """Drain the realm's whole outbox to a fresh topic; (changes, changes/s)."""
+    prefix = "bq" + uuid.uuid4().hex[:8]
+    topic = changes_topic(prefix, partitions=1)
+    await ensure_topic_specs(bootstrap, [topic])
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,))
+        cur = await conn.execute(sql.SQL("SELECT count(*), max(seq) FROM {}.outbox").format(
+            sql.Identifier(f"realm_{realm}")))
+        row = await cur.fetchone()
+        assert row is not None
+        count, head = int(row[0]), int(row[1])
+        sink = KafkaChangeSink(bootstrap, topic.name)
+        await sink.start()
+        publisher = ChangePublisher(dsn, sink, realms=[realm], batch_size=5000,
+                                    poll_interval=0.01)
+        started = time.perf_counter()
+        task = asyncio.create_task(publisher.run())
+        while True:
+            cur = await conn.execute(
+                "SELECT published_seq FROM tidegraph.publisher_positions WHERE realm = %s",
+                (realm,))
+            got = await cur.fetchone()
+            if got is not None and int(got[0]) >= head:
+                break
+            await asyncio.sleep(0.01)
+        elapsed = time.perf_counter() - started
+        publisher.stop()
+        await task
+        await sink.stop()
+    return count, count / elapsed
+
+
+async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[float, float]:
+    """Kafka ack of a new document → the query API reports it indexed; p50/p99 in ms."""
+    prefix = "bf" + uuid.uuid4().hex[:8]
+    realm = "bfresh" + uuid.uuid4().hex[:8]
+    await ensure_topic_specs(bootstrap, list(topic_specs(prefix, partitions=1)))
+    env = {**os.environ, "TIDEGRAPH_PG_DSN": dsn, "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
+           "TIDEGRAPH_EMBEDDER": f"hashing:{DIM}", "TIDEGRAPH_EXTRACTOR": "rules"}
+    indexer = subprocess.Popen(
+        [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--topic-prefix", prefix,
+         "--group", f"g{prefix}", "--log-level", "WARNING"], env=env, cwd=REPO)
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=True, linger_ms=0)
+    await producer.start()
+    samples: list[float] = []
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            for i in range(n + 5):
+                doc = DocumentVersion.for_upsert(
+                    realm, f"fresh/{i}.md",
+                    f"Ada Lovelace{i} worked with Charles Babbage{i} on the engine {i}. "
+                    f"Mary Somerville{i} mentored Ada Lovelace{i} from 1832 to 1835.")
+                await producer.send_and_wait(f"{prefix}.documents", doc.to_json(),
+                                             key=realm.encode())
+                acked = time.perf_counter()
+                deadline = acked + (60 if i == 0 else 10)
+                while time.perf_counter() < deadline:
+                    r = await client.get(f"/v1/realms/{realm}/documents/fresh/{i}.md")
+                    if r.status_code == 200 and r.json()["status"] == "indexed":
+                        break
+                    await asyncio.sleep(0.002)
+                else:
+                    raise RuntimeError(f"document {i} not visible in time")
+                if i >= 5:  # the first ones create the realm and warm the indexer
+                    samples.append((time.perf_counter() - acked) * 1000)
+                await asyncio.sleep(0.05)
+    finally:
+        await producer.stop()
+        indexer.terminate()
+        indexer.wait(30)
+    samples.sort()
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * .99))]
+
+
+# ---------------------------------------------------------------------------- main
+
+
+async def bench_size(args: argparse.Namespace, size: int) -> None:
+    dsn, bootstrap = args.dsn, args.bootstrap
+    realm = f"bq{size}_{uuid.uuid4().hex[:6]}"
+    docs = make_corpus(size)
+    method = args.load or ("writer" if size <= 20_000 else "copy")
+    print(f"\n== {size:,} entities, {len(docs):,} documents, "
+          f"{sum(len(d.relations) for d in docs):,} relations (load: {method}) ==", flush=True)
+    t = time.perf_counter()
+    if method == "writer":
+        await load_writer(dsn, realm, docs)
+    else:
+        await asyncio.to_thread(load_copy, dsn, realm, docs)
+    print(f"  loaded in {time.perf_counter() - t:.1f}s", flush=True)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for tbl in ("relations", "entities", "chunks", "mentions", "relation_sources"):
+            await conn.execute(sql.SQL("VACUUM ANALYZE {}.{}").format(
+                sql.Identifier(f"realm_{realm}"), sql.Identifier(tbl)))
+    queries = make_queries(docs)
+    rec = await recall(dsn, realm, queries, args.ef)
+    print("  recall@10 vs exact: " + ", ".join(
+        f"{k} {v:.3f} (ef_search {args.ef[k]})" for k, v in rec.items()), flush=True)
+    proc, url = start_server(dsn, bootstrap, args.ef, "bq")
+    try:
+        print(f"  {'mode':<8}{'clients':>8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}")
+        for mode in args.modes:
+            for clients in args.clients:
+                p50, p99, rps = await latency(url, realm, queries, mode, clients,
+                                              args.requests * max(1, clients // 2))
+                print(f"  {mode:<8}{clients:>8}{p50:>10.1f}{p99:>10.1f}{rps:>10.0f}",
+                      flush=True)
+        if args.freshness and size == args.sizes[0]:
+            f50, f99 = await freshness(dsn, bootstrap, url)
+            print(f"  freshness publish-to-visible: p50 {f50:.1f} ms, p99 {f99:.1f} ms",
+                  flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    count, rate = await publish_rate(dsn, bootstrap, realm)
+    print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
+    if not args.keep:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(
+                sql.Identifier(f"realm_{realm}")))
+            await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
+            await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s",
+                               (realm,))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10000,100000")
+    p.add_argument("--modes", default="mix,local,global,naive")
+    p.add_argument("--clients", default="1,4,8")
+    p.add_argument("--requests", type=int, default=200, help="per cell (× clients/2)")
+    defaults = QuerySettings()
+    p.add_argument("--ef-entities", type=int, default=defaults.ef_search)
+    p.add_argument("--ef-relations", type=int, default=defaults.ef_search_relations)
+    p.add_argument("--ef-chunks", type=int, default=defaults.ef_search_chunks)
+    p.add_argument("--load", choices=["writer", "copy"], help="force one loading path")
+    p.add_argument("--no-freshness", dest="freshness", action="store_false")
+    p.add_argument("--keep", action="store_true", help="keep the bench realms")
+    args = p.parse_args()
+    args.ef = {"entities": args.ef_entities, "relations": args.ef_relations,
+               "chunks": args.ef_chunks}
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.modes = args.modes.split(",")
+    args.clients = [int(c) for c in args.clients.split(",")]
+    args.dsn = os.environ.get("TIDEGRAPH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+    args.bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    print(f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f} at start")
+    for size in args.sizes:
+        asyncio.run(bench_size(args, size))
+
+
+if __name__ == "__main__":
+    main()
