@@ -17,7 +17,8 @@ A crash at any point therefore loses nothing: a restart streams again from the c
 position (duplicates are harmless, the indexer is idempotent). When the table is idle, the
 server's keepalives let the slot move past other tables' WAL once nothing is in flight.
 
-A crash during the initial load is caught by a marker: the publication's comment records
+``TRUNCATE`` is not turned into deletes (pgoutput does not say which keys went); it is
+logged. A crash during the initial load is caught by a marker: the publication's comment records
 that the snapshot of this slot completed; a slot found without it is dropped and the load
 redone.
 """

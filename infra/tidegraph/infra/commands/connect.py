@@ -125,6 +125,7 @@ async def _fs(args: argparse.Namespace, realm: str, space: str, root: Path) -> i
         await connector.watch(
             _stop_on_signals(), rescan_interval=args.rescan, force_polling=args.poll or None
         )
+    _say("stopped")
     return 0
 
 
