@@ -18,9 +18,9 @@ position (duplicates are harmless, the indexer is idempotent). When the table is
 server's keepalives let the slot move past other tables' WAL once nothing is in flight.
 
 ``TRUNCATE`` is not turned into deletes (pgoutput does not say which keys went); it is
-logged. A crash during the initial load is caught by a marker: the publication's comment records
-that the snapshot of this slot completed; a slot found without it is dropped and the load
-redone.
+logged. A crash during the initial load is caught by a marker: the publication's comment
+records that the snapshot of this slot completed; a slot found without it is dropped and
+the load redone.
 """
 
 from __future__ import annotations
