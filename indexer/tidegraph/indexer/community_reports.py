@@ -221,7 +221,7 @@ def offline_report(
         summary = (
             f"{size} entities ({', '.join(f'{n} {t}' for t, n in types)}) linked by "
             f"{len(view.relations)} current relations"
-            + (f", {denied} of them denials" if denied else "")
+            + (f" ({denied} denied)" if denied else "")
             + ". Most connected: "
             + "; ".join(
                 f"{e.name} ({e.type})"
