@@ -1,0 +1,220 @@
+"""Applying a realm's records to a shadow schema with the indexer's own functions.
+
+The decision (:func:`tidegraph.indexer.fold.decide`), the preparation (the pipeline the
+caller passes in) and the write (:func:`tidegraph.indexer.writer.write_document`) are the
+live indexer's, record by record in log order, each write drawing its own sequence number
+and belief instant from the record's log-append time. So the shadow reproduces the live
+realm's graph and belief history exactly (DESIGN invariant 6) — differences can only come
+from a changed configuration or changed code, which is what a rebuild is for.
+
+What differs is throughput, not meaning:
+
+* positions: records that do not write (other realms, no-ops, stale or dead-lettered
+  versions) only move the replay's position, folded into the next write's transaction;
+* commits: a whole fetch is one transaction (each record inside it still its own savepoint,
+  sequence and belief instant), with ``synchronous_commit`` off — a crash loses at most
+  the last commits, and since the position commits with them, they are simply redone;
+* decisions: document states are kept in memory once read, so the next fetch is decided
+  and prepared while the current one is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+
+from tidegraph.indexer.errors import Fenced
+from tidegraph.indexer.fold import Action, DocState, decide, next_state
+from tidegraph.indexer.interfaces import Embedder
+from tidegraph.indexer.plan import PreparedDocument, RecordPosition
+from tidegraph.indexer.realms import RealmInfo
+from tidegraph.indexer.replay_log import Message, decode_for_realm, log_time
+from tidegraph.indexer.writer import write_document
+from tidegraph.schemas.documents import DocumentVersion
+
+Prepare = Callable[[DocumentVersion, RealmInfo], Awaitable[PreparedDocument]]
+EmbedderFor = Callable[[RealmInfo], Embedder]
+
+
+@dataclass(frozen=True)
+class ShadowPosition:
+    """Where the replay's own consumer position row is, and the epoch it claimed."""
+
+    group_id: str
+    """``tidegraph-replay:<schema>``."""
+    topic: str
+    """Documents topic."""
+    partition: int
+    """The realm's partition."""
+    epoch: int
+    """Claimed epoch: a second replay into the same schema fences this one."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One record of the realm and what applying it means."""
+
+    msg: Message
+    record: DocumentVersion
+    action: Action
+
+
+@dataclass
+class Batch:
+    """A fetch, decided and (being) prepared."""
+
+    first: int
+    """Offset the stored position must be at before this batch."""
+    end: int
+    """Offset the stored position moves to after it."""
+    read: int
+    """Records of any realm this batch covers."""
+    items: list[Planned]
+    """The realm's records in it, in log order."""
+    prepared: asyncio.Task[dict[int, PreparedDocument | BaseException]] | None = None
+
+
+@dataclass
+class Counters:
+    """What the applier did so far."""
+
+    read: int = 0
+    """Records passed on the partition (any realm)."""
+    realm_records: int = 0
+    """Records of the realm among them."""
+    written: int = 0
+    """Records that wrote (applied or deleted a document version)."""
+
+
+class ShadowApplier:
+    """Decides, prepares and writes batches of one partition into one shadow schema."""
+
+    def __init__(
+        self, conn: AsyncConnection[Any], info: RealmInfo, position: ShadowPosition,
+        next_offset: int, prepare: Prepare, embedder_for: EmbedderFor, *,
+        concurrency: int = 8,
+    ) -> None:
+        self.conn = conn
+        self.info = info
+        self.position = position
+        self.next_offset = next_offset
+        """Offset the stored position is at (committed)."""
+        self.counters = Counters()
+        self._prepare = prepare
+        self._embedder_for = embedder_for
+        self._sem = asyncio.Semaphore(concurrency)
+        self._states: dict[tuple[str, str], DocState | None] = {}
+
+    def forget(self) -> None:
+        """Drop remembered document states (after a rollback they may be ahead)."""
+        self._states.clear()
+
+    async def plan(self, first: int, end: int, msgs: list[Message]) -> Batch:
+        """Decide every record of the realm in ``msgs`` and start preparing the applies."""
+        decoded = [(m, decode_for_realm(m, self.info.realm)) for m in msgs]
+        unknown = {
+            (r.space, r.doc_key) for _, r in decoded
+            if r is not None and (r.space, r.doc_key) not in self._states
+        }
+        if unknown:
+            self._states.update(await self._load_states(unknown))
+        items: list[Planned] = []
+        for msg, rec in decoded:
+            if rec is None:
+                continue
+            key = (rec.space, rec.doc_key)
+            state = self._states.get(key)
+            action = decide(rec.op, rec.content_hash, rec.source_version, state)
+            new_state = next_state(action, rec.content_hash, rec.source_version, state)
+            if new_state is not None:
+                self._states[key] = new_state
+            items.append(Planned(msg, rec, action))
+        batch = Batch(first, end, end - first, items)
+        todo = [it for it in items if it.action is Action.APPLY]
+        if todo:
+            batch.prepared = asyncio.create_task(self._prepare_all(todo))
+        return batch
+
+    async def _prepare_all(
+        self, todo: list[Planned]
+    ) -> dict[int, PreparedDocument | BaseException]:
+        async def one(item: Planned) -> tuple[int, PreparedDocument | BaseException]:
+            async with self._sem:
+                try:
+                    return item.msg.offset, await self._prepare(item.record, self.info)
+                except BaseException as exc:  # noqa: BLE001 - raised when written, in order
+                    return item.msg.offset, exc
+
+        return dict(await asyncio.gather(*(one(it) for it in todo)))
+
+    async def write(self, batch: Batch) -> None:
+        """Write the batch in one transaction; the stored position ends at ``batch.end``."""
+        if batch.first != self.next_offset:
+            raise RuntimeError(f"batch starts at {batch.first}, position is {self.next_offset}")
+        prepared = await batch.prepared if batch.prepared is not None else {}
+        embedder = self._embedder_for(self.info)
+        at = batch.first
+        written = 0
+        async with self.conn.transaction():
+            for item in batch.items:
+                if item.action not in (Action.APPLY, Action.DELETE):
+                    continue
+                doc = prepared.get(item.msg.offset) if item.action is Action.APPLY else None
+                if isinstance(doc, BaseException):
+                    raise doc
+                offset = item.msg.offset
+                if at != offset:
+                    await self._jump(at, offset)
+                pos = RecordPosition(
+                    self.position.group_id, self.position.topic, self.position.partition,
+                    offset, self.position.epoch, log_time(item.msg),
+                )
+                try:
+                    await write_document(
+                        self.conn, self.info, pos, embedder, doc, space=item.record.space,
+                        doc_key=item.record.doc_key, source_version=item.record.source_version,
+                    )
+                except BaseException as exc:
+                    exc.add_note(f"writing offset {offset} ({item.record.doc_key!r})")
+                    raise
+                at = offset + 1
+                written += 1
+            if at != batch.end:
+                await self._jump(at, batch.end)
+        self.next_offset = batch.end
+        self.counters.read += batch.read
+        self.counters.realm_records += len(batch.items)
+        self.counters.written += written
+
+    async def _jump(self, from_offset: int, to_offset: int) -> None:
+        """Move the stored position over records that write nothing (compare-and-set)."""
+        p = self.position
+        cur = await self.conn.execute(
+            "UPDATE tidegraph.consumer_positions SET next_offset = %s, updated_at = now()"
+            " WHERE group_id = %s AND topic = %s AND partition = %s"
+            " AND next_offset = %s AND epoch = %s",
+            (to_offset, p.group_id, p.topic, p.partition, from_offset, p.epoch),
+        )
+        if cur.rowcount != 1:
+            raise Fenced(p.topic, p.partition, from_offset)
+
+    async def _load_states(
+        self, docs: set[tuple[str, str]]
+    ) -> dict[tuple[str, str], DocState | None]:
+        ordered = sorted(docs)
+        cur = await self.conn.execute(
+            sql.SQL(
+                "SELECT d.space, d.doc_key, d.status, d.content_hash, d.source_version FROM {} d"
+                " JOIN unnest(%s::text[], %s::text[]) AS k(s, k)"
+                " ON d.space = k.s AND d.doc_key = k.k"
+            ).format(sql.Identifier(self.info.schema, "documents")),
+            ([d[0] for d in ordered], [d[1] for d in ordered]),
+        )
+        found: dict[tuple[str, str], DocState | None] = dict.fromkeys(ordered)
+        for s, k, status, h, v in await cur.fetchall():
+            found[(s, k)] = DocState(status, h, v)
+        return found
