@@ -507,6 +507,7 @@ async def auto_build_loop(
     llm: LLMClient | None = None,
     params: ClusterParams | None = None,
     poll_seconds: float | None = None,
+    realms: Sequence[str] | None = None,
 ) -> None:
     """Rebuild a realm's communities once its graph has been quiet for ``quiet_seconds``.
 
@@ -517,7 +518,7 @@ async def auto_build_loop(
     build. Replicas may all run it: a realm being built elsewhere is skipped. A build that
     fails is logged and not retried until the realm is written again. ``embedder_for``
     gives a realm's pinned embedder (the composition root's ``ModelRegistry.embedder_for``);
-    without it only ``hashing:*`` realms can be built.
+    without it only ``hashing:*`` realms can be built. ``realms`` limits it to those.
     """
     poll = poll_seconds if poll_seconds is not None else max(1.0, min(quiet_seconds / 4, 30.0))
     embedder_of = embedder_for or _hashing_only
@@ -526,7 +527,9 @@ async def auto_build_loop(
         try:
             async with pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT realm, schema_name FROM tidegraph.realms ORDER BY realm"
+                    "SELECT realm, schema_name FROM tidegraph.realms"
+                    " WHERE %(all)s OR realm = ANY(%(some)s) ORDER BY realm",
+                    {"all": realms is None, "some": list(realms or ())},
                 )
                 for realm, schema in await cur.fetchall():
                     await _maybe_build(
