@@ -230,7 +230,7 @@ async def stored_graph(pg_dsn: str, realm: str) -> StoredGraph:
     s = sql.Identifier(f"realm_{realm}")
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
 
-        async def rows(query: sql.Composable) -> list[tuple[Any, ...]]:
+        async def rows(query: sql.Composed) -> list[tuple[Any, ...]]:
             cur = await conn.execute(query)
             return [tuple(r) for r in await cur.fetchall()]
 

@@ -32,7 +32,6 @@ from model_helpers import (
     stored_graph,
 )
 
-from tidegraph.indexer import metrics
 from tidegraph.indexer.chunking import chunk_document
 from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.llm_errors import LLMUnavailable
@@ -216,6 +215,11 @@ async def _applied(pg_dsn: str, group: str, topics: Topics, n: int, limit: float
     await wait_for(done, limit, f"{n} records applied")
 
 
+def _paused(error_class: str) -> float:
+    """Times the indexer paused a partition on this error class (this process)."""
+    return sample("tidegraph_indexer_transient_failures_total", error_class=error_class)
+
+
 def _seqs_gap_free(changes: list[tuple[int, int, str]]) -> list[int]:
     seqs = sorted({seq for seq, _, _ in changes})
     assert seqs == list(range(1, len(seqs) + 1)), f"outbox sequence has gaps: {seqs}"
@@ -332,7 +336,7 @@ async def test_outage_mid_stream_pauses_then_resumes_losing_nothing(
     realm, group = unique_name("r"), unique_name("g")
     records = corpus.records(realm)
     outage_seconds = 4.0
-    paused_before = metrics.TRANSIENT_FAILURES.labels("LLMUnavailable")._value.get()
+    paused_before = _paused("LLMUnavailable")
     failed_before = sample("tidegraph_indexer_records_total", realm=realm, outcome="failed")
     started, stop = threading.Event(), threading.Event()
     # Four records per poll, so the first polls are written before the outage begins.
@@ -342,7 +346,7 @@ async def test_outage_mid_stream_pauses_then_resumes_losing_nothing(
             topics,
             pg_dsn,
             group,
-            llm=make_llm_client(deadline=0.5, attempt_timeout=0.3),
+            llm=make_llm_client(deadline=1.0, attempt_timeout=0.5),
             default_realm=corpus.realm_config,
             max_poll_records=4,
             backoff_initial=0.2,
@@ -353,9 +357,7 @@ async def test_outage_mid_stream_pauses_then_resumes_losing_nothing(
             outage_end = time.monotonic() + outage_seconds
 
             async def paused() -> bool:
-                return (
-                    metrics.TRANSIENT_FAILURES.labels("LLMUnavailable")._value.get() > paused_before
-                )
+                return _paused("LLMUnavailable") > paused_before
 
             await wait_for(paused, outage_seconds, "the partition to pause")
             # While the endpoint is down: the position stands, and what is written is
@@ -378,7 +380,7 @@ async def test_outage_mid_stream_pauses_then_resumes_losing_nothing(
     transient = [a for a in run.failures() if isinstance(a.error, LLMUnavailable)]
     assert transient, "the outage never reached the indexer"
     assert all(isinstance(a.error, LLMUnavailable) for a in run.failures())
-    assert metrics.TRANSIENT_FAILURES.labels("LLMUnavailable")._value.get() > paused_before
+    assert _paused("LLMUnavailable") > paused_before
     assert (
         sample(
             "tidegraph_model_failures_total", realm=realm, kind="chat", error_class="server_error"
@@ -540,7 +542,7 @@ async def test_server_that_never_answers_pauses_the_partition_within_the_deadlin
     llm_server.enqueue(*[Fault.hang() for _ in range(50)])
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
-    paused_before = metrics.TRANSIENT_FAILURES.labels("LLMUnavailable")._value.get()
+    paused_before = _paused("LLMUnavailable")
     async with running_model_indexer(
         topics,
         pg_dsn,
@@ -559,13 +561,13 @@ async def test_server_that_never_answers_pauses_the_partition_within_the_deadlin
         first = run.failures()[0]
         assert isinstance(first.error, LLMUnavailable)
         assert first.error.failures == {"timeout": first.error.attempts}
-        assert first.error.elapsed <= deadline + 0.1
+        assert first.error.elapsed <= deadline + 0.3
         # The whole prepare (one chat call that never returns) took about the deadline.
-        assert deadline - 0.1 <= first.seconds <= deadline + 0.5
+        assert deadline - 0.1 <= first.seconds <= deadline + 1.0
         assert first.seconds < max_attempts * attempt_timeout / 2
 
         async def paused() -> bool:
-            return metrics.TRANSIENT_FAILURES.labels("LLMUnavailable")._value.get() > paused_before
+            return _paused("LLMUnavailable") > paused_before
 
         await wait_for(paused, 5, "the partition to pause")
         # Per-attempt latencies recorded by the client stay within the deadline too.
@@ -607,7 +609,7 @@ async def test_model_pinned_realm_without_endpoint_pauses_and_writes_nothing(
     )
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
-    before = metrics.TRANSIENT_FAILURES.labels("ConfigError")._value.get()
+    before = _paused("ConfigError")
     async with running_model_indexer(
         topics,
         pg_dsn,
@@ -626,7 +628,7 @@ async def test_model_pinned_realm_without_endpoint_pauses_and_writes_nothing(
         )
 
         async def retried() -> bool:
-            return metrics.TRANSIENT_FAILURES.labels("ConfigError")._value.get() >= before + 3
+            return _paused("ConfigError") >= before + 3
 
         await wait_for(retried, 30, "the paused partition to retry")
         assert run.failures()[0].doc_key == "a.md"
