@@ -67,8 +67,8 @@ from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.retrieval import _query_texts
-from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.ddl import vector_index_ddl
+from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
 
@@ -354,13 +354,19 @@ async def latency(url: str, realm: str, queries: list[str], mode: str, clients: 
     return statistics.median(samples), p99, len(samples) / elapsed
 
 
-async def recall(dsn: str, realm: str, queries: list[str], ef: dict[str, int]) -> dict[str, float]:
+EF_CURVE = (40, 100, 200, 400)
+
+
+async def recall(
+    dsn: str, realm: str, queries: list[str], ef: dict[str, int]
+) -> dict[str, list[tuple[int, float, float]]]:
     """recall@10 of each HNSW search, as the service runs it (same query texts, filters,
-    iterative scans and per-table ``ef_search``), against exact search. A hit is any result
-    at a distance no greater than the exact 10th (ties are equally correct)."""
+    iterative scans), against exact search, at several ``ef_search`` widths (the configured
+    one included): table → [(ef_search, recall, median ms)]. A hit is any result at a
+    distance no greater than the exact 10th (ties are equally correct)."""
     schema = sql.Identifier(f"realm_{realm}")
     embedder = HashingEmbedder(DIM)
-    out: dict[str, float] = {}
+    out: dict[str, list[tuple[int, float, float]]] = {}
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
         for tbl, where, text in (
@@ -368,26 +374,36 @@ async def recall(dsn: str, realm: str, queries: list[str], ef: dict[str, int]) -
             ("relations", "status = 'current' AND space = 'default'", "query"),
             ("chunks", "t_expired IS NULL AND space = 'default'", "query"),
         ):
-            await conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(ef[tbl])))
-            hits = total = 0
+            vecs = []
             for q in queries[:100]:
                 texts = _query_texts(q, lexical_keywords(q))
-                vec = "[" + ",".join(map(str, (await embedder.embed([texts[text]]))[0])) + "]"
-                approx = await conn.execute(sql.SQL(
-                    "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
-                    " ORDER BY embedding <=> %s::vector LIMIT 10"
-                ).format(schema, sql.Identifier(tbl), sql.SQL(where)), (vec, vec))
-                exact = await conn.execute(sql.SQL(
+                v = (await embedder.embed([texts[text]]))[0]
+                vecs.append("[" + ",".join(map(str, v)) + "]")
+            truth = []
+            for vec in vecs:
+                cur = await conn.execute(sql.SQL(
                     "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
                     " ORDER BY (embedding <=> %s::vector) + 0 LIMIT 10"
                 ).format(schema, sql.Identifier(tbl), sql.SQL(where)), (vec, vec))
-                found = await approx.fetchall()
-                truth = await exact.fetchall()
-                if truth:
-                    bound = float(truth[-1][1]) + 1e-6
+                rows = await cur.fetchall()
+                truth.append((len(rows), float(rows[-1][1]) + 1e-6 if rows else 0.0))
+            out[tbl] = []
+            for width in sorted({*EF_CURVE, ef[tbl]}):
+                await conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(width)))
+                hits = total = 0
+                times = []
+                for vec, (n, bound) in zip(vecs, truth, strict=True):
+                    t = time.perf_counter()
+                    cur = await conn.execute(sql.SQL(
+                        "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
+                        " ORDER BY embedding <=> %s::vector LIMIT 10"
+                    ).format(schema, sql.Identifier(tbl), sql.SQL(where)), (vec, vec))
+                    found = await cur.fetchall()
+                    times.append((time.perf_counter() - t) * 1000)
                     hits += sum(1 for _, d in found if float(d) <= bound)
-                    total += len(truth)
-            out[tbl] = hits / total if total else 1.0
+                    total += n
+                out[tbl].append((width, hits / total if total else 1.0,
+                                 statistics.median(times)))
     return out
 
 
@@ -424,6 +440,11 @@ async def publish_rate(dsn: str, bootstrap: str, realm: str) -> tuple[int, float
     return count, count / elapsed
 
 
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "tidegraph.infra.cli", *args],
+                            env=env, cwd=REPO)
+
+
 async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[float, float]:
     """Kafka ack of a new document → the query API reports it indexed; p50/p99 in ms."""
     prefix = "bf" + uuid.uuid4().hex[:8]
@@ -431,9 +452,8 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
     await ensure_topic_specs(bootstrap, list(topic_specs(prefix, partitions=1)))
     env = {**os.environ, "TIDEGRAPH_PG_DSN": dsn, "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
            "TIDEGRAPH_EMBEDDER": f"hashing:{DIM}", "TIDEGRAPH_EXTRACTOR": "rules"}
-    indexer = subprocess.Popen(
-        [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--topic-prefix", prefix,
-         "--group", f"g{prefix}", "--log-level", "WARNING"], env=env, cwd=REPO)
+    indexer = _spawn(["indexer", "--topic-prefix", prefix, "--group", f"g{prefix}",
+                      "--log-level", "WARNING"], env)
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
@@ -464,7 +484,7 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
     finally:
         await producer.stop()
         indexer.terminate()
-        indexer.wait(30)
+        await asyncio.to_thread(indexer.wait, 30)
     samples.sort()
     return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * .99))]
 
@@ -474,13 +494,15 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
 
 async def bench_size(args: argparse.Namespace, size: int) -> None:
     dsn, bootstrap = args.dsn, args.bootstrap
-    realm = f"bq{size}_{uuid.uuid4().hex[:6]}"
+    realm = args.reuse or f"bq{size}_{uuid.uuid4().hex[:6]}"
     docs = make_corpus(size)
-    method = args.load or ("writer" if size <= 20_000 else "copy")
+    method = "reuse" if args.reuse else args.load or ("writer" if size <= 20_000 else "copy")
     print(f"\n== {size:,} entities, {len(docs):,} documents, "
           f"{sum(len(d.relations) for d in docs):,} relations (load: {method}) ==", flush=True)
     t = time.perf_counter()
-    if method == "writer":
+    if method == "reuse":
+        pass
+    elif method == "writer":
         await load_writer(dsn, realm, docs)
     else:
         await asyncio.to_thread(load_copy, dsn, realm, docs)
@@ -491,8 +513,12 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
                 sql.Identifier(f"realm_{realm}"), sql.Identifier(tbl)))
     queries = make_queries(docs)
     rec = await recall(dsn, realm, queries, args.ef)
-    print("  recall@10 vs exact: " + ", ".join(
-        f"{k} {v:.3f} (ef_search {args.ef[k]})" for k, v in rec.items()), flush=True)
+    print("  recall@10 vs exact search, by hnsw.ef_search (median ms per search);"
+          " * = the service's setting", flush=True)
+    for tbl, curve in rec.items():
+        cells = "  ".join(f"{'*' if w == args.ef[tbl] else ' '}{w:>3}: {r:.3f} ({ms:.1f} ms)"
+                          for w, r, ms in curve)
+        print(f"    {tbl:<10}{cells}", flush=True)
     proc, url = start_server(dsn, bootstrap, args.ef, "bq")
     try:
         print(f"  {'mode':<8}{'clients':>8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}")
@@ -508,7 +534,7 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
                   flush=True)
     finally:
         proc.terminate()
-        proc.wait(30)
+        await asyncio.to_thread(proc.wait, 30)
     count, rate = await publish_rate(dsn, bootstrap, realm)
     print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
     if not args.keep:
@@ -533,6 +559,7 @@ def main() -> None:
     p.add_argument("--load", choices=["writer", "copy"], help="force one loading path")
     p.add_argument("--no-freshness", dest="freshness", action="store_false")
     p.add_argument("--keep", action="store_true", help="keep the bench realms")
+    p.add_argument("--reuse", help="measure an already loaded realm (one size only)")
     args = p.parse_args()
     args.ef = {"entities": args.ef_entities, "relations": args.ef_relations,
                "chunks": args.ef_chunks}

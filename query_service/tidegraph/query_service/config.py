@@ -37,7 +37,7 @@ class QuerySettings(BaseSettings):
         100, ge=10, le=1000, description="HNSW candidate list (entities, communities)."
     )
     ef_search_relations: int = Field(
-        200,
+        400,
         ge=10,
         le=1000,
         description="HNSW candidate list for relation similarity: rendered triples are short "

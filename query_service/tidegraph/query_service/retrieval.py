@@ -13,12 +13,14 @@ bypass   no        no      no                                           no
 
 ``local`` differs from ``mix`` in where its passages come from: only mention expansion,
 so every passage is about a matched entity; ``mix`` also ranks chunks by query similarity.
-The full-text channel of both searches the named things (low-level keywords; every keyword
-when the query names none): exact terms are where lexical search is decisive (paper §7.3),
-and a common theme word would match a large share of the edges and rank them by chance.
-``global`` searches text by the themes instead, and ranks community reports by a blend of
-similarity, rating and size when a space has any, and its relations either way, so it
-never hard-fails before communities are built (paper §6).
+The full-text channel searches the named things only (low-level keywords: names, quoted
+phrases, identifiers, years), and is skipped when the query names none: exact terms are
+where lexical search is decisive (paper §7.3), while a common theme word matches a large
+share of the edges, costs a heap visit per match and ranks them by chance. ``global``
+ranks relations by similarity to the question steered by its themes (fused with the
+named-thing search when there is one), and community reports by a blend of similarity,
+rating and size when a space has any, so it never hard-fails before communities are built
+(paper §6).
 
 A request uses one pooled connection and three pipelined rounds: seeds and the independent
 channels; the walk and mention expansion from the seeds; details of what survived fusion.
@@ -88,7 +90,7 @@ class RetrievalLimits:
     rrf_k: int = 60
     community_weights: tuple[float, float, float] = (0.6, 0.25, 0.15)
     """Similarity, rating, size."""
-    ef_search: tuple[int, int, int] = (100, 200, 64)
+    ef_search: tuple[int, int, int] = (100, 400, 64)
     """HNSW ``ef_search`` for entities (and communities), relations, chunks."""
 
 
@@ -207,7 +209,7 @@ async def retrieve(
         params.relation_types,
     )
     depth = max(limits.channel_depth, params.relation_top_k)
-    named_text = channels_text(keywords.low or keywords.all)
+    named_text = channels_text(keywords.low)
     p = channels.parameters(
         scope,
         qvec=vec["query"],
@@ -221,7 +223,6 @@ async def retrieve(
         over=params.top_k * 3,
         names=_name_candidates(params.query, keywords),
         fts=named_text,
-        fts_theme=channels_text(keywords.high or keywords.all),
     )
 
     # Round 1: seeds and every channel that does not depend on them.
@@ -250,10 +251,8 @@ async def retrieve(
         if ranked:
             await conn.execute(channels.set_ef_search(ef_relations))
             cur_rank = await conn.execute(channels.relations_by_vector(s, scope, "gvec"), p)
-            if p["fts_theme"]:
-                cur_rank_fts = await conn.execute(
-                    channels.relations_by_text(s, scope, "fts_theme"), p
-                )
+            if p["fts"] and not walk:
+                cur_rank_fts = await conn.execute(channels.relations_by_text(s, scope), p)
         if with_communities:
             await conn.execute(channels.set_ef_search(ef_entities))
             cur_comm = await conn.execute(channels.communities_ranked(s, scope), p)
