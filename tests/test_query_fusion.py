@@ -13,6 +13,7 @@ from tidegraph.query_service.keywords import (
     Keywords,
     extract_keywords,
     lexical_keywords,
+    parse_model_keywords,
     websearch_text,
 )
 from tidegraph.query_service.retrieval import ChunkHit, RelationHit, RetrievalResult
@@ -161,3 +162,13 @@ def test_budget_clips_and_never_drops(texts: list[str], budget: int | None) -> N
         assert prompt.prompt_chars <= prompt.retrieved_chars
         for t in texts:  # every passage keeps its start, at least MIN_CLIP_CHARS of it
             assert t[: min(len(t), MIN_CLIP_CHARS) - 1].rstrip() in prompt.text
+
+
+def test_model_keyword_answers_are_parsed_or_refused() -> None:
+    got = parse_model_keywords(
+        'Sure: {"low_level": ["Ada Lovelace", 1843, ""], "high_level": ["computing"]} done'
+    )
+    assert got == Keywords(("Ada Lovelace", "1843"), ("computing",), "model")
+    for bad in ("no json", "{not json}", '["a"]', '{"low_level": "Ada"}'):
+        with pytest.raises(ValueError):
+            parse_model_keywords(bad)

@@ -13,6 +13,7 @@ response says so (``source``).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -120,6 +121,37 @@ async def extract_keywords(query: str, model: KeywordModel | None = None) -> Key
             if low or high:
                 return Keywords(low, high, "model")
     return lexical_keywords(query)
+
+
+KEYWORD_PROMPT = (
+    "Extract search keywords from the question below. Return only a JSON object "
+    '{"low_level": [...], "high_level": [...]}: low_level lists the concrete things it '
+    "names (people, organisations, places, products, identifiers, dates) exactly as "
+    "written; high_level lists the themes or concepts it asks about, as short lowercase "
+    "phrases. At most 8 of each.\n\nQuestion: "
+)
+"""What a model-backed :data:`KeywordModel` asks its chat model (the question follows)."""
+
+
+def parse_model_keywords(text: str) -> Keywords:
+    """The model's answer to :data:`KEYWORD_PROMPT`; raises ``ValueError`` when unusable."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("keyword model answered without a JSON object")
+    try:
+        obj = json.loads(text[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"keyword model answered malformed JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("keyword model answered JSON that is not an object")
+
+    def strings(key: str) -> tuple[str, ...]:
+        items = obj.get(key) or []
+        if not isinstance(items, list):
+            raise ValueError(f"keyword model's {key!r} is not a list")
+        return tuple(str(x).strip() for x in items if isinstance(x, str | int) and str(x).strip())
+
+    return Keywords(strings("low_level"), strings("high_level"), "model")
 
 
 def websearch_text(keywords: tuple[str, ...]) -> str:

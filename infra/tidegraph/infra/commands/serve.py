@@ -23,6 +23,12 @@ from tidegraph.query_service.auth import ApiKeys, require_loopback
 from tidegraph.query_service.config import QuerySettings, load_query_settings
 from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
+from tidegraph.query_service.keywords import (
+    KEYWORD_PROMPT,
+    KeywordModel,
+    Keywords,
+    parse_model_keywords,
+)
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.synthesis import ChatModel
 from tidegraph.schemas.errors import ConfigError
@@ -111,6 +117,21 @@ def chat_model(llm: Any) -> ChatModel | None:
     return _Chat()
 
 
+def keyword_model(llm: Any) -> KeywordModel | None:
+    """Dual-level keywords from the chat model when one is configured (paper §7.2); any
+    failure falls back to the lexical extractor inside the query service."""
+    if llm is None:
+        return None
+
+    async def extract(query: str) -> Keywords:
+        result = await llm.chat(
+            [{"role": "user", "content": KEYWORD_PROMPT + query}], realm="query", deadline=10.0
+        )
+        return parse_model_keywords(str(result.content))
+
+    return extract
+
+
 async def serve(args: argparse.Namespace, settings: Settings, query: QuerySettings) -> None:
     registry = CollectorRegistry(auto_describe=True)
     dsn = settings.pg_dsn.get_secret_value()
@@ -119,7 +140,13 @@ async def serve(args: argparse.Namespace, settings: Settings, query: QuerySettin
     llm = llm_client_if_configured()
     app = create_app(
         query,
-        Deps(pool, embedder_factory(llm), chat=chat_model(llm), registry=registry),
+        Deps(
+            pool,
+            embedder_factory(llm),
+            chat=chat_model(llm),
+            keyword_model=keyword_model(llm),
+            registry=registry,
+        ),
     )
     server = uvicorn.Server(
         uvicorn.Config(
