@@ -65,7 +65,8 @@ from tidegraph.query_service.retrieval import (
     RetrievalLimits,
     RetrievalParams,
     RetrievalResult,
-    retrieve,
+    prepare,
+    search,
 )
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
 from tidegraph.schemas.errors import ConfigError, ContractError, TidegraphError
@@ -175,14 +176,17 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     ) -> RetrievalResult:
         async with deps.pool.connection() as conn:
             meta = await realm_meta(conn, realm, auth)
-            if params.mode == "bypass":
-                return RetrievalResult([], [], [], [], {"mode": "bypass"})
-            embedder = embedder_for(meta)
-            started = time.perf_counter()
-            result = await retrieve(conn, meta, embedder, params, limits, deps.keyword_model)
-            metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
-            result.stats["embedder"] = meta.embedder
-            return result
+        if params.mode == "bypass":
+            return RetrievalResult([], [], [], [], {"mode": "bypass"})
+        embedder = embedder_for(meta)
+        started = time.perf_counter()
+        # keywords and vectors may come from models: no connection is held meanwhile
+        prepared = await prepare(params, embedder, meta.dimension, deps.keyword_model)
+        async with deps.pool.connection() as conn:
+            result = await search(conn, meta, prepared, params, limits)
+        metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
+        result.stats["embedder"] = meta.embedder
+        return result
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, str]:

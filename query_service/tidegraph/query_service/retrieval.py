@@ -177,6 +177,31 @@ def _uses(mode: Mode) -> tuple[bool, bool, bool, bool]:
     }[mode]
 
 
+@dataclass(frozen=True)
+class PreparedQuery:
+    """What a question becomes before any table is read: keywords and query vectors."""
+
+    keywords: Keywords
+    vectors: dict[str, list[float]]
+    """``query``, ``entity`` (sharpened by names) and ``theme`` (steered by themes)."""
+    embed_ms: float
+
+
+async def prepare(
+    params: RetrievalParams,
+    embedder: QueryEmbedder,
+    dimension: int,
+    keyword_model: KeywordModel | None = None,
+) -> PreparedQuery:
+    """Keywords and vectors; may call models, so callers hold no database connection."""
+    started = time.perf_counter()
+    keywords = await extract_keywords(params.query, keyword_model)
+    texts = _query_texts(params.query, keywords)
+    vectors = await embedder.embed(list(texts.values()))
+    check_vectors(vectors, len(texts), dimension)
+    return PreparedQuery(keywords, dict(zip(texts, vectors, strict=True)), _ms(started))
+
+
 async def retrieve(
     conn: AsyncConnection[Any],
     realm: RealmMeta,
@@ -186,19 +211,30 @@ async def retrieve(
     keyword_model: KeywordModel | None = None,
 ) -> RetrievalResult:
     """Run one ``query_data`` request on ``conn`` (the embedder is already checked)."""
+    if params.mode == "bypass":
+        return await search(conn, realm, None, params, limits)
+    prepared = await prepare(params, embedder, realm.dimension, keyword_model)
+    return await search(conn, realm, prepared, params, limits)
+
+
+async def search(
+    conn: AsyncConnection[Any],
+    realm: RealmMeta,
+    prepared: PreparedQuery | None,
+    params: RetrievalParams,
+    limits: RetrievalLimits = RetrievalLimits(),
+) -> RetrievalResult:
+    """The database part of ``query_data``: three pipelined rounds on ``conn``."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     stats: dict[str, Any] = {"mode": params.mode, "fusion": params.fusion, "timings_ms": timings}
-    if params.mode == "bypass":
+    if params.mode == "bypass" or prepared is None:
         return RetrievalResult([], [], [], [], stats)
     walk, with_chunks, ranked, with_communities = _uses(params.mode)
-    keywords = await extract_keywords(params.query, keyword_model)
+    keywords = prepared.keywords
     stats["keywords"] = {"low": keywords.low, "high": keywords.high, "source": keywords.source}
-    texts = _query_texts(params.query, keywords)
-    vectors = await embedder.embed(list(texts.values()))
-    check_vectors(vectors, len(texts), realm.dimension)
-    vec = {name: channels.vector(v) for name, v in zip(texts, vectors, strict=True)}
-    timings["embed"] = _ms(started)
+    vec = {name: channels.vector(v) for name, v in prepared.vectors.items()}
+    timings["embed"] = prepared.embed_ms
 
     s = realm.schema
     scope = Scope(
