@@ -308,3 +308,28 @@ async def test_service_routes(
                 await conn.execute(
                     f"UPDATE \"{info.schema}\".meta SET embedder = 'hashing:8', dimension = 8"
                 )
+
+
+def test_serve_refuses_a_public_interface_without_keys(pg_dsn: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TIDEGRAPH_PG_DSN": pg_dsn}
+    env.pop("TIDEGRAPH_API_KEYS", None)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidegraph.infra.cli",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--no-publisher",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert b"refusing to listen on '0.0.0.0' without API keys" in out.stderr
