@@ -1,0 +1,185 @@
+"""``tidegraph demo``: the whole pipeline on a sample corpus, then the query service answering.
+
+Creates the topics and a ``demo`` realm (narrative preset, so the corpus's ally → enemy
+reversal supersedes), publishes ``examples/corpus`` through the bulk connector, runs an
+indexer until every document is applied, starts ``serve`` (query API + change publisher)
+and asks it one question. It keeps serving until interrupted, or exits with ``--once``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from tidegraph.connectors.bulk import Input, publish_paths, read_inputs
+from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.connectors.topics import ensure_topics
+from tidegraph.indexer.consumer import Indexer, IndexerConfig
+from tidegraph.indexer.pipeline import Pipeline
+from tidegraph.indexer.realms import create_realm, ensure_control
+from tidegraph.infra.commands import serve as serve_command
+from tidegraph.infra.composition import ModelRegistry
+from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
+from tidegraph.query_service.config import load_query_settings
+from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas.names import realm_schema, validate_realm
+from tidegraph.schemas.realm_config import preset
+from tidegraph.schemas.settings import Settings, load_settings
+
+SAMPLE_CORPUS = Path(__file__).resolve().parents[4] / "examples" / "corpus"
+QUESTION = "Who worked with Charles Babbage, and what did he design?"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="stream a sample corpus through the pipeline and serve queries over it",
+        description=__doc__,
+    )
+    p.add_argument("--realm", default="demo")
+    p.add_argument("--corpus", type=Path, default=SAMPLE_CORPUS, help="files or a folder")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--once", action="store_true", help="exit after answering the question")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for indexing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    validate_realm(args.realm)
+    settings = load_settings()
+    return asyncio.run(_demo(args, settings))
+
+
+def _say(message: str) -> None:
+    print(f"demo: {message}", file=sys.stderr, flush=True)
+
+
+async def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    dsn = settings.pg_dsn.get_secret_value()
+    for warning in await ensure_topics(settings.kafka_bootstrap, settings):
+        _say(f"warning: {warning}")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        defaults = default_realm_config()
+        info = await create_realm(
+            conn, args.realm,
+            preset("narrative", extractor=defaults.extractor, embedder=defaults.embedder),
+        )
+    _say(f"realm {args.realm}: extractor {info.extractor}, embedder {info.embedder}")
+
+    expected = {
+        item.doc.doc_key: item.doc.content_hash
+        for item in read_inputs([args.corpus], args.realm)
+        if isinstance(item, Input)
+    }
+    async with DocumentProducer.from_settings(settings) as producer:
+        report = await publish_paths(producer, [args.corpus], args.realm, show_progress=False)
+    _say(report.summary())
+    if report.failure is not None:
+        return 1
+
+    pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+        dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    )
+    registry = ModelRegistry(pool=pool, llm=llm_client_if_configured())
+    pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
+    indexer = Indexer(
+        IndexerConfig(
+            bootstrap=settings.kafka_bootstrap, pg_dsn=dsn, topic=settings.documents_topic,
+            dlq_topic=settings.dlq_topic, group_id="tidegraph-demo",
+            default_realm=default_realm_config(),
+        ),
+        pipeline.prepare, registry.embedder_for, pool,
+    )
+    indexing = asyncio.create_task(indexer.run(), name="indexer")
+    serve_args = argparse.Namespace(
+        host=args.host, port=args.port, no_publisher=False, publish_realm=None, pool_size=8,
+        log_level="warning",
+    )
+    serving = asyncio.create_task(
+        serve_command.serve(serve_args, settings, load_query_settings()), name="serve"
+    )
+    stop = asyncio.Event()
+    on_termination(stop.set)
+    try:
+        await _wait_indexed(dsn, args.realm, expected, args.timeout, indexing)
+        _say(f"{len(expected)} documents indexed")
+        base = f"http://{args.host}:{args.port}"
+        answer = await _ask(base, args.realm, indexing, serving)
+        print(json.dumps(answer, indent=2, default=str))
+        _say(f"query service answering at {base} (POST /v1/realms/{args.realm}/query_data)")
+        if not args.once:
+            _say("serving until interrupted (Ctrl-C)")
+            await stop.wait()
+    finally:
+        indexer.stop()
+        serving.cancel()
+        for task in (indexing, serving):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 30)
+    return 0
+
+
+async def _wait_indexed(
+    dsn: str, realm: str, expected: dict[str, str | None], limit: float,
+    indexing: asyncio.Task[None],
+) -> None:
+    deadline = time.monotonic() + limit
+    query = sql.SQL(
+        "SELECT doc_key, content_hash, status FROM {} WHERE doc_key = ANY(%s)"
+    ).format(sql.Identifier(realm_schema(realm), "documents"))
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while True:
+            if indexing.done():
+                indexing.result()
+                raise TidegraphError("the indexer stopped before the corpus was indexed")
+            cur = await conn.execute(query, (list(expected),))
+            done = {k: h for k, h, status in await cur.fetchall() if status != "deleted"}
+            if all(done.get(k) == h for k, h in expected.items()):
+                return
+            if time.monotonic() > deadline:
+                missing = sorted(k for k, h in expected.items() if done.get(k) != h)
+                raise TidegraphError(f"not indexed within {limit:g}s: {', '.join(missing)}")
+            await asyncio.sleep(0.2)
+
+
+async def _ask(
+    base: str, realm: str, *tasks: asyncio.Task[None]
+) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        for _ in range(100):
+            for task in tasks:
+                if task.done():
+                    task.result()
+                    raise TidegraphError(f"{task.get_name()} stopped unexpectedly")
+            try:
+                resp = await client.post(
+                    f"/v1/realms/{realm}/query_data",
+                    json={"query": QUESTION, "mode": "mix", "top_k": 10},
+                )
+            except httpx.TransportError:
+                await asyncio.sleep(0.2)
+                continue
+            resp.raise_for_status()
+            body: dict[str, Any] = resp.json()
+            return {
+                "question": QUESTION,
+                "relations": [
+                    f"{r['subject']} {'NOT ' if r['negated'] else ''}{r['predicate']} "
+                    f"{r['object']}" for r in body.get("relations", [])[:10]
+                ],
+                "chunks": [c.get("citation") for c in body.get("chunks", [])[:5]],
+            }
+    raise TidegraphError(f"query service at {base} did not answer")
