@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
 from local_services import docker_engine_answers, kafka_container, local_service
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from local_services import docker_engine_answers, local_service, pg_container
 from pgvector.psycopg import register_vector_async
 
 from tidegraph.infra import local_pg
+
+from local_services import docker_engine_answers, local_service, pg_container
 
 
 @pytest.fixture(scope="session")

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import orjson
 import pytest
+
+from tidegraph.connectors.bulk import Input, Refusal, publish_paths, read_inputs
+from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.schemas.hashing import content_hash
+
 from connector_helpers import (  # type: ignore[import-not-found]
     fresh_settings,
     read_topic,
     validated,
 )
-
-from tidegraph.connectors.bulk import Input, Refusal, publish_paths, read_inputs
-from tidegraph.connectors.producer import DocumentProducer
-from tidegraph.schemas.hashing import content_hash
 
 pytestmark = pytest.mark.kafka
 

@@ -9,16 +9,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from connector_helpers import (  # type: ignore[import-not-found]
-    fresh_settings,
-    read_topic,
-    validated,
-)
 
 from tidegraph.connectors.fs import FsConnector, SyncReport
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import first_heading, matches
 from tidegraph.schemas.documents import DocumentVersion
+
+from connector_helpers import (  # type: ignore[import-not-found]
+    fresh_settings,
+    read_topic,
+    validated,
+)
 
 pytestmark = pytest.mark.kafka
 

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from connector_helpers import fresh_settings, read_topic, validated  # type: ignore[import-not-found]
 
 from tidegraph.connectors.api_keys import parse_api_keys
 from tidegraph.connectors.config import load_connector_settings
@@ -22,6 +21,8 @@ from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.settings import Settings
+
+from connector_helpers import fresh_settings, read_topic, validated  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.kafka
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import psycopg
 import pytest
-from connector_helpers import fresh_settings, read_topic, validated  # type: ignore[import-not-found]
 from psycopg import sql
 
 from tidegraph.connectors import pgoutput
@@ -20,6 +19,8 @@ from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc, source_v
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.schemas.documents import DocumentVersion, compare_source_versions
 from tidegraph.schemas.settings import Settings
+
+from connector_helpers import fresh_settings, read_topic, validated  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from local_services import REPO
 
 from tidegraph.infra import _proc, local_kafka, local_pg, services
 from tidegraph.infra.errors import (
@@ -23,6 +22,8 @@ from tidegraph.infra.errors import (
     ServiceStartError,
     ServiceUnreachableError,
 )
+
+from local_services import REPO
 
 SERVICE_VARS = (
     "TIDEGRAPH_KAFKA_BOOTSTRAP",
