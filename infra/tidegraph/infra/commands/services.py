@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 
+from tidegraph.connectors.topics import ensure_topics
 from tidegraph.infra import services
 from tidegraph.infra.cli import add_state_dir_option
+from tidegraph.infra.realm_status import data_status, render
+from tidegraph.schemas.settings import load_settings
 
 
 def _progress(message: str) -> None:
@@ -66,6 +70,12 @@ def run_up(args: argparse.Namespace) -> int:
         progress=_progress,
     )
     _print_status(status)
+    if "kafka" in _selected(args):
+        settings = load_settings(kafka_bootstrap=status.kafka_bootstrap)
+        for warning in asyncio.run(ensure_topics(status.kafka_bootstrap, settings)):
+            print(f"warning: {warning}", file=sys.stderr)
+        print(f"topics:    {settings.documents_topic}, {settings.changes_topic}, "
+              f"{settings.dlq_topic}")
     return 0
 
 
@@ -80,10 +90,28 @@ def run_down(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     status = services.status(args.state_dir)
+    data = None
+    if status.ok:
+        settings = load_settings(kafka_bootstrap=status.kafka_bootstrap, pg_dsn=status.pg_dsn)
+        data = asyncio.run(
+            data_status(status.pg_dsn, status.kafka_bootstrap, settings.documents_topic,
+                        args.group)
+        )
     if args.json:
-        print(_as_json(status))
+        body = json.loads(_as_json(status))
+        if data is not None:
+            body["realms"] = {
+                r.realm: {"documents": r.documents, "head_seq": r.head_seq,
+                          "last_write_at": r.last_write_at.isoformat() if r.last_write_at
+                          else None, "embedder": r.embedder, "extractor": r.extractor}
+                for r in data.realms
+            }
+            body["indexer_lag"] = {str(p): n for p, n in data.lag.items()}
+        print(json.dumps(body, indent=2))
     else:
         _print_status(status)
+        if data is not None:
+            print(render(data))
     return 0 if status.ok else 1
 
 
@@ -131,5 +159,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Show both services; exits 1 when one of them is not running.",
     )
     status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--group", default="tidegraph-indexer", help="indexer group whose lag to show"
+    )
     add_state_dir_option(status)
     status.set_defaults(func=run_status)
