@@ -384,13 +384,15 @@ async def test_global_ranks_communities_and_warns_when_stale(
         for title, rating, size in (("Niche", 1.0, 3), ("Wars of antiquity", 9.0, 40)):
             await conn.execute(
                 sql.SQL(
-                    "INSERT INTO {}.communities (space, title, summary, rating, size,"
-                    " built_at, embedding) VALUES ('default', %s, %s, %s, %s,"
+                    "INSERT INTO {}.communities (space, title, summary, findings, rating,"
+                    " size, built_at, embedding) VALUES ('default', %s, %s,"
+                    " jsonb_build_array(jsonb_build_object('summary', %s::text)), %s, %s,"
                     " '2000-01-01Z', %s::vector)"
                 ).format(s),
-                (title, f"{title} summary", rating, size, str(vec)),
+                (title, f"{title} summary", f"{title} finding", rating, size, str(vec)),
             )
     out = await query_data(client, realm, query="broad themes", mode="global")
     assert [c["title"] for c in out["communities"]] == ["Wars of antiquity", "Niche"]
+    assert out["communities"][0]["findings"] == ["Wars of antiquity finding"]
     assert any("predate" in w for w in out["stats"]["warnings"])
     assert triples(out) == {("Rome", "enemy_of", "Carthage")}

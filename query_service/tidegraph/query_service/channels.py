@@ -281,8 +281,9 @@ def chunk_details(schema: str) -> sql.Composed:
 def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
     """Community reports nearest ``%(gvec)s``, over-fetched (``%(over)s``) for re-ranking."""
     return sql.SQL(
-        "SELECT id, space, title, summary, rating, size, built_at, d FROM ("
-        " SELECT c.id, c.space, c.title, c.summary, c.rating, c.size, c.built_at,"
+        "SELECT id, space, title, summary, findings, level, rating, size, built_at, d FROM ("
+        " SELECT c.id, c.space, c.title, c.summary, c.findings, c.level, c.rating, c.size,"
+        "  c.built_at,"
         "  c.embedding <=> %(gvec)s AS d FROM {comm} c WHERE {f}"
         " ORDER BY c.embedding <=> %(gvec)s LIMIT %(over)s) x ORDER BY d, id"
     ).format(comm=table(schema, "communities"), f=_space("c", scope))

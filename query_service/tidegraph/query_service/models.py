@@ -133,6 +133,8 @@ class CommunityOut(BaseModel):
     space: str
     title: str
     summary: str
+    findings: list[str]
+    level: int
     rating: float
     size: int
     built_at: datetime

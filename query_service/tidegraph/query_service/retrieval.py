@@ -148,6 +148,9 @@ class CommunityHit:
     space: str
     title: str
     summary: str
+    findings: list[str]
+    """The report's findings, one statement each (denials are stated as denials)."""
+    level: int
     rating: float
     size: int
     built_at: datetime
@@ -523,15 +526,24 @@ def _communities(
     if not rows:
         return [], []
     w_sim, w_rating, w_size = limits.community_weights
-    max_rating = max(10.0, max(float(r[4]) for r in rows))
-    max_size = max(int(r[5]) for r in rows)
+    max_rating = max(10.0, max(float(r[6]) for r in rows))
+    max_size = max(int(r[7]) for r in rows)
     hits = []
-    for cid, sp, title, summary, rating, size, built_at, d in rows:
+    for cid, sp, title, summary, findings, level, rating, size, built_at, d in rows:
         size_term = math.log1p(int(size)) / math.log1p(max_size) if max_size > 0 else 0.0
         score = w_sim * _sim(d) + w_rating * float(rating) / max_rating + w_size * size_term
         hits.append(
             CommunityHit(
-                str(cid), sp, title, summary, float(rating), int(size), built_at, round(score, 6)
+                str(cid),
+                sp,
+                title,
+                summary,
+                _finding_texts(findings),
+                int(level),
+                float(rating),
+                int(size),
+                built_at,
+                round(score, 6),
             )
         )
     hits.sort(key=lambda h: (-h.score, int(h.id)))
@@ -543,6 +555,15 @@ def _communities(
             "`tidegraph communities` for reports that describe the current graph"
         )
     return hits[:top_k], warnings
+
+
+def _finding_texts(findings: Any) -> list[str]:
+    out = []
+    for f in findings or []:
+        text = f.get("summary") if isinstance(f, dict) else f
+        if isinstance(text, str) and text.strip():
+            out.append(text.strip())
+    return out
 
 
 def _sim(distance: Any) -> float:

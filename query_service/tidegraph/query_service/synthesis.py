@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidegraph.query_service.retrieval import (
-    ChunkHit,
     CommunityHit,
     EntityHit,
     RelationHit,
@@ -140,7 +139,7 @@ def build_prompt(question: str, data: RetrievalResult, budget: int | None = None
 
 
 def _report_text(c: CommunityHit) -> str:
-    return c.summary
+    return "\n".join([c.summary, *(f"- {f}" for f in c.findings)])
 
 
 def _clip(texts: Sequence[str], budget: int | None) -> tuple[list[str], int]:
@@ -168,7 +167,3 @@ def _clip(texts: Sequence[str], budget: int | None) -> tuple[list[str], int]:
         else:
             out.append(t)
     return out, clipped
-
-
-def chunk_reference(c: ChunkHit, n: int) -> Reference:
-    return Reference(n, c.doc_key, c.id, c.citation)
