@@ -19,8 +19,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.topics import ensure_topic_specs
+from tidegraph.indexer.communities import ClusterParams
+from tidegraph.indexer.community_store import build_communities
 from tidegraph.indexer.hashing_embedder import HashingEmbedder
-from tidegraph.indexer.realms import create_realm, ensure_control
+from tidegraph.indexer.realms import create_realm, ensure_control, open_realm
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import preset
 from tidegraph.schemas.topics import topic_specs
@@ -126,6 +128,7 @@ async def test_a_realm_indexed_through_the_pipeline(
             embedder = HashingEmbedder(384)
             async with api_client(pool, embedder=embedder) as client:
                 await _check_reads(client, realm)
+                await _check_communities(conn, client, realm, embedder)
                 head = (await client.get(f"/v1/realms/{realm}/changes")).json()["head_seq"]
                 # re-sending the same documents changes nothing: no commit, no change
                 await _publish(kafka_bootstrap, documents, realm, at)
@@ -140,6 +143,24 @@ async def test_a_realm_indexed_through_the_pipeline(
                 await asyncio.to_thread(indexer.wait, 30)
             except subprocess.TimeoutExpired:
                 indexer.kill()
+
+
+async def _check_communities(
+    conn: psycopg.AsyncConnection[Any],
+    client: httpx.AsyncClient,
+    realm: str,
+    embedder: HashingEmbedder,
+) -> None:
+    """Global mode ranks the reports of a real community build, with their findings."""
+    info = await open_realm(conn, realm)
+    await build_communities(conn, info, embedder, params=ClusterParams(min_size=2))
+    out = await query_data(client, realm, query="What are the main themes?", mode="global")
+    assert out["communities"], "a built realm's reports reach global mode"
+    assert all(c["space"] == "default" and c["title"] for c in out["communities"])
+    assert any(c["findings"] for c in out["communities"])
+    assert not out["stats"]["warnings"]
+    feed = (await client.get(f"/v1/realms/{realm}/changes", params={"limit": 1000})).json()
+    assert "communities_built" in {c["kind"] for c in feed["changes"]}
 
 
 async def _check_reads(client: httpx.AsyncClient, realm: str) -> None:
