@@ -17,6 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from tidegraph.indexer.chunking import chunk_document
+from tidegraph.indexer.llm_client import LLMClient
+from tidegraph.indexer.llm_errors import LLMUnavailable
+from tidegraph.indexer.pipeline import PipelineConfig
+from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.realm_config import RealmConfig
+
+from indexer_helpers import Topics, make_topics, outbox, publish, stored_position, upsert, wait_for
+from llm_server import Fault, ScriptedLLMServer
 from model_helpers import (
     Corpus,
     StoredEntity,
@@ -31,16 +41,6 @@ from model_helpers import (
     sample,
     stored_graph,
 )
-
-from tidegraph.indexer.chunking import chunk_document
-from tidegraph.indexer.llm_client import LLMClient
-from tidegraph.indexer.llm_errors import LLMUnavailable
-from tidegraph.indexer.pipeline import PipelineConfig
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.realm_config import RealmConfig
-
-from indexer_helpers import Topics, make_topics, outbox, publish, stored_position, upsert, wait_for
-from llm_server import Fault, ScriptedLLMServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
