@@ -8,6 +8,7 @@ reports never state a denial as holding.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -414,9 +415,13 @@ async def test_one_failed_report_is_skipped_and_logged_largest_first(
             raise ReportFailed(0, 2, "the model answered nonsense")
         return await inner(view, scale, kids)
 
+    ticks: list[tuple[int, int]] = []
     with caplog.at_level(logging.WARNING, logger="tidegraph.indexer.community_reports"):
-        done = await make_reports(views, flaky, concurrency=1)
+        done = await make_reports(
+            views, flaky, concurrency=1, progress=lambda n, total: ticks.append((n, total))
+        )
     assert order == [6, 4, 4, 4, 4]
+    assert ticks == [(n, 5) for n in range(1, 6)]
     assert sorted(done) == [(0, 0), (0, 1), (0, 3), (0, 4)]
     assert "community 0.2: report skipped" in caplog.text
 
@@ -424,13 +429,19 @@ async def test_one_failed_report_is_skipped_and_logged_largest_first(
 async def test_an_unavailable_endpoint_aborts_instead_of_skipping() -> None:
     views = views_of(*cliques(2, 4, bridges=0))
 
+    started: list[int] = []
+
     async def down(view: ClusterView, scale: RatingScale, kids: Sequence[Report]) -> Report:
+        started.append(view.cluster.index)
+        if view.cluster.index == 1:
+            await asyncio.sleep(30)  # still in flight when the other fails: cancelled
         raise LLMUnavailable(
             "http://x/v1", "chat", "m", failures={"timeout": 3}, elapsed=1.0, last_error="timed out"
         )
 
     with pytest.raises(LLMUnavailable):
-        await make_reports(views, down)
+        await asyncio.wait_for(make_reports(views, down), 10)
+    assert sorted(started) == [0, 1]
 
 
 def test_model_answers_that_cannot_be_used_fail_the_report() -> None:

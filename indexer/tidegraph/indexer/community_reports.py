@@ -406,32 +406,50 @@ def model_reporter(llm: LLMClient, realm: str, *, model: str | None = None) -> R
 
 
 async def make_reports(
-    views: Sequence[ClusterView], reporter: Reporter, *, concurrency: int = 4
+    views: Sequence[ClusterView],
+    reporter: Reporter,
+    *,
+    concurrency: int = 4,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[tuple[int, int], Report]:
     """Reports for ``views`` (report order), level by level so parents see their children.
 
     A report that fails permanently is logged and skipped; a transient failure (an
-    endpoint that stays down) propagates and aborts the build.
+    endpoint that stays down) propagates and aborts the build, cancelling the reports
+    still in flight. ``progress(finished, total)`` is called as each report finishes.
     """
     scales = rating_scales(views)
     done: dict[tuple[int, int], Report] = {}
     gate = asyncio.Semaphore(max(1, concurrency))
+    finished = 0
 
     async def one(view: ClusterView) -> tuple[tuple[int, int], Report | None]:
         c = view.cluster
         children = [done[(c.level - 1, k)] for k in c.children if (c.level - 1, k) in done]
+        nonlocal finished
         async with gate:
             try:
-                return c.key, await reporter(view, scales[c.level], children)
+                made: Report | None = await reporter(view, scales[c.level], children)
             except (ReportFailed, LLMError) as exc:
                 if exc.retriable:
                     raise
                 log.warning("community %d.%d: report skipped: %s", c.level, c.index, exc)
-                return c.key, None
+                made = None
+        finished += 1
+        if progress is not None:
+            progress(finished, len(views))
+        return c.key, made
 
     for level in sorted({v.cluster.level for v in views}):
-        batch = [v for v in views if v.cluster.level == level]
-        for key, rep in await asyncio.gather(*(one(v) for v in batch)):
+        tasks = [asyncio.ensure_future(one(v)) for v in views if v.cluster.level == level]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        for key, rep in results:
             if rep is not None:
                 done[key] = rep
     return done

@@ -252,8 +252,19 @@ async def build_communities(
     try:
         return await _build(conn, info, embedder, params, spaces, reporter, report_concurrency, say)
     finally:
+        await _unlock(conn, lock_key)
+
+
+async def _unlock(conn: AsyncConnection[Any], lock_key: str) -> None:
+    """Release the build lock; if that fails, close the connection, which releases it too
+    (a pooled connection must never go back holding it)."""
+    try:
         if not conn.broken:
             await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+            return
+    except psycopg.Error as exc:
+        log.warning("releasing the community build lock failed (%s); closing the connection", exc)
+    await conn.close()
 
 
 async def _build(
@@ -294,7 +305,15 @@ async def _build(
         )
     lap("detect")
     for space, (hierarchy, views) in detected.items():
-        reports = await make_reports(views, reporter, concurrency=concurrency)
+        shown = time.monotonic()
+
+        def tick(finished: int, total: int, space: str = space) -> None:
+            nonlocal shown
+            if time.monotonic() - shown >= 2.0 and finished < total:
+                shown = time.monotonic()
+                say(f"{space}: {finished}/{total} reports")
+
+        reports = await make_reports(views, reporter, concurrency=concurrency, progress=tick)
         say(f"{space}: {len(reports)}/{len(views)} reports")
         planned.append(
             _Planned(space, hierarchy, tuple(views), reports, len(snap.spaces[space][1]))
