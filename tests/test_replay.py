@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.diff import diff_schemas
+from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.pipeline import Pipeline
 from tidegraph.indexer.replay import ReplayOptions, ReplayResult, replay_realm
 from tidegraph.infra.composition import ModelRegistry
-from tidegraph.schemas.realm_config import preset
+from tidegraph.schemas.realm_config import RealmConfig, preset
 
 from indexer_helpers import (
     Topics,
@@ -31,6 +34,8 @@ from indexer_helpers import (
     upsert,
     wait_for,
 )
+from llm_server import ScriptedLLMServer
+from model_helpers import load_corpus, running_model_indexer, sample
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -176,3 +181,177 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
             (f"tidegraph-replay:{live}__shadow_1",),
         )
         assert await cur.fetchone() == (0,)
+
+
+def _doc(i: int) -> str:
+    return (f"Knight{i} Pendragon is an ally of Squire{i} Vale. "
+            f"Squire{i} Vale worked with Knight{(i + 1) % 7} Pendragon.")
+
+
+async def test_records_published_during_the_replay_all_reach_the_swapped_in_realm(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    initial = [upsert(realm, f"a{i}.md", _doc(i), order_key=str(i)) for i in range(40)]
+    during = [upsert(realm, f"b{i}.md", _doc(100 + i), order_key=str(100 + i)) for i in range(30)]
+    during += [upsert(realm, f"a{i}.md", _doc(200 + i), order_key=str(i)) for i in range(5)]
+    during.append(delete(realm, "a7.md"))
+    registry = ModelRegistry()
+    pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
+
+    async def slow_prepare(record: Any, info: Any) -> Any:
+        await asyncio.sleep(0.01)  # so the rebuild overlaps the publishing below
+        return await pipeline.prepare(record, info)
+
+    reads: list[float] = []
+    failures: list[BaseException] = []
+    stop = asyncio.Event()
+
+    async def query_loop() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                started = asyncio.get_running_loop().time()
+                try:
+                    cur = await conn.execute(sql.SQL(
+                        "SELECT count(*) FROM {}.relations WHERE status = 'current'"
+                    ).format(sql.Identifier(live)))
+                    row = await cur.fetchone()
+                    assert row is not None and row[0] > 0
+                except BaseException as exc:
+                    failures.append(exc)
+                reads.append(asyncio.get_running_loop().time() - started)
+                await asyncio.sleep(0.01)
+
+    async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE,
+                               backoff_initial=0.05):
+        await publish(topics, initial)
+
+        async def initial_done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(initial)
+        await wait_for(initial_done, 60, "initial documents")
+
+        replayed = asyncio.Event()
+
+        async def trickle() -> None:
+            # Keeps publishing across the swap, and a little after it.
+            for rec in during:
+                await publish(topics, [rec])
+                await asyncio.sleep(0.02)
+            i = 0
+            while not replayed.is_set() or i % 10:
+                rec = upsert(realm, f"c{i}.md", _doc(300 + i), order_key=str(300 + i))
+                during.append(rec)
+                await publish(topics, [rec])
+                await asyncio.sleep(0.02)
+                i += 1
+
+        querying = asyncio.create_task(query_loop())
+        publishing = asyncio.create_task(trickle())
+        result = await asyncio.wait_for(replay_realm(
+            options(topics, pg_dsn, realm, group, swap_margin=2),
+            slow_prepare, registry.embedder_for,
+        ), 120)
+        replayed.set()
+        await publishing
+        total = len(initial) + len(during)
+
+        async def all_done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= total
+        await wait_for(all_done, 60, "documents published during the replay")
+        stop.set()
+        await querying
+
+    assert result.swapped and result.swap is not None
+    assert not failures, failures[:3]
+    assert max(reads) < 2.0
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(sql.SQL(
+            "SELECT doc_key, status FROM {}.documents").format(sql.Identifier(live)))
+        docs = dict(await cur.fetchall())
+    assert set(docs) == {r.doc_key for r in initial + during}
+    assert docs["a7.md"] == "deleted"
+    # What the indexer did after the swap, on top of the rebuild, is what the log says:
+    # a fresh rebuild of the whole log equals it, history included.
+    check = await replay(topics, pg_dsn, realm, group, swap=False, label="check")
+    assert await schema_diff(pg_dsn, live, check.schema) == []
+
+
+async def test_until_builds_the_realm_as_it_stood_at_that_instant(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    instants, _ = await build_live(topics, pg_dsn, realm, group)
+    until = instants[1]  # after "Arthur is an enemy of Mordred", before d1 changed
+    audit = await replay(topics, pg_dsn, realm, group, until=until, swap=True)
+    assert not audit.swapped and audit.schema == f"realm_{realm}__audit_1"
+    assert audit.realm_records == 3 and audit.records_read == 5
+    then = await believed_at(pg_dsn, realm, until)
+    assert await current_in(pg_dsn, audit.schema) == then
+    assert ("Arthur", "enemy_of", "Mordred", False, "current") in then
+    assert ("Arthur", "ally_of", "Mordred", False, "superseded") in then
+    for t in (instants[0] - timedelta(seconds=30), instants[0], until):
+        assert await believed_in(pg_dsn, audit.schema, t) == await believed_at(pg_dsn, realm, t)
+    # The live realm went on; the copy did not.
+    assert await current_in(pg_dsn, f"realm_{realm}") != then
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM tidegraph.realms WHERE schema_name = %s", (audit.schema,))
+        assert await cur.fetchone() == (0,)
+
+
+async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str],
+    llm_server: ScriptedLLMServer, make_llm_client: Callable[..., LLMClient],
+    llm_fixtures_dir: Path,
+) -> None:
+    corpus = load_corpus(llm_fixtures_dir)
+    # Extraction by the model, embeddings offline: every model call is an extraction call.
+    config = RealmConfig.model_validate(
+        {**corpus.realm_config.model_dump(), "embedder": "hashing:16"}
+    )
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    records = corpus.records(realm) + corpus.records(realm, corpus.changed)
+    async with running_model_indexer(
+        topics, pg_dsn, group, llm=make_llm_client(), default_realm=config
+    ):
+        await publish(topics, records)
+
+        async def done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+        await wait_for(done, 120, "corpus indexed")
+    assert llm_server.calls["chat"] > 0
+    snapshot = await realm_snapshot(pg_dsn, realm)
+    llm_server.reset()
+    hits_before = sample("tidegraph_extraction_cache_hits_total", realm=realm)
+    misses_before = sample("tidegraph_extraction_cache_misses_total", realm=realm)
+
+    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+        pg_dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True})
+    await pool.open()
+    try:
+        registry = ModelRegistry(pool=pool, llm=make_llm_client(), read_through=(live,))
+        pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
+        result = await replay_realm(
+            options(topics, pg_dsn, realm, group), pipeline.prepare, registry.embedder_for
+        )
+    finally:
+        await pool.close()
+
+    assert sum(llm_server.calls.values()) == 0, llm_server.calls
+    assert sample("tidegraph_extraction_cache_misses_total", realm=realm) == misses_before
+    assert sample("tidegraph_extraction_cache_hits_total", realm=realm) - hits_before == len(
+        records
+    )  # one chunk per corpus document
+    assert result.swapped and result.retired is not None
+    assert await realm_snapshot(pg_dsn, realm) == snapshot
+    assert await schema_diff(pg_dsn, live, result.retired) == []
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(sql.SQL("SELECT count(*) FROM {}.extraction_cache").format(
+            sql.Identifier(live)))
+        row = await cur.fetchone()
+    assert row is not None and row[0] == len(records)  # the cache moved with the realm

@@ -12,7 +12,9 @@ rebuild changed while the live realm is held, so it has to be cheap). ``ref`` ca
 a change-feed entry needs (ids, display names) and is never compared.
 
 ``history=True`` adds the belief record: every ``relation_history`` interval and every
-chunk's ``t_created``/``t_expired``, plus the belief stamps on entities and documents. A
+chunk's ``t_created``/``t_expired`` (chunks keyed with their document version's hash: two
+versions logged in the same millisecond share a belief instant), plus the belief stamps on
+entities and documents. A
 replay of an unchanged configuration reproduces those exactly (DESIGN invariant 6).
 """
 
@@ -144,9 +146,8 @@ WHERE %(space)s::text IS NULL OR r.space = %(space)s
 )
 
 _CHUNKS: LiteralString = """
-SELECT ARRAY[c.space, c.doc_key, c.ordinal::text, c.t_created::text] AS k,
-       jsonb_build_object('content_hash', c.content_hash, 'text_md5', md5(c.text),
-         't_expired', c.t_expired) AS v,
+SELECT ARRAY[c.space, c.doc_key, c.ordinal::text, c.t_created::text, c.content_hash] AS k,
+       jsonb_build_object('text_md5', md5(c.text), 't_expired', c.t_expired) AS v,
        jsonb_build_object('id', c.id::text) AS ref
 FROM {s}.chunks c
 WHERE %(space)s::text IS NULL OR c.space = %(space)s
@@ -235,7 +236,7 @@ def _describe_key(d: Difference) -> str:
         neg = " NOT" if k[4] == "true" else ""
         text = f"relation {k[0]}: {subject}{neg} {k[2]} {obj}"
         return text + (f" @ {k[5]}" if d.kind == "relation_history" else "")
-    return f"chunk {k[0]}/{k[1]}#{k[2]} @ {k[3]}"
+    return f"chunk {k[0]}/{k[1]}#{k[2]} @ {k[3]} ({k[4]})"
 
 
 def format_difference(d: Difference, a_label: str = "A", b_label: str = "B") -> str:

@@ -318,7 +318,7 @@ class _Replay:
         log.info("replaying realm %s from %s/%d into %s", o.realm, o.topic, tp.partition,
                  info.schema)
 
-        await self._run_to(self._bound)
+        await self._run_to(await self._fixed_bound())
         load_seconds = time.perf_counter() - self.started
         self._report("indexing")
         index_started = time.perf_counter()
@@ -329,7 +329,7 @@ class _Replay:
         if swap:
             outcome = await self._swap(tp.partition, info, group)
         else:
-            await self._run_to(self._bound)
+            await self._run_to(await self._fixed_bound())
         self._report("done")
         applier = self.applier
         return ReplayResult(
@@ -388,6 +388,15 @@ class _Replay:
             return self.until_bound
         live = await self._live_position(self.applier.conn)
         return live if live is not None else await self.reader.log_end()
+
+    async def _fixed_bound(self) -> Callable[[], Awaitable[int]]:
+        """The bound as it is now, held still: a phase that must end does not chase."""
+        bound = await self._bound()
+
+        async def fixed() -> int:
+            return min(bound, self.until_bound) if self.until_bound is not None else bound
+
+        return fixed
 
     async def _live_position(self, conn: AsyncConnection[Any]) -> int | None:
         assert self.applier is not None
@@ -529,9 +538,10 @@ class _Replay:
                     f"the live position {bound}; the live group's position went backwards"
                 )
 
+            target = bound
+
             async def fixed() -> int:
-                assert bound is not None
-                return bound
+                return target
 
             await self._run_to(fixed)
             return applier.next_offset, applier.counters.written - before

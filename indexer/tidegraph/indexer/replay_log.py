@@ -14,6 +14,7 @@ its realm, content hash mismatch) never reached the graph, so the replay passes 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
@@ -79,7 +80,10 @@ class PartitionReader:
             fetch_max_bytes=64 * 1024 * 1024,
         )
         self.tp: TopicPartition | None = None
-        self._next: int | None = None
+        self._cursor: int | None = None
+        """Next offset to hand out; the buffer holds the records in [cursor, fetched_to)."""
+        self._fetched_to = 0
+        self._buffer: deque[Message] = deque()
 
     async def start(self) -> TopicPartition:
         """Connect, find the realm's partition and assign it."""
@@ -131,25 +135,37 @@ class PartitionReader:
         return int(found.offset)
 
     async def fetch(self, start: int, bound: int, *, wait: float = 1.0) -> Fetched:
-        """Records at offsets ``start ≤ offset < bound``, at most ``fetch_max_records``."""
+        """Records at offsets ``start ≤ offset < bound``, at most ``fetch_max_records``.
+
+        Records fetched beyond ``bound`` stay buffered for the next call, so following a
+        slowly moving bound (the live position) does not re-fetch from the broker.
+        """
         tp = self._tp()
         if start >= bound:
             return Fetched([], start)
-        if self._next != start:
+        if start != self._cursor:
             self._consumer.seek(tp, start)
-            self._next = start
-        batch = await self._consumer.getmany(
-            tp, timeout_ms=int(wait * 1000), max_records=self.fetch_max_records
-        )
-        msgs = [m for m in batch.get(tp, []) if start <= m.offset < bound]
-        if not msgs:
-            position = int(await self._consumer.position(tp))
-            self._next = position
-            # No record in [start, position): offsets there are gaps (never records).
-            return Fetched([], min(max(start, position), bound))
-        got = batch.get(tp, [])
-        if got and got[-1].offset >= bound:
-            self._next = None  # read past the bound: seek next time
+            self._buffer.clear()
+            self._cursor = self._fetched_to = start
+        if not self._buffer:
+            batch = await self._consumer.getmany(
+                tp, timeout_ms=int(wait * 1000), max_records=self.fetch_max_records
+            )
+            got = [m for m in batch.get(tp, []) if m.offset >= start]
+            if got:
+                self._buffer.extend(got)
+                self._fetched_to = got[-1].offset + 1
+            else:
+                position = int(await self._consumer.position(tp))
+                self._fetched_to = max(self._fetched_to, position)
+        out: list[Message] = []
+        while self._buffer and self._buffer[0].offset < bound and len(out) < self.fetch_max_records:
+            out.append(self._buffer.popleft())
+        if self._buffer:
+            # Nothing lies between the last record handed out and the next buffered one.
+            reached = min(self._buffer[0].offset, bound)
         else:
-            self._next = msgs[-1].offset + 1
-        return Fetched(msgs, msgs[-1].offset + 1)
+            reached = min(self._fetched_to, bound)
+        reached = max(reached, out[-1].offset + 1 if out else start)
+        self._cursor = reached
+        return Fetched(out, reached)
