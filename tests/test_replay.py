@@ -4,6 +4,9 @@ and an audit copy shows the realm as it stood at an instant (DESIGN invariants 6
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,8 +20,11 @@ from psycopg_pool import AsyncConnectionPool
 from tidegraph.indexer.diff import diff_schemas
 from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.pipeline import Pipeline
+from tidegraph.indexer.realms import open_realm
 from tidegraph.indexer.replay import ReplayOptions, ReplayResult, replay_realm
+from tidegraph.indexer.replay_errors import ShadowExists
 from tidegraph.infra.composition import ModelRegistry
+from tidegraph.query_service.reads import change_from_row
 from tidegraph.schemas.realm_config import RealmConfig, preset
 
 from indexer_helpers import (
@@ -355,3 +361,62 @@ async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
             sql.Identifier(live)))
         row = await cur.fetchone()
     assert row is not None and row[0] == len(records)  # the cache moved with the realm
+
+
+async def _cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tidegraph.infra.cli", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    await build_live(topics, pg_dsn, realm, group)
+    feed = await outbox(pg_dsn, realm)
+    env = {**os.environ, "TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "TIDEGRAPH_PG_DSN": pg_dsn, "TIDEGRAPH_TOPIC_PREFIX": topics.prefix}
+
+    # An unchanged rebuild kept for inspection, through the command line.
+    code, out, err = await _cli("replay", "--realm", realm, "--group", group, "--no-swap",
+                                "--shadow-name", "cli", "--json", env=env)
+    assert code == 0, err
+    kept = json.loads(out)
+    assert kept["schema"] == f"{live}__shadow_cli" and kept["swapped"] is False
+    assert "records read" in err and "ETA" in err
+    code, out, err = await _cli("diff", "--realm", realm, "--against", kept["schema"],
+                                "--history", env=env)
+    assert (code, out) == (0, ""), err
+    with pytest.raises(ShadowExists):
+        await replay(topics, pg_dsn, realm, group, swap=False, label="cli")
+
+    # Without exclusive groups "enemy of" no longer supersedes "ally of"; another embedder.
+    changed = RealmConfig.model_validate({**NARRATIVE.model_dump(), "exclusive_groups": []})
+    result = await replay(topics, pg_dsn, realm, group, config=changed, embedder="hashing:32")
+    assert result.swapped and result.swap is not None and result.retired is not None
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        info = await open_realm(conn, realm)
+        assert (info.embedder, info.dimension, info.exclusive_groups) == ("hashing:32", 32, ())
+        cur = await conn.execute(
+            sql.SQL("SELECT seq, idx, kind, space, belief_time, payload FROM {}.outbox"
+                    " WHERE seq > %s ORDER BY seq, idx").format(sql.Identifier(live)),
+            (feed[-1][0],))
+        rebuild = [change_from_row(realm, tuple(r)) for r in await cur.fetchall()]
+    assert [c.seq for c in rebuild] == [feed[-1][0] + 1] * len(rebuild)
+    assert rebuild[0].kind == "communities_stale"
+    restored = [(c.kind, c.relation.subject, c.relation.predicate, c.relation.object)
+                for c in rebuild[1:] if c.relation is not None]
+    assert ("relation_restored", "Arthur", "enemy_of", "Mordred") in restored
+    assert result.swap.changes == len(rebuild)
+    # The command line reports the difference with exit status 1.
+    code, out, err = await _cli("diff", "--realm", realm, "--against", result.retired, env=env)
+    assert code == 1 and "Arthur enemy_of Mordred" in out, (out, err)
+    code, _, err = await _cli("diff", "--realm", realm, "--against", "nosuchschema", env=env)
+    assert code == 2 and "neither a realm" in err
