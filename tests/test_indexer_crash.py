@@ -116,3 +116,30 @@ async def test_second_member_joins_then_first_is_killed(
                 proc.wait(30)
     for realm in realms:
         await _assert_exactly_once(pg_dsn, realm, records)
+
+
+async def test_sigterm_finishes_in_flight_and_leaves_the_group(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    group = unique_name("g")
+    realm = unique_name("r")
+    records = _stream([realm], docs=10, versions=5)
+    await publish(topics, records)
+    proc = spawn_indexer(topics, pg_dsn, group)
+    await asyncio.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 30) == 0
+    applied = await stored_position(pg_dsn, group, topics.documents)
+    changes = await outbox(pg_dsn, realm)
+    # Every applied record's transaction is complete: one sequence per applied record.
+    assert len({s for s, _, _ in changes}) == applied
+    proc = spawn_indexer(topics, pg_dsn, group)
+    try:
+        async def done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+        await wait_for(done, 120, "the rest applied after a clean restart")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    await _assert_exactly_once(pg_dsn, realm, records)

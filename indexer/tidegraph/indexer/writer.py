@@ -43,6 +43,7 @@ from tidegraph.indexer.graph_rules import (
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
+from tidegraph.indexer.resolution import merge_records
 
 
 @dataclass
@@ -131,6 +132,8 @@ class _Writer:
         self.info = info
         self.s = info.schema
         self.embedder = embedder
+        self.touched_relations: set[int] = set()
+        """Relations re-pointed or emptied by an entity merge: reconciled with the rest."""
 
     async def _rows(
         self, query: sql.Composed, params: Sequence[Any] | Mapping[str, Any] = ()
@@ -255,7 +258,7 @@ class _Writer:
                 ([p[0] for p in mention_pairs], [p[1] for p in mention_pairs]),
             )
         relation_ids = await self._attach_relations(doc, chunk_id, ids, bt, vectors)
-        return {p[1] for p in mention_pairs}, relation_ids
+        return {p[1] for p in mention_pairs}, relation_ids | self.touched_relations
 
     async def _resolve_entities(
         self, doc: PreparedDocument, bt: datetime, vectors: dict[str, list[float]],
@@ -294,38 +297,77 @@ class _Writer:
 
         # Decide everything in memory first (new rows get provisional negative ids), then
         # write with a handful of set-based statements instead of one round trip per row.
+        # A fact whose surface forms reach several records (stored or new in this
+        # document) proves them one entity: they merge into one survivor, the others are
+        # absorbed (resolution.py: entities are the connected components of "shares a
+        # surface form", whatever the arrival order).
         ids: dict[str, int] = {}
         pending: dict[int, EntityRecord] = {}
         updated: dict[int, EntityRecord] = {}
+        absorbed: dict[int, int] = {}
+        latest: dict[int, EntityRecord] = {}
+        next_temp = -1
         stored = {i: rec for i, rec in [*by_name.values(), *by_alias.values()]}
         for key in sorted(facts):
             fact = facts[key]
             if key in ids:
                 continue
             probes = [key, *sorted(a.lower() for a in fact.aliases)]
-            match = next((by_name[p] for p in probes if p in by_name), None) or next(
-                (by_alias[p] for p in probes if p in by_alias), None
-            )
-            if match is None:
-                entity_id, merged = -(len(pending) + 1), fact
+            hits: dict[int, EntityRecord] = {}
+            for table in (by_name, by_alias):
+                for p in probes:
+                    if p in table:
+                        i = table[p][0]
+                        while i in absorbed:
+                            i = absorbed[i]
+                        hits.setdefault(i, latest.get(i, table[p][1]))
+            if not hits:
+                entity_id, merged = next_temp, fact
+                next_temp -= 1
             else:
-                entity_id, current = match
-                merged = merge_entity(current, fact)
-                if merged.name.lower() != current.name.lower() and merged.name.lower() in by_name:
+                merged = merge_records([*hits.values(), fact])
+                canonical = merged.name.lower()
+                entity_id = min(
+                    hits, key=lambda i: (i < 0, hits[i].name.lower() != canonical, abs(i))
+                )
+                current = hits[entity_id]
+                if (
+                    canonical != current.name.lower()
+                    and canonical in by_name
+                    and by_name[canonical][0] not in hits
+                ):
                     merged = EntityRecord(
                         current.name, merged.type, merged.description,
                         (*merged.aliases, merged.name),
                     )
+                for other in hits:
+                    if other != entity_id:
+                        absorbed[other] = entity_id
+                        pending.pop(other, None)
+                        updated.pop(other, None)
             if entity_id < 0:
                 pending[entity_id] = merged
             elif merged != stored[entity_id]:
                 updated[entity_id] = merged
-            for surface in (merged.name, *merged.aliases, fact.name, *fact.aliases):
-                ids[surface.lower()] = entity_id
+            latest[entity_id] = merged
+            forms = {
+                f.lower() for r in (merged, fact, *hits.values()) for f in (r.name, *r.aliases)
+            }
+            for form in forms:
+                ids[form] = entity_id
+                for table in (by_name, by_alias):
+                    if form in table and table[form][0] in absorbed:
+                        table[form] = (entity_id, merged)
             by_name[merged.name.lower()] = (entity_id, merged)
             for a in merged.aliases:
                 by_alias.setdefault(a.lower(), (entity_id, merged))
 
+        def survivor(i: int) -> int:
+            while i in absorbed:
+                i = absorbed[i]
+            return i
+
+        ids = {k: survivor(v) for k, v in ids.items()}
         temp = sorted(pending, reverse=True)
         vecs = await self._vectors(
             [render_entity(e.name, e.description) for e in [*map(pending.get, temp),
@@ -385,7 +427,110 @@ class _Writer:
                 ).format(_t(self.s, "entity_aliases")),
                 (doc.space, [a for a, _ in alias_rows], [i for _, i in alias_rows]),
             )
+        moves = {x: survivor(x) for x in absorbed if x > 0}
+        if moves:
+            await self._absorb(doc.space, moves, bt, vectors, changes)
         return ids
+
+    async def _absorb(
+        self, space: str, moves: dict[int, int], bt: datetime,
+        vectors: dict[str, list[float]], changes: ChangeSet,
+    ) -> None:
+        """Fold stored entities into the one they were proven to be (``moves``: absorbed →
+        survivor, already holding the merged record).
+
+        Mentions and relations move to the survivor. A relation keeps its id (and so its
+        belief history) when the survivor has no edge with the same key; otherwise its
+        provenance moves into that edge and it is left without any, so reconciliation
+        retracts it in belief time. The absorbed row is deleted once nothing refers to it;
+        otherwise it stays dormant without surface forms of its own.
+        """
+        m, e = _t(self.s, "mentions"), _t(self.s, "entities")
+        rel, src = _t(self.s, "relations"), _t(self.s, "relation_sources")
+        repointed: list[tuple[int, int, str, int, bool, str | None, str | None]] = []
+        for x, k in sorted(moves.items()):
+            await self.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {m} (chunk_id, entity_id) SELECT chunk_id, %s FROM {m}"
+                    " WHERE entity_id = %s ON CONFLICT DO NOTHING"
+                ).format(m=m),
+                (k, x),
+            )
+            for table in ("mentions", "entity_aliases", "community_members"):
+                await self.conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE entity_id = %s").format(_t(self.s, table)),
+                    (x,),
+                )
+            keep = False
+            for rid, s_id, p, o_id, n, vf, vt in await self._rows(
+                sql.SQL(
+                    "SELECT id, subject_id, predicate, object_id, negated, valid_from, valid_to"
+                    " FROM {} WHERE space = %s AND (subject_id = %s OR object_id = %s)"
+                    " ORDER BY id"
+                ).format(rel),
+                (space, x, x),
+            ):
+                s2 = k if s_id == x else int(s_id)
+                o2 = k if o_id == x else int(o_id)
+                self.touched_relations.add(int(rid))
+                other = None if s2 == o2 else await self._rows(
+                    sql.SQL(
+                        "SELECT id FROM {} WHERE space = %s AND subject_id = %s"
+                        " AND predicate = %s AND object_id = %s AND negated = %s"
+                    ).format(rel),
+                    (space, s2, p, o2, n),
+                )
+                if s2 != o2 and not other:
+                    await self.conn.execute(
+                        sql.SQL("UPDATE {} SET subject_id = %s, object_id = %s WHERE id = %s")
+                        .format(rel),
+                        (s2, o2, rid),
+                    )
+                    repointed.append((int(rid), s2, str(p), o2, bool(n), vf, vt))
+                    continue
+                keep = True  # a self-loop now, or a duplicate of the survivor's edge
+                if other:
+                    target = int(other[0][0])
+                    self.touched_relations.add(target)
+                    await self.conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {s} (relation_id, chunk_id, doc_key, order_key,"
+                            " description, confidence, valid_from, valid_to)"
+                            " SELECT %s, chunk_id, doc_key, order_key, description, confidence,"
+                            " valid_from, valid_to FROM {s} WHERE relation_id = %s"
+                            " ON CONFLICT DO NOTHING"
+                        ).format(s=src),
+                        (target, rid),
+                    )
+                await self.conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE relation_id = %s").format(src), (rid,)
+                )
+            ((name, typ),) = await self._rows(
+                sql.SQL("SELECT name, type FROM {} WHERE id = %s").format(e), (x,)
+            )
+            ref = {"id": str(x), "name": str(name), "type": str(typ)}
+            changes.add("entity_dormant", space, entity=ref, merged_into=str(k))
+            if keep:
+                await self.conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET aliases = '{{}}',"
+                        " dormant_since = coalesce(dormant_since, %s) WHERE id = %s"
+                    ).format(e),
+                    (bt, x),
+                )
+            else:
+                await self.conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(e), (x,))
+        if repointed:
+            names = await self._entity_names({r[1] for r in repointed} | {r[3] for r in repointed})
+            texts = [render_relation(names[s], p, names[o], n, vf, vt)
+                     for _, s, p, o, n, vf, vt in repointed]
+            vecs = await self._vectors(texts, vectors)
+            async with self.conn.cursor() as cur:
+                await cur.executemany(
+                    sql.SQL("UPDATE {} SET rendered = %s, embedding = %s::vector WHERE id = %s")
+                    .format(rel),
+                    [(t, v, r[0]) for r, t, v in zip(repointed, texts, vecs, strict=True)],
+                )
 
     async def _attach_relations(
         self, doc: PreparedDocument, chunk_id: dict[int, int], ids: dict[str, int],

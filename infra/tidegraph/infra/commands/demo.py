@@ -108,10 +108,10 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
         host=args.host, port=args.port, no_publisher=False, publish_realm=None, pool_size=8,
         log_level="warning",
     )
-    serving = asyncio.create_task(
-        serve_command.serve(serve_args, settings, load_query_settings()), name="serve"
-    )
     stop = asyncio.Event()
+    serving = asyncio.create_task(
+        serve_command.serve(serve_args, settings, load_query_settings(), stop), name="serve"
+    )
     on_termination(stop.set)
     try:
         await _wait_indexed(dsn, args.realm, expected, args.timeout, indexing)
@@ -125,7 +125,7 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
             await stop.wait()
     finally:
         indexer.stop()
-        serving.cancel()
+        stop.set()
         for task in (indexing, serving):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 30)

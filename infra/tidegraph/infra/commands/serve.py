@@ -132,7 +132,11 @@ def keyword_model(llm: Any) -> KeywordModel | None:
     return extract
 
 
-async def serve(args: argparse.Namespace, settings: Settings, query: QuerySettings) -> None:
+async def serve(
+    args: argparse.Namespace, settings: Settings, query: QuerySettings,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until uvicorn exits (signals), or until ``stop`` is set by an embedding caller."""
     registry = CollectorRegistry(auto_describe=True)
     dsn = settings.pg_dsn.get_secret_value()
     pool = make_pool(dsn, min_size=2, max_size=args.pool_size, ef_search=query.ef_search)
@@ -166,9 +170,19 @@ async def serve(args: argparse.Namespace, settings: Settings, query: QuerySettin
         sink = KafkaChangeSink(settings.kafka_bootstrap, settings.changes_topic)
         publisher = ChangePublisher(dsn, sink, registry=registry, realms=args.publish_realm)
         task = asyncio.create_task(publisher.run(), name="change-publisher")
+    watcher: asyncio.Task[None] | None = None
+    if stop is not None:
+
+        async def _exit_on_stop() -> None:
+            await stop.wait()
+            server.should_exit = True
+
+        watcher = asyncio.create_task(_exit_on_stop(), name="serve-stop")
     try:
         await server.serve()
     finally:
+        if watcher is not None:
+            watcher.cancel()
         if publisher is not None and task is not None:
             publisher.stop()
             with contextlib.suppress(asyncio.CancelledError):
