@@ -59,6 +59,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="publish only this realm's changes (repeatable; default: every realm)",
     )
     p.add_argument("--pool-size", type=int, default=16, help="database connections")
+    p.add_argument(
+        "--communities-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="rebuild a realm's communities after this many quiet seconds (0: never)",
+    )
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run)
 
@@ -170,6 +177,18 @@ async def serve(
         sink = KafkaChangeSink(settings.kafka_bootstrap, settings.changes_topic)
         publisher = ChangePublisher(dsn, sink, registry=registry, realms=args.publish_realm)
         task = asyncio.create_task(publisher.run(), name="change-publisher")
+    builder: asyncio.Task[None] | None = None
+    if getattr(args, "communities_quiet", 0.0) > 0:
+        from tidegraph.indexer.community_store import auto_build_loop
+        from tidegraph.infra.composition import ModelRegistry
+
+        builder = asyncio.create_task(
+            auto_build_loop(
+                pool, args.communities_quiet, embedder_for=ModelRegistry(llm=llm).embedder_for,
+                llm=llm, realms=args.publish_realm,
+            ),
+            name="community-builder",
+        )
     watcher: asyncio.Task[None] | None = None
     if stop is not None:
 
@@ -181,8 +200,11 @@ async def serve(
     try:
         await server.serve()
     finally:
-        if watcher is not None:
-            watcher.cancel()
+        for background in (watcher, builder):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
         if publisher is not None and task is not None:
             publisher.stop()
             with contextlib.suppress(asyncio.CancelledError):
