@@ -145,4 +145,12 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 def test_no_input_makes_a_server_error(case: Any, base_url: str) -> None:
     if "realm" in (case.path_parameters or {}):
         case.path_parameters["realm"] = REALM
+    if case.operation.path == "/readyz":
+        # Not ready is an answer, not a fault: the shared database may hold other tests'
+        # deliberately broken realms, and readiness must say so.
+        r = case.call(base_url=base_url)
+        assert r.status_code < 500 or (
+            r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+        ), r.text
+        return
     case.call_and_validate(base_url=base_url, checks=[not_a_server_error])
