@@ -17,12 +17,13 @@ import pytest
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.diff import diff_schemas
+from tidegraph.indexer.diff import diff_schemas, feed_changes
 from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.pipeline import Pipeline
-from tidegraph.indexer.realms import open_realm
+from tidegraph.indexer.realms import create_realm, ensure_control, open_realm
 from tidegraph.indexer.replay import ReplayOptions, ReplayResult, replay_realm
 from tidegraph.indexer.replay_errors import ShadowExists
+from tidegraph.indexer.swap import baseline, rebuild_differences
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service.reads import change_from_row
 from tidegraph.schemas.realm_config import RealmConfig, preset
@@ -420,3 +421,42 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
     assert code == 1 and "Arthur enemy_of Mordred" in out, (out, err)
     code, _, err = await _cli("diff", "--realm", realm, "--against", "nosuchschema", env=env)
     assert code == 2 and "neither a realm" in err
+
+
+async def test_differences_known_before_the_lock_are_brought_up_to_date_by_key(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    # Two realms fed the same documents, one without exclusive groups, stand for the old
+    # graph and a rebuild with a changed configuration: the baseline comparison patched
+    # with what either changed since must equal a full comparison made afterwards.
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    old, new, group = unique_name("r"), unique_name("r"), unique_name("g")
+    changed = RealmConfig.model_validate({**NARRATIVE.model_dump(), "exclusive_groups": []})
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, new, changed)
+    sent = 0
+    base = None
+    async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE):
+        for n, batch in enumerate(BATCHES):
+            records = [
+                delete(realm, key) if not text else upsert(realm, key, text, order_key=order)
+                for key, text, order in batch for realm in (old, new)
+            ]
+            await publish(topics, records)
+            sent += len(records)
+
+            async def done(n: int = sent) -> bool:
+                return await stored_position(pg_dsn, group, topics.documents) >= n
+            await wait_for(done, 60, "batch applied")
+            if n == 1:
+                async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as c:
+                    base = await baseline(c, f"realm_{old}", f"realm_{new}")
+    assert base is not None
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        patched = await rebuild_differences(conn, f"realm_{old}", f"realm_{new}", base)
+        full = await diff_schemas(conn, f"realm_{old}", f"realm_{new}")
+    assert patched == full and full and base.differences != full
+    assert ("relation_restored", "default", "enemy_of") in {
+        (k, s, p["relation"]["predicate"]) for k, s, p in feed_changes(full) if "relation" in p
+    }

@@ -21,8 +21,9 @@ replay of an unchanged configuration reproduces those exactly (DESIGN invariant 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, LiteralString
 
 from psycopg import AsyncConnection, sql
@@ -33,9 +34,12 @@ from tidegraph.schemas.names import REALM_PATTERN, realm_schema
 __all__ = [
     "KINDS",
     "Difference",
+    "changed_since",
     "diff_schemas",
     "feed_changes",
     "format_difference",
+    "merge_keys",
+    "patch",
     "resolve_schema",
 ]
 
@@ -69,8 +73,12 @@ class Difference:
         return self.key[0]
 
 
-# Each projection yields (k text[], v jsonb, ref jsonb) for schema {s}; %(space)s filters
-# when not NULL. {hist} switches belief stamps on (a boolean literal).
+# Each projection yields (k text[], v jsonb, ref jsonb) for schema {s}: a SELECT list and
+# two FROM clauses, one over the whole schema (%(space)s filters when not NULL) and one over
+# given keys (%(k0)s … arrays, one per key part) that reaches rows through the unique
+# indexes, so comparing a handful of objects costs a handful of index probes.
+# {hist} switches belief stamps on (a boolean literal).
+
 _DOCUMENTS: LiteralString = """
 SELECT ARRAY[d.space, d.doc_key] AS k,
        jsonb_build_object('status', d.status, 'content_hash', d.content_hash,
@@ -79,8 +87,13 @@ SELECT ARRAY[d.space, d.doc_key] AS k,
        || CASE WHEN {hist} THEN jsonb_build_object('indexed_at', d.indexed_at)
           ELSE '{{}}'::jsonb END AS v,
        jsonb_build_object('doc_key', d.doc_key, 'error', d.error) AS ref
-FROM {s}.documents d
-WHERE %(space)s::text IS NULL OR d.space = %(space)s
+"""
+_DOCUMENTS_ALL: LiteralString = """
+FROM {s}.documents d WHERE %(space)s::text IS NULL OR d.space = %(space)s
+"""
+_DOCUMENTS_KEYED: LiteralString = """
+FROM unnest(%(k0)s::text[], %(k1)s::text[]) AS key(sp, dk)
+JOIN {s}.documents d ON d.space = key.sp AND d.doc_key = key.dk
 """
 
 _ENTITIES: LiteralString = """
@@ -91,32 +104,31 @@ SELECT ARRAY[e.space, lower(e.name)] AS k,
        || CASE WHEN {hist} THEN jsonb_build_object('created_at', e.created_at,
             'dormant_since', e.dormant_since) ELSE '{{}}'::jsonb END AS v,
        jsonb_build_object('id', e.id::text, 'name', e.name, 'type', e.type) AS ref
-FROM {s}.entities e
-WHERE %(space)s::text IS NULL OR e.space = %(space)s
+"""
+_ENTITIES_ALL: LiteralString = """
+FROM {s}.entities e WHERE %(space)s::text IS NULL OR e.space = %(space)s
+"""
+_ENTITIES_KEYED: LiteralString = """
+FROM unnest(%(k0)s::text[], %(k1)s::text[]) AS key(sp, ln)
+JOIN {s}.entities e ON e.space = key.sp AND lower(e.name) = key.ln
 """
 
-_RELATION_NAMES: LiteralString = """
-FROM {s}.relations r
-JOIN {s}.entities es ON es.id = r.subject_id
-JOIN {s}.entities eo ON eo.id = r.object_id
-"""
 
-_SUPERSEDER: LiteralString = """
-CASE WHEN x.id IS NULL THEN NULL ELSE concat_ws(' ', xs.name, x.predicate, xo.name,
-  CASE WHEN x.negated THEN '(denied)' END) END
-"""
+def _superseder(by: LiteralString) -> LiteralString:
+    """The superseding relation named by its names (an index probe, only when set)."""
+    return (
+        "CASE WHEN " + by + " IS NULL THEN NULL ELSE (SELECT concat_ws(' ', xs.name,"
+        " x.predicate, xo.name, CASE WHEN x.negated THEN '(denied)' END)"
+        " FROM {s}.relations x JOIN {s}.entities xs ON xs.id = x.subject_id"
+        " JOIN {s}.entities xo ON xo.id = x.object_id WHERE x.id = " + by + ") END"
+    )
 
-_SUPERSEDER_JOIN: LiteralString = """
-LEFT JOIN {s}.relations x ON x.id = {by}
-LEFT JOIN {s}.entities xs ON xs.id = x.subject_id
-LEFT JOIN {s}.entities xo ON xo.id = x.object_id
-"""
 
 _RELATIONS: LiteralString = (
     """
 SELECT ARRAY[r.space, lower(es.name), r.predicate, lower(eo.name), r.negated::text] AS k,
        jsonb_build_object('subject', es.name, 'object', eo.name, 'status', r.status,
-         'superseded_by', """ + _SUPERSEDER + """, 'weight', r.weight,
+         'superseded_by', """ + _superseder("r.superseded_by") + """, 'weight', r.weight,
          'order_key', r.order_key, 'valid_from', r.valid_from, 'valid_to', r.valid_to,
          'description', r.description, 'confidence', r.confidence)
        || CASE WHEN {hist} THEN jsonb_build_object('t_created', r.t_created,
@@ -124,41 +136,55 @@ SELECT ARRAY[r.space, lower(es.name), r.predicate, lower(eo.name), r.negated::te
        jsonb_build_object('id', r.id::text, 'subject', es.name, 'predicate', r.predicate,
          'object', eo.name, 'negated', r.negated, 'valid_from', r.valid_from,
          'valid_to', r.valid_to, 'superseded_by', r.superseded_by::text) AS ref
-""" + _RELATION_NAMES + _SUPERSEDER_JOIN.replace("{by}", "r.superseded_by") + """
-WHERE %(space)s::text IS NULL OR r.space = %(space)s
 """
 )
+_RELATIONS_ALL: LiteralString = """
+FROM {s}.relations r
+JOIN {s}.entities es ON es.id = r.subject_id
+JOIN {s}.entities eo ON eo.id = r.object_id
+WHERE %(space)s::text IS NULL OR r.space = %(space)s
+"""
+_RELATIONS_KEYED: LiteralString = """
+FROM unnest(%(k0)s::text[], %(k1)s::text[], %(k2)s::text[], %(k3)s::text[], %(k4)s::text[])
+  AS key(sp, sn, p, obn, n)
+JOIN {s}.entities es ON es.space = key.sp AND lower(es.name) = key.sn
+JOIN {s}.entities eo ON eo.space = key.sp AND lower(eo.name) = key.obn
+JOIN {s}.relations r ON r.space = key.sp AND r.subject_id = es.id AND r.predicate = key.p
+  AND r.object_id = eo.id AND r.negated = key.n::boolean
+"""
 
 _RELATION_HISTORY: LiteralString = (
     """
 SELECT ARRAY[r.space, lower(es.name), r.predicate, lower(eo.name), r.negated::text,
              h.t_created::text] AS k,
-       jsonb_build_object('state', h.state, 'superseded_by', """ + _SUPERSEDER + """,
-         't_expired', h.t_expired) AS v,
+       jsonb_build_object('state', h.state, 'superseded_by', """
+    + _superseder("h.superseded_by") + """, 't_expired', h.t_expired) AS v,
        jsonb_build_object('id', r.id::text) AS ref
+"""
+)
+_RELATION_HISTORY_ALL: LiteralString = """
 FROM {s}.relation_history h
 JOIN {s}.relations r ON r.id = h.relation_id
 JOIN {s}.entities es ON es.id = r.subject_id
 JOIN {s}.entities eo ON eo.id = r.object_id
-""" + _SUPERSEDER_JOIN.replace("{by}", "h.superseded_by") + """
 WHERE %(space)s::text IS NULL OR r.space = %(space)s
 """
-)
 
 _CHUNKS: LiteralString = """
 SELECT ARRAY[c.space, c.doc_key, c.ordinal::text, c.t_created::text, c.content_hash] AS k,
        jsonb_build_object('text_md5', md5(c.text), 't_expired', c.t_expired) AS v,
        jsonb_build_object('id', c.id::text) AS ref
-FROM {s}.chunks c
-WHERE %(space)s::text IS NULL OR c.space = %(space)s
+"""
+_CHUNKS_ALL: LiteralString = """
+FROM {s}.chunks c WHERE %(space)s::text IS NULL OR c.space = %(space)s
 """
 
-_PROJECTIONS: dict[str, LiteralString] = {
-    "document": _DOCUMENTS,
-    "entity": _ENTITIES,
-    "relation": _RELATIONS,
-    "relation_history": _RELATION_HISTORY,
-    "chunk": _CHUNKS,
+_PROJECTIONS: dict[str, tuple[LiteralString, LiteralString, LiteralString | None]] = {
+    "document": (_DOCUMENTS, _DOCUMENTS_ALL, _DOCUMENTS_KEYED),
+    "entity": (_ENTITIES, _ENTITIES_ALL, _ENTITIES_KEYED),
+    "relation": (_RELATIONS, _RELATIONS_ALL, _RELATIONS_KEYED),
+    "relation_history": (_RELATION_HISTORY, _RELATION_HISTORY_ALL, None),
+    "chunk": (_CHUNKS, _CHUNKS_ALL, None),
 }
 
 _JOIN: LiteralString = """
@@ -169,18 +195,24 @@ WHERE a.v IS DISTINCT FROM b.v
 ORDER BY 1
 """
 
+Keys = Mapping[str, Collection[tuple[str, ...]]]
+"""Objects by kind and key (see :class:`Difference`), to compare only those."""
 
-def _projection(kind: str, schema: str, history: bool) -> sql.Composed:
-    return sql.SQL(_PROJECTIONS[kind]).format(
-        s=sql.Identifier(schema), hist=sql.Literal(history)
-    )
+
+def _projection(kind: str, schema: str, history: bool, keyed: bool) -> sql.Composed:
+    select, whole, by_key = _PROJECTIONS[kind]
+    source = by_key if keyed else whole
+    if source is None:
+        raise ValueError(f"{kind} cannot be compared by keys")
+    return sql.SQL(select + source).format(s=sql.Identifier(schema), hist=sql.Literal(history))
 
 
 async def diff_schemas(
     conn: AsyncConnection[Any], a: str, b: str, *, space: str | None = None,
-    kinds: Sequence[str] | None = None, history: bool = False,
+    kinds: Sequence[str] | None = None, history: bool = False, keys: Keys | None = None,
 ) -> list[Difference]:
-    """Every object that differs between schemas ``a`` and ``b``, ordered by kind and key.
+    """Every object that differs between schemas ``a`` and ``b``, ordered by kind and key;
+    with ``keys``, only those objects (``document``, ``entity`` and ``relation`` only).
 
     Reads each kind in one statement; call inside a REPEATABLE READ transaction when both
     sides may be written meanwhile and a consistent answer matters.
@@ -191,13 +223,82 @@ async def diff_schemas(
         raise ValueError(f"unknown kinds {unknown}; expected some of {sorted(_PROJECTIONS)}")
     out: list[Difference] = []
     for kind in chosen:
+        params: dict[str, Any] = {"space": space}
+        if keys is not None:
+            wanted = sorted(keys.get(kind, ()))
+            if not wanted:
+                continue
+            params.update({f"k{i}": [k[i] for k in wanted] for i in range(len(wanted[0]))})
         query = sql.SQL(_JOIN).format(
-            a=_projection(kind, a, history), b=_projection(kind, b, history)
+            a=_projection(kind, a, history, keys is not None),
+            b=_projection(kind, b, history, keys is not None),
         )
-        cur = await conn.execute(query, {"space": space})
+        cur = await conn.execute(query, params)
         for key, left, right, left_ref, right_ref in await cur.fetchall():
             out.append(Difference(kind, tuple(key), left, right, left_ref, right_ref))
     return out
+
+
+async def changed_since(conn: AsyncConnection[Any], schema: str, since: datetime) -> Keys:
+    """Objects whose feed-visible state (document status, entity presence and dormancy,
+    relation belief state) may have changed at or after belief instant ``since``.
+
+    Every such change is a change-feed entry in the same transaction (DESIGN invariant 7),
+    so the outbox names them all; ids are turned into today's names, since a name may
+    have changed after the entry was written.
+    """
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT space, payload->>'doc_key', payload->'entity'->>'id',"
+            " payload->'relation'->>'id' FROM {} WHERE belief_time >= %s"
+        ).format(sql.Identifier(schema, "outbox")),
+        (since,),
+    )
+    documents: set[tuple[str, ...]] = set()
+    entity_ids: set[int] = set()
+    relation_ids: set[int] = set()
+    for space, doc_key, entity_id, relation_id in await cur.fetchall():
+        if doc_key is not None:
+            documents.add((space, doc_key))
+        if entity_id is not None:
+            entity_ids.add(int(entity_id))
+        if relation_id is not None:
+            relation_ids.add(int(relation_id))
+    cur = await conn.execute(
+        sql.SQL("SELECT space, lower(name) FROM {} WHERE id = ANY(%s)").format(
+            sql.Identifier(schema, "entities")
+        ),
+        (sorted(entity_ids),),
+    )
+    entities = {tuple(r) for r in await cur.fetchall()}
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT r.space, lower(es.name), r.predicate, lower(eo.name), r.negated::text"
+            " FROM {r} r JOIN {e} es ON es.id = r.subject_id JOIN {e} eo ON eo.id = r.object_id"
+            " WHERE r.id = ANY(%s)"
+        ).format(r=sql.Identifier(schema, "relations"), e=sql.Identifier(schema, "entities")),
+        (sorted(relation_ids),),
+    )
+    relations = {tuple(r) for r in await cur.fetchall()}
+    return {"document": documents, "entity": entities, "relation": relations}
+
+
+def merge_keys(*sets: Keys) -> dict[str, set[tuple[str, ...]]]:
+    """The union of key sets, by kind."""
+    out: dict[str, set[tuple[str, ...]]] = {}
+    for keys in sets:
+        for kind, found in keys.items():
+            out.setdefault(kind, set()).update(found)
+    return out
+
+
+def patch(
+    earlier: Iterable[Difference], keys: Keys, fresh: Iterable[Difference]
+) -> list[Difference]:
+    """``earlier`` with every object in ``keys`` replaced by its ``fresh`` comparison."""
+    kept = [d for d in earlier if d.key not in keys.get(d.kind, ())]
+    order = {kind: i for i, kind in enumerate(KINDS + HISTORY_KINDS)}
+    return sorted([*kept, *fresh], key=lambda d: (order[d.kind], d.key))
 
 
 async def resolve_schema(conn: AsyncConnection[Any], name: str) -> str:

@@ -64,7 +64,7 @@ from tidegraph.indexer.replay_errors import (
     SwapRefused,
 )
 from tidegraph.indexer.replay_log import PartitionReader, log_time
-from tidegraph.indexer.swap import SwapOutcome, SwapPlan, swap_in
+from tidegraph.indexer.swap import SwapOutcome, SwapPlan, baseline, swap_in
 from tidegraph.schemas.ddl import vector_index_ddl
 from tidegraph.schemas.errors import ConfigError, InvalidNameError, TidegraphError
 from tidegraph.schemas.names import realm_schema, validate_realm
@@ -169,8 +169,9 @@ class ReplayOptions:
     """Records per fetch, and per write transaction at most."""
     prepare_concurrency: int = 8
     """Documents prepared at once."""
-    swap_margin: int = 200
-    """Catch up outside the lock until at most this many records remain."""
+    swap_margin: int = 5
+    """Follow the live position outside the lock until at most this many records remain
+    (what is left is applied while the live realm is held, so it bounds the hold)."""
     lock_timeout: float = 5.0
     """Longest wait for a lock during the swap, seconds."""
     max_retries: int = 8
@@ -345,11 +346,7 @@ class _Replay:
     # -- setup -------------------------------------------------------------------------
 
     async def _live_info(self, conn: AsyncConnection[Any]) -> RealmInfo | None:
-        cur = await conn.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
-            " AND table_name = 'meta'", (self.live,),
-        )
-        if await cur.fetchone() is None:
+        if not await self._live_exists(conn):
             return None
         return await open_realm(conn, self.o.realm)
 
@@ -388,6 +385,13 @@ class _Replay:
             return self.until_bound
         live = await self._live_position(self.applier.conn)
         return live if live is not None else await self.reader.log_end()
+
+    async def _live_exists(self, conn: AsyncConnection[Any]) -> bool:
+        cur = await conn.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
+            " AND table_name = 'meta'", (self.live,),
+        )
+        return await cur.fetchone() is not None
 
     async def _fixed_bound(self) -> Callable[[], Awaitable[int]]:
         """The bound as it is now, held still: a phase that must end does not chase."""
@@ -546,7 +550,11 @@ class _Replay:
             await self._run_to(fixed)
             return applier.next_offset, applier.counters.written - before
 
-        outcome = await swap_in(conn, plan, catch_up)
+        base = None
+        if await self._live_exists(conn):
+            base = await baseline(conn, self.live, info.schema)
+        await self._run_to(self._bound, margin=o.swap_margin)  # what came in meanwhile
+        outcome = await swap_in(conn, plan, catch_up, base)
         log.info(
             "realm %s: rebuilt schema swapped in at offset %d (held %.0f ms, %d records "
             "caught up under the lock); old schema kept as %s",

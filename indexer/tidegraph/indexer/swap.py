@@ -8,7 +8,9 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
 2. read the live consumer group's stored position for the realm's partition: every record
    the live realm reflects lies below it, because positions commit with the graph;
 3. let the replay apply the shadow up to exactly that position (on its own connection);
-4. compute what the rebuild changed relative to the old graph (:mod:`diff`, by names);
+4. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
+   a comparison made before the lock (:func:`baseline`), with the objects either side
+   changed since — the change feeds name them — compared again through the indexes;
 5. hand the old realm's change feed and extraction cache to the shadow: both tables move
    (``ALTER TABLE … SET SCHEMA``, no copy), the shadow's extraction results are merged into
    the moved cache first, the shadow's own outbox (the history of building it) is dropped;
@@ -46,7 +48,15 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from tidegraph.indexer.diff import KINDS, diff_schemas, feed_changes
+from tidegraph.indexer.diff import (
+    KINDS,
+    Difference,
+    changed_since,
+    diff_schemas,
+    feed_changes,
+    merge_keys,
+    patch,
+)
 from tidegraph.indexer.replay_errors import SwapRefused
 
 
@@ -87,6 +97,56 @@ class SwapOutcome:
     """From taking the live realm's lock to commit."""
     catch_up_records: int
     """Records applied to the shadow while the realm was held."""
+    catch_up_seconds: float
+    """Part of the hold spent applying them."""
+    diff_seconds: float
+    """Part of the hold spent working out what the rebuild changed."""
+    committed_at: datetime
+    """Database clock just before the commit (when the rebuilt realm became live)."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the rebuild changed, worked out before the lock (a full comparison is too slow
+    to run while the live realm is held)."""
+
+    differences: list[Difference]
+    """Old graph against shadow, both read in one snapshot."""
+    since: datetime
+    """The earlier of the two sides' latest belief instants in that snapshot: whatever
+    either side writes afterwards is stamped at or after it."""
+
+
+async def baseline(conn: AsyncConnection[Any], live: str, shadow: str) -> Baseline | None:
+    """Compare the old graph and the shadow in one snapshot; ``None`` when either is empty."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        await conn.execute("SET LOCAL work_mem = '64MB'")
+        stamps: list[datetime] = []
+        for schema in (live, shadow):
+            cur = await conn.execute(
+                sql.SQL("SELECT last_write_at FROM {}").format(_t(schema, "meta"))
+            )
+            row = await cur.fetchone()
+            if row is None or row[0] is None:
+                return None
+            stamps.append(row[0])
+        differences = await diff_schemas(conn, live, shadow, kinds=KINDS)
+    return Baseline(differences, min(stamps))
+
+
+async def rebuild_differences(
+    conn: AsyncConnection[Any], live: str, shadow: str, base: Baseline | None
+) -> list[Difference]:
+    """The old graph against the shadow now: the baseline, with every object either side
+    changed since compared again (by key, through the indexes), else a full comparison."""
+    if base is None:
+        return await diff_schemas(conn, live, shadow, kinds=KINDS)
+    dirty = merge_keys(
+        await changed_since(conn, live, base.since), await changed_since(conn, shadow, base.since)
+    )
+    fresh = await diff_schemas(conn, live, shadow, kinds=KINDS, keys=dirty)
+    return patch(base.differences, dirty, fresh)
 
 
 CatchUp = Callable[[int | None], Awaitable[tuple[int, int]]]
@@ -106,11 +166,16 @@ async def _exists(conn: AsyncConnection[Any], schema: str) -> bool:
     return await cur.fetchone() is not None
 
 
-async def swap_in(conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp) -> SwapOutcome:
-    """Run the swap transaction (module docstring); raise :class:`SwapRefused` to abort."""
+async def swap_in(
+    conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp, base: Baseline | None = None
+) -> SwapOutcome:
+    """Run the swap transaction (module docstring); raise :class:`SwapRefused` to abort.
+
+    ``base`` (see :func:`baseline`) keeps step 4 short: only what changed since is compared.
+    """
     try:
         async with conn.transaction():
-            return await _swap(conn, plan, catch_up)
+            return await _swap(conn, plan, catch_up, base)
     except psycopg.errors.LockNotAvailable as exc:
         raise SwapRefused(
             f"realm {plan.realm!r}: a lock needed for the swap was not granted within "
@@ -118,7 +183,9 @@ async def swap_in(conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp)
         ) from None
 
 
-async def _swap(conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp) -> SwapOutcome:
+async def _swap(
+    conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp, base: Baseline | None
+) -> SwapOutcome:
     await conn.execute(
         sql.SQL("SET LOCAL lock_timeout = {}").format(
             sql.Literal(f"{int(plan.lock_timeout * 1000)}ms")
@@ -152,7 +219,9 @@ async def _swap(conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp) -
     )
     pos_row = await cur.fetchone()
     live_position = int(pos_row[0]) if pos_row is not None else None
+    caught_from = time.perf_counter()
     shadow_position, caught = await catch_up(live_position)
+    catch_up_seconds = time.perf_counter() - caught_from
     if live_position is not None and shadow_position != live_position:
         raise SwapRefused(
             f"realm {plan.realm!r}: the shadow stands at offset {shadow_position} but the "
@@ -166,9 +235,12 @@ async def _swap(conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp) -
     assert shadow_row is not None
     shadow_seq, shadow_last = int(shadow_row[0]), shadow_row[1]
     changes: list[tuple[str, str, dict[str, Any]]] = []
+    diff_from = time.perf_counter()
     if live_exists:
-        differences = await diff_schemas(conn, plan.live, plan.shadow, kinds=KINDS)
+        differences = await rebuild_differences(conn, plan.live, plan.shadow, base)
         changes = feed_changes(differences)
+    diff_seconds = time.perf_counter() - diff_from
+    if live_exists:
         await _hand_over(conn, plan)
     # The feed continues the old head; with no old realm, the shadow's own history is the
     # feed (nothing was published from it) and the notice follows it.
@@ -250,9 +322,13 @@ async def _swap(conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp) -
                 " ON CONFLICT DO NOTHING",
                 (plan.live_group, plan.topic, plan.partition, shadow_position),
             )
+    cur = await conn.execute("SELECT clock_timestamp()")
+    clock = await cur.fetchone()
+    assert clock is not None
     hold = time.perf_counter() - started
     return SwapOutcome(
-        plan.retired if live_exists else None, shadow_position, seq, len(entries), hold, caught
+        plan.retired if live_exists else None, shadow_position, seq, len(entries), hold, caught,
+        catch_up_seconds, diff_seconds, clock[0],
     )
 
 

@@ -221,7 +221,10 @@ def summary_json(r: ReplayResult) -> dict[str, Any]:
         body["swap"] = {
             "hold_ms": round(r.swap.hold_seconds * 1000, 1),
             "catch_up_records": r.swap.catch_up_records,
+            "catch_up_ms": round(r.swap.catch_up_seconds * 1000, 1),
+            "diff_ms": round(r.swap.diff_seconds * 1000, 1),
             "rebuild_seq": r.swap.rebuild_seq, "changes": r.swap.changes,
+            "committed_at": r.swap.committed_at.isoformat(),
         }
     return body
 
