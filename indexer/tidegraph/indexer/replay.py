@@ -64,7 +64,7 @@ from tidegraph.indexer.replay_errors import (
     SwapRefused,
 )
 from tidegraph.indexer.replay_log import PartitionReader, log_time
-from tidegraph.indexer.swap import SwapOutcome, SwapPlan, baseline, swap_in
+from tidegraph.indexer.swap import SwapOutcome, SwapPlan, baseline, premerge_cache, swap_in
 from tidegraph.schemas.ddl import vector_index_ddl
 from tidegraph.schemas.errors import ConfigError, InvalidNameError, TidegraphError
 from tidegraph.schemas.names import realm_schema, validate_realm
@@ -552,6 +552,7 @@ class _Replay:
 
         base = None
         if await self._live_exists(conn):
+            await premerge_cache(conn, self.live, info.schema)
             base = await baseline(conn, self.live, info.schema)
         await self._run_to(self._bound, margin=o.swap_margin)  # what came in meanwhile
         outcome = await swap_in(conn, plan, catch_up, base)

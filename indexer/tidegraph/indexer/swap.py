@@ -315,13 +315,15 @@ async def _swap(
             " ON CONFLICT (realm) DO NOTHING",
             (plan.realm, seq - 1),
         )
-        if live_position is None:
-            await conn.execute(
-                "INSERT INTO tidegraph.consumer_positions"
-                " (group_id, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING",
-                (plan.live_group, plan.topic, plan.partition, shadow_position),
-            )
+    if live_position is None:
+        # No live indexer has consumed the partition yet: it starts where the rebuild
+        # ends, rather than from the beginning, which would apply every record again.
+        await conn.execute(
+            "INSERT INTO tidegraph.consumer_positions"
+            " (group_id, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING",
+            (plan.live_group, plan.topic, plan.partition, shadow_position),
+        )
     cur = await conn.execute("SELECT clock_timestamp()")
     clock = await cur.fetchone()
     assert clock is not None
@@ -330,6 +332,20 @@ async def _swap(
         plan.retired if live_exists else None, shadow_position, seq, len(entries), hold, caught,
         catch_up_seconds, diff_seconds, clock[0],
     )
+
+
+async def premerge_cache(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
+    """Move the shadow's extraction results into the live cache ahead of the swap, so the
+    merge under the lock (step 5) only has what was extracted since. The shadow still
+    reads them there (its cache reads fall through to the live realm's)."""
+    cur = await conn.execute(
+        sql.SQL(
+            "WITH moved AS (DELETE FROM {} RETURNING key, output, created_at)"
+            " INSERT INTO {} (key, output, created_at) SELECT * FROM moved"
+            " ON CONFLICT (key) DO NOTHING"
+        ).format(_t(shadow, "extraction_cache"), _t(live, "extraction_cache"))
+    )
+    return cur.rowcount
 
 
 async def _hand_over(conn: AsyncConnection[Any], plan: SwapPlan) -> None:
