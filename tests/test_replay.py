@@ -421,6 +421,19 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
     assert code == 1 and "Arthur enemy_of Mordred" in out, (out, err)
     code, _, err = await _cli("diff", "--realm", realm, "--against", "nosuchschema", env=env)
     assert code == 2 and "neither a realm" in err
+    # Copies are dropped by name; the live realm never is.
+    code, out, err = await _cli("replay", "--realm", realm, "--drop", kept["schema"], env=env)
+    assert code == 0, err
+    code, _, err = await _cli("replay", "--realm", realm, "--drop", live, env=env)
+    assert code == 2 and "not a shadow" in err
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s",
+                                 (kept["schema"],))
+        assert await cur.fetchone() == (0,)
+        cur = await conn.execute(
+            "SELECT count(*) FROM tidegraph.consumer_positions WHERE group_id = %s",
+            (f"tidegraph-replay:{kept['schema']}",))
+        assert await cur.fetchone() == (0,)
 
 
 async def test_differences_known_before_the_lock_are_brought_up_to_date_by_key(

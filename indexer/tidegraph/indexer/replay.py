@@ -75,6 +75,7 @@ __all__ = [
     "ReplayProgress",
     "ReplayResult",
     "audit_schema",
+    "drop_copy",
     "rebuild_config",
     "replay_group",
     "replay_realm",
@@ -135,6 +136,36 @@ async def next_label(conn: AsyncConnection[Any], realm: str, kind: str) -> str:
     )
     used = {int(n[len(prefix):]) for (n,) in await cur.fetchall() if n[len(prefix):].isdigit()}
     return str(max(used, default=0) + 1)
+
+
+_COPY_KINDS = ("shadow", "audit", "retired")
+
+
+async def drop_copy(conn: AsyncConnection[Any], realm: str, schema: str) -> None:
+    """Drop a shadow, audit copy or retired schema of ``realm``, and its replay position.
+
+    Refuses anything else — the live realm above all — so a typo cannot drop a realm.
+    """
+    prefix = f"{realm_schema(validate_realm(realm))}__"
+    kind = schema[len(prefix):].split("_", 1)[0] if schema.startswith(prefix) else ""
+    if kind not in _COPY_KINDS or _derived(realm, kind, schema) != schema:
+        raise ConfigError(
+            f"{schema!r} is not a shadow, audit copy or retired schema of realm {realm!r} "
+            f"(expected {prefix}shadow_…, {prefix}audit_… or {prefix}retired_…)"
+        )
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT realm FROM tidegraph.realms WHERE schema_name = %s", (schema,)
+        )
+        if await cur.fetchone() is not None:
+            raise ConfigError(f"{schema!r} is a live realm's schema; refusing to drop it")
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+        )
+        await conn.execute(
+            "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s",
+            (replay_group(schema),),
+        )
 
 
 @dataclass(frozen=True)

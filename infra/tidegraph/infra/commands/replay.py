@@ -25,7 +25,13 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.pipeline import Pipeline, PipelineConfig
-from tidegraph.indexer.replay import ReplayOptions, ReplayProgress, ReplayResult, replay_realm
+from tidegraph.indexer.replay import (
+    ReplayOptions,
+    ReplayProgress,
+    ReplayResult,
+    drop_copy,
+    replay_realm,
+)
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured
 from tidegraph.schemas._validation import RecordValidationError
@@ -61,6 +67,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "hashing / llm (dimension from TIDEGRAPH_EMBED_DIMENSION)")
     p.add_argument("--config", metavar="FILE", type=Path,
                    help="realm configuration JSON for the rebuild (vocabulary, aliases, groups)")
+    p.add_argument("--drop", metavar="SCHEMA",
+                   help="drop a shadow, audit copy or retired schema of the realm (and its "
+                        "replay position) instead of replaying")
     p.add_argument("--group", default="tidegraph-indexer",
                    help="the live indexer's consumer group (default: tidegraph-indexer)")
     p.add_argument("--concurrency", type=int, default=8, help="documents prepared at once")
@@ -81,8 +90,19 @@ def run(args: argparse.Namespace) -> Any:
     settings = load_settings(
         kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
     )
+    if args.drop:
+        return _drop(args.realm, args.drop, settings)
     options = build_options(args, settings)
     return _main(args, settings, options)
+
+
+async def _drop(realm: str, schema: str, settings: Settings) -> int:
+    async with await AsyncConnection.connect(
+        settings.pg_dsn.get_secret_value(), autocommit=True
+    ) as conn:
+        await drop_copy(conn, realm, schema)
+    print(f"dropped {schema}")
+    return 0
 
 
 def parse_until(text: str) -> datetime:
