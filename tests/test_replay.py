@@ -161,7 +161,28 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
     assert kept.written == 6 and kept.realm_records == 6 and kept.records_read == 10
     assert await schema_diff(pg_dsn, live, kept.schema) == []
 
-    result = await replay(topics, pg_dsn, realm, group)
+    # A reader holding the feed table makes the first swap attempt time out; it changes
+    # nothing, and the next attempt goes through once the reader is done.
+    swapping = asyncio.Event()
+
+    async def reader() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+            await conn.execute(sql.SQL("LOCK TABLE {}.outbox IN ACCESS SHARE MODE").format(
+                sql.Identifier(live)))
+            await swapping.wait()
+            await asyncio.sleep(0.8)
+            await conn.rollback()
+
+    holding = asyncio.create_task(reader())
+    await asyncio.sleep(0.2)
+    registry = ModelRegistry()
+    pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
+    result = await replay_realm(
+        options(topics, pg_dsn, realm, group, lock_timeout=0.3), pipeline.prepare,
+        registry.embedder_for,
+        on_progress=lambda p: swapping.set() if p.phase == "swapping" else None,
+    )
+    await holding
     assert result.swapped and result.schema == live and result.retired is not None
     assert result.built_in == f"{live}__shadow_1"
     assert await realm_snapshot(pg_dsn, realm) == snapshot

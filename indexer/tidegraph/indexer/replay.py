@@ -61,6 +61,7 @@ from tidegraph.indexer.replay_errors import (
     ReplayBusy,
     ReplayError,
     ShadowExists,
+    SwapLockTimeout,
     SwapRefused,
 )
 from tidegraph.indexer.replay_log import PartitionReader, log_time
@@ -205,6 +206,8 @@ class ReplayOptions:
     (what is left is applied while the live realm is held, so it bounds the hold)."""
     lock_timeout: float = 5.0
     """Longest wait for a lock during the swap, seconds."""
+    swap_attempts: int = 3
+    """Swaps tried when a lock times out (the live realm is untouched by a failed one)."""
     max_retries: int = 8
     """Transient failures retried (with growing backoff) before giving up."""
     index_memory: str = "256MB"
@@ -585,8 +588,16 @@ class _Replay:
         if await self._live_exists(conn):
             await premerge_cache(conn, self.live, info.schema)
             base = await baseline(conn, self.live, info.schema)
-        await self._run_to(self._bound, margin=o.swap_margin)  # what came in meanwhile
-        outcome = await swap_in(conn, plan, catch_up, base)
+        for attempt in range(1, max(1, o.swap_attempts) + 1):
+            await self._run_to(self._bound, margin=o.swap_margin)  # what came in meanwhile
+            try:
+                outcome = await swap_in(conn, plan, catch_up, base)
+                break
+            except SwapLockTimeout as exc:
+                if attempt == o.swap_attempts:
+                    raise
+                log.warning("%s; trying again", exc)
+                await asyncio.sleep(attempt)
         log.info(
             "realm %s: rebuilt schema swapped in at offset %d (held %.0f ms, %d records "
             "caught up under the lock); old schema kept as %s",

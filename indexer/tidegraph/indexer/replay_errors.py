@@ -7,8 +7,9 @@
         ├── ReplayBusy            another replay of the realm is running
         ├── ReplayApplyError      a record could not be applied (not retriable)
         └── SwapRefused           the shadow cannot replace the live realm (it is ahead of
-                                  the live position, the live realm was swapped meanwhile,
-                                  or its lock could not be taken in time)
+            │                     the live position, or the live realm was swapped meanwhile)
+            └── SwapLockTimeout   a lock the swap needs was not granted in time (the
+                                  replay tries again a few times before giving up)
 
 A transient failure (database restart, model endpoint down) is retried with backoff from
 the replay's stored position, like the indexer does; only a failure that outlives its
@@ -62,3 +63,7 @@ class ReplayApplyError(ReplayError):
 
 class SwapRefused(ReplayError):
     """The swap was not done; the live realm is untouched and the shadow is kept."""
+
+
+class SwapLockTimeout(SwapRefused):
+    """Readers or a writer held a table the swap must lock longer than ``lock_timeout``."""

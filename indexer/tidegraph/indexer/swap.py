@@ -57,7 +57,7 @@ from tidegraph.indexer.diff import (
     merge_keys,
     patch,
 )
-from tidegraph.indexer.replay_errors import SwapRefused
+from tidegraph.indexer.replay_errors import SwapLockTimeout, SwapRefused
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ async def swap_in(
         async with conn.transaction():
             return await _swap(conn, plan, catch_up, base)
     except psycopg.errors.LockNotAvailable as exc:
-        raise SwapRefused(
+        raise SwapLockTimeout(
             f"realm {plan.realm!r}: a lock needed for the swap was not granted within "
             f"{plan.lock_timeout:g}s ({exc.diag.message_primary}); nothing was changed"
         ) from None
