@@ -423,6 +423,7 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
     changed = RealmConfig.model_validate({**NARRATIVE.model_dump(), "exclusive_groups": []})
     result = await replay(topics, pg_dsn, realm, group, config=changed, embedder="hashing:32")
     assert result.swapped and result.swap is not None and result.retired is not None
+    assert result.config_changed and not kept["config_changed"]
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         info = await open_realm(conn, realm)
         assert (info.embedder, info.dimension, info.exclusive_groups) == ("hashing:32", 32, ())

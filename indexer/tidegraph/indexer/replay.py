@@ -272,6 +272,9 @@ class ReplayResult:
     total_seconds: float
     swap: SwapOutcome | None = None
     """Details of the swap (hold time, rebuild commit) when one happened."""
+    config_changed: bool = False
+    """The rebuild's configuration differs from the live realm's (extractor, embedder,
+    vocabulary, aliases or groups)."""
 
 
 OnProgress = Callable[[ReplayProgress], None]
@@ -300,6 +303,7 @@ class _Replay:
         self.start_offset = 0
         self.total = 0
         self.until_bound: int | None = None
+        self.config_changed = False
         self._conns: list[AsyncConnection[Any]] = []
         self.reader: PartitionReader | None = None
         self.applier: ShadowApplier | None = None
@@ -375,6 +379,7 @@ class _Replay:
             realm_records=applier.counters.realm_records, written=applier.counters.written,
             load_seconds=load_seconds, index_seconds=index_seconds,
             total_seconds=time.perf_counter() - self.started, swap=outcome,
+            config_changed=self.config_changed,
         )
 
     # -- setup -------------------------------------------------------------------------
@@ -400,6 +405,7 @@ class _Replay:
         if await cur.fetchone() is not None:
             raise ShadowExists(schema)
         config = rebuild_config(o, live_info.config if live_info else None)
+        self.config_changed = live_info is not None and config != live_info.config
         info = await create_realm(conn, o.realm, config, schema=schema, vector_indexes=False)
         what = f"audit copy as of {o.until.isoformat()}" if o.until else "rebuild"
         await conn.execute(

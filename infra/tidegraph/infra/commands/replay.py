@@ -232,7 +232,8 @@ def _clock(seconds: float) -> str:
 def summary_json(r: ReplayResult) -> dict[str, Any]:
     body: dict[str, Any] = {
         "realm": r.realm, "schema": r.schema, "built_in": r.built_in, "swapped": r.swapped,
-        "retired": r.retired, "partition": r.partition, "position": r.position,
+        "retired": r.retired, "config_changed": r.config_changed,
+        "partition": r.partition, "position": r.position,
         "records_read": r.records_read, "realm_records": r.realm_records,
         "written": r.written, "load_seconds": round(r.load_seconds, 3),
         "index_seconds": round(r.index_seconds, 3), "total_seconds": round(r.total_seconds, 3),
@@ -269,5 +270,10 @@ def summary_text(r: ReplayResult) -> str:
             f"({r.swap.catch_up_records} records applied under the lock); change feed "
             f"seq {r.swap.rebuild_seq} carries the rebuild notice and "
             f"{r.swap.changes - 1} change(s)"
+        )
+    if r.swapped and r.config_changed:
+        lines.append(
+            "  the configuration changed: restart running indexers and query services so "
+            "they load the new extractor, embedder and vocabulary"
         )
     return "\n".join(lines)
