@@ -293,14 +293,15 @@ async def run(args: argparse.Namespace) -> None:
             raise RuntimeError(f"replay failed with exit status {proc.returncode}")
         result = json.loads(out)
         load = result["load_seconds"]
-        written = result["written"]
-        print(f"replay load: {result['records_read'] / load:.0f} records/s, "
-              f"{written / load:.0f} documents/s ({written} documents in {load:.1f} s) — "
+        written = result["load_written"]
+        print(f"replay load: {result['load_records'] / load:.1f} records/s, "
+              f"{written / load:.1f} documents/s ({written} documents in {load:.1f} s) — "
               f"{written / load / live_rate:.1f}× live indexing")
+        overall = result["written"] / result["total_seconds"]
         print(f"replay vector indexes: {result['index_seconds']:.1f} s; total "
-              f"{result['total_seconds']:.1f} s including catch-up and swap "
-              f"({written / result['total_seconds']:.0f} documents/s overall, "
-              f"{written / result['total_seconds'] / live_rate:.1f}× live)")
+              f"{result['total_seconds']:.1f} s for {result['written']} documents including "
+              f"catch-up with the trickle and the swap ({overall:.1f} documents/s overall, "
+              f"{overall / live_rate:.1f}× live)")
         if replay_model is not None:
             print(f"model calls by the replay: {sum(replay_model.calls().values())}")
         swap = result["swap"]
@@ -325,7 +326,7 @@ def main() -> None:
     parser.add_argument("--extractor", choices=("llm", "rules"), default="llm")
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per model call")
     parser.add_argument("--concurrency", type=int, default=16, help="documents prepared at once")
-    parser.add_argument("--trickle", type=float, default=5.0,
+    parser.add_argument("--trickle", type=float, default=2.0,
                         help="documents/s published while the replay runs")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

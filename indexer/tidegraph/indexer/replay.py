@@ -201,9 +201,15 @@ class ReplayOptions:
     """Records per fetch, and per write transaction at most."""
     prepare_concurrency: int = 8
     """Documents prepared at once."""
+    bulk_rounds: int = 5
+    """Catch-up rounds without vector indexes after the load, while each covers more than
+    one fetch."""
     swap_margin: int = 5
     """Follow the live position outside the lock until at most this many records remain
     (what is left is applied while the live realm is held, so it bounds the hold)."""
+    chase_seconds: float = 30.0
+    """After following the live position this long, settle for four times ``swap_margin``
+    records left for the lock (records may arrive as fast as the shadow applies them)."""
     lock_timeout: float = 5.0
     """Longest wait for a lock during the swap, seconds."""
     swap_attempts: int = 3
@@ -267,6 +273,10 @@ class ReplayResult:
     written: int
     load_seconds: float
     """Load phase (bulk, no vector indexes)."""
+    load_records: int
+    """Records passed during the load phase."""
+    load_written: int
+    """Records written during the load phase."""
     index_seconds: float
     """Building the vector indexes."""
     total_seconds: float
@@ -358,7 +368,15 @@ class _Replay:
                  info.schema)
 
         await self._run_to(await self._fixed_bound())
+        for _ in range(o.bulk_rounds):
+            # What arrived during the load is cheaper to apply before the vector indexes
+            # exist than after (each write then maintains them): follow while it is a lot.
+            before = self.applier.next_offset
+            await self._run_to(await self._fixed_bound())
+            if self.applier.next_offset - before <= o.fetch_records:
+                break
         load_seconds = time.perf_counter() - self.started
+        loaded = (self.applier.counters.read, self.applier.counters.written)
         self._report("indexing")
         index_started = time.perf_counter()
         await self._build_indexes(writer, info)
@@ -377,7 +395,8 @@ class _Replay:
             retired=outcome.retired if outcome else None, partition=tp.partition,
             position=applier.next_offset, records_read=applier.counters.read,
             realm_records=applier.counters.realm_records, written=applier.counters.written,
-            load_seconds=load_seconds, index_seconds=index_seconds,
+            load_seconds=load_seconds, load_records=loaded[0], load_written=loaded[1],
+            index_seconds=index_seconds,
             total_seconds=time.perf_counter() - self.started, swap=outcome,
             config_changed=self.config_changed,
         )
@@ -453,14 +472,17 @@ class _Replay:
         return int(row[0]) if row is not None else None
 
     async def _run_to(
-        self, bound_of: Callable[[], Awaitable[int]], *, margin: int = 0
+        self, bound_of: Callable[[], Awaitable[int]], *, margin: int = 0,
+        within: float | None = None,
     ) -> None:
-        """Apply until at most ``margin`` records remain below the bound, retrying
-        transient failures from the stored position."""
+        """Apply until at most ``margin`` records remain below the bound (four times as many
+        once ``within`` seconds have passed following a moving bound: records may arrive as
+        fast as they are applied), retrying transient failures from the stored position."""
+        deadline = None if within is None else time.monotonic() + within
         failures = 0
         while True:
             try:
-                await self._load(bound_of, margin)
+                await self._load(bound_of, margin, deadline)
                 return
             except (asyncio.CancelledError, KeyboardInterrupt, ReplayError):
                 raise
@@ -503,7 +525,9 @@ class _Replay:
         self.applier.conn = conn
         self.applier.forget()
 
-    async def _load(self, bound_of: Callable[[], Awaitable[int]], margin: int) -> None:
+    async def _load(
+        self, bound_of: Callable[[], Awaitable[int]], margin: int, deadline: float | None
+    ) -> None:
         """Fetch and plan batch n+1 (its preparation starts) while batch n is written."""
         reader, applier = self.reader, self.applier
         assert reader is not None and applier is not None
@@ -513,7 +537,8 @@ class _Replay:
             while True:
                 bound = await bound_of()
                 self.total = max(bound - self.start_offset, 0)
-                if not outstanding and bound - at <= margin:
+                overdue = deadline is not None and time.monotonic() > deadline
+                if not outstanding and bound - at <= (4 * margin if overdue else margin):
                     return
                 added = False
                 if at < bound:
@@ -559,7 +584,7 @@ class _Replay:
 
     async def _swap(self, partition: int, info: RealmInfo, group: str) -> SwapOutcome:
         o = self.o
-        await self._run_to(self._bound, margin=o.swap_margin)
+        await self._run_to(self._bound, margin=o.swap_margin, within=o.chase_seconds)
         self._report("swapping")
         conn = await self._connect()
         retired = retired_schema(o.realm, await next_label(conn, o.realm, "retired"))
@@ -595,7 +620,9 @@ class _Replay:
             await premerge_cache(conn, self.live, info.schema)
             base = await baseline(conn, self.live, info.schema)
         for attempt in range(1, max(1, o.swap_attempts) + 1):
-            await self._run_to(self._bound, margin=o.swap_margin)  # what came in meanwhile
+            # What came in meanwhile, briefly: the baseline is cheaper to patch the closer
+            # the swap follows it.
+            await self._run_to(self._bound, margin=o.swap_margin, within=o.chase_seconds / 4)
             try:
                 outcome = await swap_in(conn, plan, catch_up, base)
                 break

@@ -236,6 +236,7 @@ def summary_json(r: ReplayResult) -> dict[str, Any]:
         "partition": r.partition, "position": r.position,
         "records_read": r.records_read, "realm_records": r.realm_records,
         "written": r.written, "load_seconds": round(r.load_seconds, 3),
+        "load_records": r.load_records, "load_written": r.load_written,
         "index_seconds": round(r.index_seconds, 3), "total_seconds": round(r.total_seconds, 3),
     }
     if r.swap is not None:
@@ -256,7 +257,7 @@ def summary_text(r: ReplayResult) -> str:
         head = f"realm {r.realm} rebuilt in {r.built_in} and swapped in as {r.schema}{kept}"
     else:
         head = f"realm {r.realm} rebuilt into {r.schema} (not swapped in)"
-    rate = r.records_read / r.load_seconds if r.load_seconds > 0 else 0.0
+    rate = r.load_records / r.load_seconds if r.load_seconds > 0 else 0.0
     lines = [
         head,
         f"  {r.records_read:,} records read on partition {r.partition} up to offset "
