@@ -76,7 +76,9 @@ class Difference:
 # Each projection yields (k text[], v jsonb, ref jsonb) for schema {s}: a SELECT list and
 # two FROM clauses, one over the whole schema (%(space)s filters when not NULL) and one over
 # given keys (%(k0)s … arrays, one per key part) that reaches rows through the unique
-# indexes, so comparing a handful of objects costs a handful of index probes.
+# indexes, so comparing a handful of objects costs a handful of index probes (entity ids
+# are resolved first — OFFSET 0 keeps the planner from walking every relation of a
+# subject instead of probing the relation's unique key).
 # {hist} switches belief stamps on (a boolean literal).
 
 _DOCUMENTS: LiteralString = """
@@ -145,12 +147,18 @@ JOIN {s}.entities eo ON eo.id = r.object_id
 WHERE %(space)s::text IS NULL OR r.space = %(space)s
 """
 _RELATIONS_KEYED: LiteralString = """
-FROM unnest(%(k0)s::text[], %(k1)s::text[], %(k2)s::text[], %(k3)s::text[], %(k4)s::text[])
-  AS key(sp, sn, p, obn, n)
-JOIN {s}.entities es ON es.space = key.sp AND lower(es.name) = key.sn
-JOIN {s}.entities eo ON eo.space = key.sp AND lower(eo.name) = key.obn
-JOIN {s}.relations r ON r.space = key.sp AND r.subject_id = es.id AND r.predicate = key.p
-  AND r.object_id = eo.id AND r.negated = key.n::boolean
+FROM (
+  SELECT key.sp, key.p, key.n::boolean AS n, ks.id AS sid, ko.id AS oid
+  FROM unnest(%(k0)s::text[], %(k1)s::text[], %(k2)s::text[], %(k3)s::text[], %(k4)s::text[])
+    AS key(sp, sn, p, obn, n)
+  JOIN {s}.entities ks ON ks.space = key.sp AND lower(ks.name) = key.sn
+  JOIN {s}.entities ko ON ko.space = key.sp AND lower(ko.name) = key.obn
+  OFFSET 0
+) AS key
+JOIN {s}.relations r ON r.space = key.sp AND r.subject_id = key.sid AND r.predicate = key.p
+  AND r.object_id = key.oid AND r.negated = key.n
+JOIN {s}.entities es ON es.id = r.subject_id
+JOIN {s}.entities eo ON eo.id = r.object_id
 """
 
 _RELATION_HISTORY: LiteralString = (
