@@ -204,7 +204,7 @@ class ReplayOptions:
     bulk_rounds: int = 5
     """Catch-up rounds without vector indexes after the load, while each covers more than
     one fetch."""
-    swap_margin: int = 5
+    swap_margin: int = 2
     """Follow the live position outside the lock until at most this many records remain
     (what is left is applied while the live realm is held, so it bounds the hold)."""
     chase_seconds: float = 30.0
