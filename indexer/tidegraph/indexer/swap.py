@@ -29,6 +29,25 @@ is not touched. A realm that had no live schema (a lost database) gets a publish
 just below the rebuild notice, so the rebuilt history is not published a second time (its
 consumers saw the original) but the notice is.
 
+What a feed consumer sees is that one commit, ``seq = head + 1``, stamped with the later of
+the two sides' latest belief instants (no wall clock, so the feed stays reproducible):
+
+* ``communities_stale`` at index 0 — the rebuild notice. Communities are not carried over
+  (their members are entity ids of the old schema), so they are stale in the plainest
+  sense. Its outbox payload holds ``rebuild``: the retired schema, the log position the
+  rebuild reflects and the number of differences; ``GraphChange`` v1 has no field for it,
+  so on the changes topic the notice is a ``communities_stale`` heading a commit that names
+  no document first (a writer's commit always starts with its document's change);
+* then, for every object whose feed-visible state differs: ``document_indexed`` /
+  ``_replaced`` / ``_failed`` / ``_deleted``; ``entity_added`` / ``_dormant`` /
+  ``_revived``; ``relation_added`` / ``_superseded`` / ``_retracted`` / ``_restored`` —
+  exactly the kinds the writer would have emitted moving the old state to the new one.
+  A consumer that applied the old feed and applies this commit holds the rebuilt graph.
+  Changed descriptions, weights or periods have no change kind and are not announced.
+
+Entity and relation ids are the rebuilt schema's: a rebuild numbers rows afresh, so ids
+seen before the notice do not resolve after it (names do).
+
 A live indexer blocked on the ``meta`` row at step 1 wakes up after the commit, sees
 ``swapped_out`` on the row it was waiting for, rolls back and retries (``RealmSwapped`` is
 retriable); the retry resolves ``realm_<realm>`` afresh, i.e. to the rebuilt schema. Reads
