@@ -22,7 +22,7 @@ from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.pipeline import Pipeline
 from tidegraph.indexer.realms import create_realm, ensure_control, open_realm
 from tidegraph.indexer.replay import ReplayOptions, ReplayResult, replay_realm
-from tidegraph.indexer.replay_errors import ShadowExists
+from tidegraph.indexer.replay_errors import ReplayBusy, ShadowExists
 from tidegraph.indexer.swap import baseline, rebuild_differences
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service.reads import change_from_row
@@ -324,6 +324,13 @@ async def test_until_builds_the_realm_as_it_stood_at_that_instant(
         assert await believed_in(pg_dsn, audit.schema, t) == await believed_at(pg_dsn, realm, t)
     # The live realm went on; the copy did not.
     assert await current_in(pg_dsn, f"realm_{realm}") != then
+    # Audit copies may run beside a rebuild; two rebuilds of one realm may not.
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as other:
+        await other.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"tidegraph:replay:{realm}",))
+        second = await replay(topics, pg_dsn, realm, group, until=until, label="again")
+        assert second.schema == f"realm_{realm}__audit_again"
+        with pytest.raises(ReplayBusy):
+            await replay(topics, pg_dsn, realm, group)
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT count(*) FROM tidegraph.realms WHERE schema_name = %s", (audit.schema,))
