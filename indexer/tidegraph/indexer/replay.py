@@ -13,12 +13,15 @@ a lost database. The rebuild runs while the live realm keeps serving and indexin
    log-append times, so the shadow's history equals the live one. The shadow never runs
    ahead of the live group's stored position: the live indexer will apply what lies beyond
    it to the swapped-in realm, and applying a record twice would rewrite history.
-3. **Index.** Build the HNSW indexes once, after the load (bulk loading).
-4. **Catch up and swap** (:mod:`swap`): follow the live position until close, take the
-   live realm's lock, apply the last records up to the live position, and exchange the
-   schemas in one transaction. The live indexer is held only for that transaction; the
-   change feed continues with a rebuild notice (``communities_stale``) and what the
-   rebuild changed. The old schema is kept as ``realm_<r>__retired_<n>``.
+3. **Index.** Follow what arrived during the load while still without vector indexes
+   (every write afterwards maintains them, which costs more than the write), then build
+   the HNSW indexes once (bulk loading).
+4. **Catch up and swap** (:mod:`swap`): follow the live position to within a couple of
+   records, compare the old graph and the shadow, take the live realm's lock, apply the
+   last records up to the live position, and exchange the schemas in one transaction.
+   The live indexer is held only for that transaction; the change feed continues with a
+   rebuild notice (``communities_stale``) and what the rebuild changed. The old schema is
+   kept as ``realm_<r>__retired_<n>``.
 
 ``swap=False`` stops after step 3 with the shadow caught up to the live position and kept
 under its name; ``until`` builds an audit copy ``realm_<r>__audit_<label>`` from the
@@ -29,6 +32,10 @@ A changed configuration re-extracts only what it must: the caller's pipeline rea
 extraction cache of the shadow and then of the live realm (``ModelRegistry.read_through``);
 the cache key covers chunk text, context, model and prompt version, so only chunks whose
 key changed cost a model call. A different embedder gives the shadow another dimension.
+Embeddings have no cache of their own: a realm pinned to a model embedder is embedded
+again, so its replay calls the embeddings endpoint (the hashing embedder calls nothing).
+
+Names of shadows, audit copies and retired schemas: :mod:`replay_names`.
 """
 
 from __future__ import annotations
@@ -36,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -65,9 +71,18 @@ from tidegraph.indexer.replay_errors import (
     SwapRefused,
 )
 from tidegraph.indexer.replay_log import PartitionReader, log_time
+from tidegraph.indexer.replay_names import (
+    audit_schema,
+    derived_schema,
+    drop_copy,
+    next_label,
+    replay_group,
+    retired_schema,
+    shadow_schema,
+)
 from tidegraph.indexer.swap import SwapOutcome, SwapPlan, baseline, premerge_cache, swap_in
 from tidegraph.schemas.ddl import vector_index_ddl
-from tidegraph.schemas.errors import ConfigError, InvalidNameError, TidegraphError
+from tidegraph.schemas.errors import ConfigError, TidegraphError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 
@@ -85,89 +100,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tidegraph.replay")
-
-LABEL_PATTERN = r"^[a-z0-9][a-z0-9_]{0,31}$"
-"""Shadow and audit labels: lowercase, so the schema name needs no quoting by hand."""
-MAX_IDENTIFIER = 63
-"""PostgreSQL truncates longer identifiers; a truncated schema name could collide."""
-
-_LABEL = re.compile(LABEL_PATTERN)
-
-
-def _derived(realm: str, kind: str, label: str) -> str:
-    prefix = f"{realm_schema(realm)}__{kind}_"
-    if label.startswith(prefix):  # a full schema name was given
-        label = label[len(prefix):]
-    if not _LABEL.fullmatch(label):
-        raise InvalidNameError(f"{kind} label", label, LABEL_PATTERN)
-    name = prefix + label
-    if len(name.encode()) > MAX_IDENTIFIER:
-        raise ConfigError(
-            f"{kind} schema name {name!r} is {len(name.encode())} bytes; PostgreSQL allows "
-            f"{MAX_IDENTIFIER}: shorten the label"
-        )
-    return name
-
-
-def shadow_schema(realm: str, label: str) -> str:
-    """``realm_<realm>__shadow_<label>``: where a rebuild is built before the swap."""
-    return _derived(realm, "shadow", label)
-
-
-def audit_schema(realm: str, label: str) -> str:
-    """``realm_<realm>__audit_<label>``: a copy as of a past instant, never swapped in."""
-    return _derived(realm, "audit", label)
-
-
-def retired_schema(realm: str, label: str) -> str:
-    """``realm_<realm>__retired_<label>``: the schema a swap replaced, kept for inspection."""
-    return _derived(realm, "retired", label)
-
-
-def replay_group(schema: str) -> str:
-    """The consumer-positions group of a replay into ``schema``."""
-    return f"tidegraph-replay:{schema}"
-
-
-async def next_label(conn: AsyncConnection[Any], realm: str, kind: str) -> str:
-    """The smallest unused number for ``kind`` schemas of ``realm``, as a label."""
-    prefix = f"{realm_schema(realm)}__{kind}_"
-    cur = await conn.execute(
-        "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
-    )
-    used = {int(n[len(prefix):]) for (n,) in await cur.fetchall() if n[len(prefix):].isdigit()}
-    return str(max(used, default=0) + 1)
-
-
-_COPY_KINDS = ("shadow", "audit", "retired")
-
-
-async def drop_copy(conn: AsyncConnection[Any], realm: str, schema: str) -> None:
-    """Drop a shadow, audit copy or retired schema of ``realm``, and its replay position.
-
-    Refuses anything else — the live realm above all — so a typo cannot drop a realm.
-    """
-    prefix = f"{realm_schema(validate_realm(realm))}__"
-    kind = schema[len(prefix):].split("_", 1)[0] if schema.startswith(prefix) else ""
-    if kind not in _COPY_KINDS or _derived(realm, kind, schema) != schema:
-        raise ConfigError(
-            f"{schema!r} is not a shadow, audit copy or retired schema of realm {realm!r} "
-            f"(expected {prefix}shadow_…, {prefix}audit_… or {prefix}retired_…)"
-        )
-    async with conn.transaction():
-        cur = await conn.execute(
-            "SELECT realm FROM tidegraph.realms WHERE schema_name = %s", (schema,)
-        )
-        if await cur.fetchone() is not None:
-            raise ConfigError(f"{schema!r} is a live realm's schema; refusing to drop it")
-        await conn.execute(
-            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-        )
-        await conn.execute(
-            "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s",
-            (replay_group(schema),),
-        )
-
 
 @dataclass(frozen=True)
 class ReplayOptions:
@@ -414,7 +346,7 @@ class _Replay:
         o = self.o
         kind = "audit" if o.until is not None else "shadow"
         label = o.label or await next_label(conn, o.realm, kind)
-        schema = _derived(o.realm, kind, label)
+        schema = derived_schema(o.realm, kind, label)
         cur = await conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
         if await cur.fetchone() is not None:
             raise ShadowExists(schema)
