@@ -318,6 +318,23 @@ async def run(args: argparse.Namespace) -> None:
         for model in (live_model, replay_model):
             if model is not None:
                 model.stop()
+        if not args.keep:
+            await drop_realm(dsn, realm, group)
+
+
+async def drop_realm(dsn: str, realm: str, group: str) -> None:
+    """The benchmark's realm, its retired schema and copies, and their positions."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)",
+            (f"realm_{realm}", f"realm_{realm}__"))
+        for (schema,) in await cur.fetchall():
+            await conn.execute(psycopg.sql.SQL("DROP SCHEMA {} CASCADE").format(
+                psycopg.sql.Identifier(schema)))
+        await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
+        await conn.execute(
+            "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s"
+            " OR starts_with(group_id, %s)", (group, f"tidegraph-replay:realm_{realm}"))
 
 
 def main() -> None:
@@ -328,6 +345,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="documents prepared at once")
     parser.add_argument("--trickle", type=float, default=2.0,
                         help="documents/s published while the replay runs")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the realm and its retired schema for inspection")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_model:
