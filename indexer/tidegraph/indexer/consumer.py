@@ -28,7 +28,7 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer import metrics, positions
-from tidegraph.indexer.errors import Fenced, classify_db_error
+from tidegraph.indexer.errors import Fenced, RealmSwapped, classify_db_error
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
@@ -357,9 +357,12 @@ class Indexer:
         owned = self._owned.get(tp)
         if owned is None:
             return
-        owned.failures += 1
         cfg = self.config
-        delay = min(cfg.backoff_max, cfg.backoff_initial * 2 ** (owned.failures - 1))
+        if isinstance(exc, RealmSwapped):
+            delay = 0.0  # a replay swapped the realm in: retry against it at once
+        else:
+            owned.failures += 1
+            delay = min(cfg.backoff_max, cfg.backoff_initial * 2 ** (owned.failures - 1))
         retriable = isinstance(exc, TidegraphError) and exc.retriable
         level = logging.WARNING if retriable else logging.ERROR
         log.log(level, "%s/%d offset %d: %s: %s; retrying in %.1fs",

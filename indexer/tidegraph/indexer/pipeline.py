@@ -51,13 +51,14 @@ class Pipeline:
         self._extractor_for = extractor_for
         self._embedder_for = embedder_for
         self.config = config or PipelineConfig()
-        self._vocabularies: dict[str, Vocabulary] = {}
+        self._vocabularies: dict[tuple[str, bytes], Vocabulary] = {}
 
     def _vocabulary(self, info: RealmInfo) -> Vocabulary:
-        vocab = self._vocabularies.get(info.schema)
+        key = (info.schema, info.config.to_json())  # a swapped-in realm may change it
+        vocab = self._vocabularies.get(key)
         if vocab is None:
             vocab = Vocabulary(info.config.vocabulary, info.config.predicate_aliases)
-            self._vocabularies[info.schema] = vocab
+            self._vocabularies[key] = vocab
         return vocab
 
     async def prepare(self, record: DocumentVersion, info: RealmInfo) -> PreparedDocument:

@@ -35,11 +35,13 @@ class ModelRegistry:
     """Gleaning passes of the model extractor."""
     read_through: tuple[str, ...] = ()
     """Extra cache schemas to read (a replay shadow reads the live realm's cache)."""
-    _embedders: dict[str, Embedder] = field(default_factory=dict)
-    _extractors: dict[str, Extractor] = field(default_factory=dict)
+    _embedders: dict[tuple[str, str], Embedder] = field(default_factory=dict)
+    _extractors: dict[tuple[str, str], Extractor] = field(default_factory=dict)
+    # Keyed by schema *and* pinned id: a replay may swap in a realm with another embedder
+    # or extractor under the same schema name, and the cached instance must not outlive it.
 
     def embedder_for(self, info: RealmInfo) -> Embedder:
-        embedder = self._embedders.get(info.schema)
+        embedder = self._embedders.get((info.schema, info.embedder))
         if embedder is None:
             spec = parse_embedder(info.embedder)
             if spec.kind == "hashing":
@@ -56,11 +58,11 @@ class ModelRegistry:
                 embedder = LLMEmbedder(
                     self.llm, dimension=spec.dimension, realm=info.realm, model=spec.model
                 )
-            self._embedders[info.schema] = embedder
+            self._embedders[(info.schema, info.embedder)] = embedder
         return embedder
 
     def extractor_for(self, info: RealmInfo) -> Extractor:
-        extractor = self._extractors.get(info.schema)
+        extractor = self._extractors.get((info.schema, info.extractor))
         if extractor is None:
             if info.extractor == "rules" or info.extractor.startswith("rules:"):
                 extractor = RulesExtractor()
@@ -75,5 +77,5 @@ class ModelRegistry:
                 inner = LLMExtractor(self.llm, realm=info.realm, gleaning=self.gleaning)
                 cache = PgExtractionCache(self.pool, info.schema, self.read_through)
                 extractor = CachingExtractor(inner, cache)
-            self._extractors[info.schema] = extractor
+            self._extractors[(info.schema, info.extractor)] = extractor
         return extractor
