@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from tidegraph.schemas.documents import compare_source_versions
+
 
 class Action(enum.Enum):
     """What applying one record means for the graph."""
@@ -35,15 +37,6 @@ class DocState:
     """The source's version of the applied record, when it sent one."""
 
 
-def compare_versions(a: str, b: str) -> int:
-    """-1/0/1; integers when both parse as integers, else strings (CONTRACT.md)."""
-    try:
-        ia, ib = int(a), int(b)
-    except ValueError:
-        return (a > b) - (a < b)
-    return (ia > ib) - (ia < ib)
-
-
 def decide(
     op: str, content_hash: str | None, source_version: str | None, state: DocState | None
 ) -> Action:
@@ -52,7 +45,7 @@ def decide(
         state is not None
         and source_version is not None
         and state.source_version is not None
-        and compare_versions(source_version, state.source_version) < 0
+        and compare_source_versions(source_version, state.source_version) < 0
     ):
         return Action.STALE
     if op == "delete":

@@ -49,15 +49,3 @@ async def advance(
     )
     if await cur.fetchone() is None:  # fetching (not rowcount) also works in pipeline mode
         raise Fenced(topic, partition, offset)
-
-
-async def stored(
-    conn: AsyncConnection[Any], group_id: str, topic: str
-) -> dict[int, int]:
-    """Next offset per partition for a group (for lag and status)."""
-    cur = await conn.execute(
-        "SELECT partition, next_offset FROM tidegraph.consumer_positions"
-        " WHERE group_id = %s AND topic = %s",
-        (group_id, topic),
-    )
-    return {int(p): int(o) for p, o in await cur.fetchall()}
