@@ -67,6 +67,7 @@ from tidegraph.indexer.hashing_embedder import HashingEmbedder
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.realms import RealmInfo, check_embedder, open_realm
+from tidegraph.indexer.write_context import vec_text
 from tidegraph.schemas.errors import ConfigError, TidegraphError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
 from tidegraph.schemas.realm_config import parse_embedder
@@ -459,7 +460,7 @@ async def _write(
                 [Jsonb([f.to_json() for f in r.findings]) for _, _, _, r in rows],
                 [r.rating for _, _, _, r in rows],
                 [len(v.cluster.members) for _, v, _, _ in rows],
-                [_vec_text(x) for x in vectors],
+                [vec_text(list(x)) for x in vectors],
             ),
         )
         members = [
@@ -502,10 +503,6 @@ async def _write(
             (seq, bt, kinds, spaces, payloads),
         )
     return seq, built_at, moved
-
-
-def _vec_text(v: Sequence[float]) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in v) + "]"
 
 
 # --------------------------------------------------------------------------- automatic

@@ -2,7 +2,8 @@
 
 Per poll and partition: decode, decide (no-op / stale / apply / delete) against the stored
 document states, prepare the records to apply concurrently (bounded), then write them one
-transaction each, strictly in log order. Offsets live in PostgreSQL (``positions.py``);
+transaction each, strictly in log order. The partitions of a poll proceed concurrently,
+each on its own connection. Offsets live in PostgreSQL (``positions.py``);
 Kafka's committed offsets are refreshed afterwards only so standard tools can show lag.
 
 Failure handling (DESIGN invariant 8):
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -90,6 +91,8 @@ class _Item:
     record: DocumentVersion | None = None
     error: str | None = None
     error_class: str | None = None
+    info: RealmInfo | None = None
+    """The realm as planned: the cache may be cleared while other partitions work."""
 
 
 class Indexer:
@@ -104,6 +107,9 @@ class Indexer:
         self._embedder_for = embedder_for
         self._owned: dict[TopicPartition, _Owned] = {}
         self._lock = asyncio.Lock()
+        """Held while claiming partitions and while stopping."""
+        self._partition_locks: dict[TopicPartition, asyncio.Lock] = {}
+        """Held while a partition's record is in flight; revocation waits for it."""
         self._realms: dict[str, RealmInfo] = {}
         self._stop = asyncio.Event()
         self._sem = asyncio.Semaphore(config.prepare_concurrency)
@@ -144,24 +150,44 @@ class Indexer:
                 await self._loop()
             finally:
                 async with self._lock:
-                    self._owned.clear()
+                    for tp in list(self._owned):
+                        async with self._partition_lock(tp):
+                            self._owned.pop(tp, None)
                 await self.consumer.stop()
         finally:
             await self.producer.stop()
             await self.pool.close()
 
     async def _loop(self) -> None:
+        """Poll, and hand each partition's records to a task of its own.
+
+        Partitions usually carry different realms, so one's writes wait on PostgreSQL while
+        another's documents are prepared. A partition with a batch in flight is paused, so
+        the next poll brings nothing of it until that batch is done: log order holds and
+        fetched records never pile up.
+        """
         assert self.consumer is not None
-        while not self._stop.is_set():
-            self._resume_due()
-            batch = await self.consumer.getmany(
-                timeout_ms=200, max_records=self.config.max_poll_records
-            )
-            for tp in sorted(batch, key=lambda t: t.partition):
-                if self._stop.is_set():
-                    break
-                await self._process_partition(tp, batch[tp])
-            self._update_lag()
+        busy: dict[TopicPartition, asyncio.Task[None]] = {}
+        try:
+            while not self._stop.is_set():
+                self._resume_due(busy)
+                batch = await self.consumer.getmany(
+                    timeout_ms=20 if busy else 200, max_records=self.config.max_poll_records
+                )
+                for tp in sorted(batch, key=lambda t: t.partition):
+                    if tp in busy:  # fetched before the pause took effect
+                        await busy.pop(tp)
+                    self.consumer.pause(tp)
+                    busy[tp] = asyncio.create_task(self._process_partition(tp, batch[tp]))
+                for tp, task in list(busy.items()):
+                    if task.done():
+                        del busy[tp]
+                        task.result()
+                        self._resume_idle(tp)
+                self._update_lag()
+        finally:
+            if busy:
+                await asyncio.gather(*busy.values(), return_exceptions=True)
 
     # -- rebalance ---------------------------------------------------------------------
 
@@ -182,8 +208,8 @@ class Indexer:
         metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
 
     async def on_revoked(self, revoked: Sequence[TopicPartition]) -> None:
-        async with self._lock:  # waits for the record in flight
-            for tp in revoked:
+        for tp in revoked:
+            async with self._partition_lock(tp):  # waits for the record in flight
                 self._owned.pop(tp, None)
         metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
 
@@ -215,30 +241,43 @@ class Indexer:
         owned = self._owned.get(tp)
         if owned is None or owned.resume_at is not None or not msgs:
             return
-        assert self.pool is not None
+        assert self.pool is not None and self.consumer is not None
+        if owned.next_offset is not None and msgs[0].offset < owned.next_offset:
+            # Records fetched before a seek: fetch again from where we stand.
+            self.consumer.seek(tp, owned.next_offset)
+            return
         try:
             items = await self._plan([self._decode(m) for m in msgs])
         except BaseException as exc:  # noqa: BLE001 - classified below
             await self._pause(tp, msgs[0].offset, exc)
             return
-        prepared = await self._prepare_all(items)
-        for item in items:
-            if self._stop.is_set():
-                return
-            async with self._lock:
-                if self._owned.get(tp) is not owned:
-                    return  # revoked while we worked
-                try:
-                    await self._apply(tp, owned, item, prepared.get(item.msg.offset))
-                except Fenced as exc:
-                    log.warning("%s", exc)
-                    self._owned.pop(tp, None)
+        ahead = _PrepareAhead(self._prepare_one, items, self.config.prepare_concurrency)
+        try:
+            for group in _position_runs(items):
+                if self._stop.is_set():
                     return
-                except BaseException as exc:  # noqa: BLE001 - classified in _pause
-                    await self._pause(tp, item.msg.offset, exc)
-                    return
-            owned.failures = 0
-            owned.next_offset = item.msg.offset + 1
+                async with self._partition_lock(tp):
+                    if self._owned.get(tp) is not owned:
+                        return  # revoked while we worked
+                    try:
+                        if len(group) > 1 or group[0].action in (Action.NOOP, Action.STALE):
+                            await self._skip(tp, owned, group)
+                        else:
+                            await self._apply(tp, owned, group[0], await ahead.take(group[0]))
+                    except Fenced as exc:
+                        log.warning("%s", exc)
+                        self._owned.pop(tp, None)
+                        return
+                    except BaseException as exc:  # noqa: BLE001 - classified in _pause
+                        await self._pause(tp, group[0].msg.offset, exc)
+                        return
+                owned.failures = 0
+                owned.next_offset = group[-1].msg.offset + 1
+        finally:
+            ahead.cancel()
+
+    def _partition_lock(self, tp: TopicPartition) -> asyncio.Lock:
+        return self._partition_locks.setdefault(tp, asyncio.Lock())
 
     async def _plan(self, decoded: list[_Item]) -> list[_Item]:
         """Decide every decodable record against stored state, in log order."""
@@ -248,9 +287,10 @@ class Indexer:
             if it.record is not None:
                 keys.setdefault(it.record.realm, set()).add((it.record.space, it.record.doc_key))
         states: dict[tuple[str, str, str], DocState] = {}
+        infos: dict[str, RealmInfo] = {}
         async with self.pool.connection() as conn:
             for realm, docs in keys.items():
-                info = await self._realm(conn, realm)
+                infos[realm] = info = await self._realm(conn, realm)
                 states.update(await _load_states(conn, info, docs))
         out: list[_Item] = []
         for it in decoded:
@@ -264,24 +304,37 @@ class Indexer:
             new_state = next_state(action, rec.content_hash, rec.source_version, state)
             if new_state is not None:
                 states[key] = new_state
-            out.append(_Item(it.msg, action, rec))
+            out.append(_Item(it.msg, action, rec, info=infos[rec.realm]))
         return out
 
-    async def _prepare_all(self, items: list[_Item]) -> dict[int, PreparedDocument | BaseException]:
-        async def one(item: _Item) -> tuple[int, PreparedDocument | BaseException]:
-            assert item.record is not None
-            async with self._sem:
-                started = time.perf_counter()
-                try:
-                    info = self._realms[item.record.realm]
-                    doc = await self._prepare(item.record, info)
-                except BaseException as exc:  # noqa: BLE001 - surfaced when applied in order
-                    return item.msg.offset, exc
-                metrics.PREPARE_SECONDS.observe(time.perf_counter() - started)
-                return item.msg.offset, doc
+    async def _prepare_one(self, item: _Item) -> PreparedDocument | BaseException:
+        """Chunk, extract and embed one record; a failure is returned, raised in order."""
+        assert item.record is not None and item.info is not None
+        async with self._sem:
+            started = time.perf_counter()
+            try:
+                doc = await self._prepare(item.record, item.info)
+            except BaseException as exc:  # noqa: BLE001 - surfaced when applied in order
+                return exc
+            metrics.PREPARE_SECONDS.observe(time.perf_counter() - started)
+            return doc
 
-        todo = [one(it) for it in items if it.action is Action.APPLY]
-        return dict(await asyncio.gather(*todo))
+    async def _skip(self, tp: TopicPartition, owned: _Owned, group: list[_Item]) -> None:
+        """Move the position over a run of no-op and stale records in one transaction."""
+        assert self.pool is not None
+        first, last = group[0].msg, group[-1].msg
+        pos = RecordPosition(
+            self.config.group_id, tp.topic, tp.partition, first.offset, owned.epoch,
+            datetime.fromtimestamp(first.timestamp / 1000, tz=UTC),
+        )
+        started = time.perf_counter()
+        async with self.pool.connection() as conn:
+            await advance_only(conn, pos, through=last.offset)
+        metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
+        for item in group:
+            assert item.record is not None and item.action is not None
+            metrics.RECORDS.labels(item.record.realm, item.action.value).inc()
+        self.applied += len(group)
 
     async def _apply(
         self, tp: TopicPartition, owned: _Owned, item: _Item,
@@ -304,20 +357,15 @@ class Indexer:
         if isinstance(prepared, BaseException):
             raise prepared
         started = time.perf_counter()
+        info = item.info
+        assert info is not None
         async with self.pool.connection() as conn:
-            if item.action in (Action.NOOP, Action.STALE):
-                await advance_only(conn, pos)
-                outcome = item.action.value
-            else:
-                info = self._realms[rec.realm]
-                result = await write_document(
-                    conn, info, pos, self._embedder_for(info),
-                    prepared if item.action is Action.APPLY else None,
-                    space=rec.space, doc_key=rec.doc_key, source_version=rec.source_version,
-                )
-                outcome = {"indexed": "applied", "deleted": "deleted"}.get(
-                    result.status, result.status
-                )
+            result = await write_document(
+                conn, info, pos, self._embedder_for(info),
+                prepared if item.action is Action.APPLY else None,
+                space=rec.space, doc_key=rec.doc_key, source_version=rec.source_version,
+            )
+        outcome = {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         metrics.RECORDS.labels(rec.realm, outcome).inc()
         self.applied += 1
@@ -375,14 +423,22 @@ class Indexer:
         owned.resume_at = time.monotonic() + delay
         metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
 
-    def _resume_due(self) -> None:
-        assert self.consumer is not None
+    def _resume_due(self, busy: Mapping[TopicPartition, object]) -> None:
+        """Resume partitions whose backoff has elapsed (unless a batch is in flight)."""
         now = time.monotonic()
         for tp, owned in list(self._owned.items()):
             if owned.resume_at is not None and owned.resume_at <= now:
                 owned.resume_at = None
-                self.consumer.resume(tp)
+                if tp not in busy:
+                    self._resume_idle(tp)
         metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+
+    def _resume_idle(self, tp: TopicPartition) -> None:
+        """Fetch a partition again after its batch, unless it waits out a backoff."""
+        assert self.consumer is not None
+        owned = self._owned.get(tp)
+        if owned is not None and owned.resume_at is None:
+            self.consumer.resume(tp)
 
     def _update_lag(self) -> None:
         assert self.consumer is not None
@@ -391,6 +447,58 @@ class Indexer:
             if high is not None and owned.next_offset is not None:
                 lag = max(0, high - owned.next_offset)
                 metrics.LAG.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+def _position_runs(items: list[_Item]) -> list[list[_Item]]:
+    """Items in log order, consecutive no-op and stale records grouped into one run."""
+    runs: list[list[_Item]] = []
+    for item in items:
+        quiet = item.record is not None and item.action in (Action.NOOP, Action.STALE)
+        if quiet and runs and runs[-1][-1].record is not None and runs[-1][-1].action in (
+            Action.NOOP, Action.STALE
+        ):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+class _PrepareAhead:
+    """Prepares the records to apply at most ``window`` ahead of the writer.
+
+    The writer works through a batch in log order while the next documents are chunked,
+    extracted and embedded; a bounded window keeps memory flat however large the batch.
+    """
+
+    def __init__(
+        self, prepare: Callable[[_Item], Coroutine[Any, Any, PreparedDocument | BaseException]],
+        items: list[_Item], window: int,
+    ) -> None:
+        self._prepare = prepare
+        self._queue = [it for it in items if it.action is Action.APPLY]
+        self._window = max(1, window)
+        self._next = 0
+        self._tasks: dict[int, asyncio.Task[PreparedDocument | BaseException]] = {}
+        self._fill()
+
+    def _fill(self) -> None:
+        while self._next < len(self._queue) and len(self._tasks) < self._window:
+            item = self._queue[self._next]
+            self._tasks[item.msg.offset] = asyncio.create_task(self._prepare(item))
+            self._next += 1
+
+    async def take(self, item: _Item) -> PreparedDocument | BaseException | None:
+        """The prepared document of ``item`` (``None`` unless it applies)."""
+        task = self._tasks.pop(item.msg.offset, None)
+        if task is None:
+            return None
+        self._fill()
+        return await task
+
+    def cancel(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

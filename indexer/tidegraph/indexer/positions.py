@@ -38,14 +38,20 @@ async def claim(
 
 async def advance(
     conn: AsyncConnection[Any], group_id: str, topic: str, partition: int,
-    offset: int, epoch: int,
+    offset: int, epoch: int, *, through: int | None = None,
 ) -> None:
-    """Move the position past ``offset``, inside the caller's transaction, or raise Fenced."""
+    """Move the position past ``offset`` (or past ``through``, for a run of records that
+    write nothing), inside the caller's transaction, or raise Fenced.
+
+    ``offset`` may lie beyond the stored position when the log has no records in between
+    (retention removed them, or transaction markers hold those offsets); never before it.
+    """
+    last = offset if through is None else through
     cur = await conn.execute(
         "UPDATE tidegraph.consumer_positions SET next_offset = %s, updated_at = now()"
         " WHERE group_id = %s AND topic = %s AND partition = %s"
-        " AND next_offset = %s AND epoch = %s RETURNING next_offset",
-        (offset + 1, group_id, topic, partition, offset, epoch),
+        " AND next_offset <= %s AND epoch = %s RETURNING next_offset",
+        (last + 1, group_id, topic, partition, offset, epoch),
     )
     if await cur.fetchone() is None:  # fetching (not rowcount) also works in pipeline mode
         raise Fenced(topic, partition, offset)

@@ -144,7 +144,7 @@ CREATE TABLE IF NOT EXISTS {schema}.relations (
     tsv            tsvector GENERATED ALWAYS AS (to_tsvector('simple', rendered)) STORED,
     embedding      vector({dim}) NOT NULL,
     UNIQUE (space, subject_id, predicate, object_id, negated)
-);
+) WITH (fillfactor = 60);
 CREATE INDEX IF NOT EXISTS relations_subject ON {schema}.relations (subject_id) INCLUDE (object_id);
 CREATE INDEX IF NOT EXISTS relations_object ON {schema}.relations (object_id) INCLUDE (subject_id);
 CREATE INDEX IF NOT EXISTS relations_pair ON {schema}.relations (space, subject_id, object_id);
