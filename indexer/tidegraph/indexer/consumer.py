@@ -140,7 +140,7 @@ class Indexer:
             enable_auto_commit=False, auto_offset_reset="earliest",
             max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
             session_timeout_ms=30000, heartbeat_interval_ms=3000,
-            max_poll_interval_ms=600000,
+            max_poll_interval_ms=600000, fetch_max_wait_ms=50,
         )
         await self.producer.start()
         try:
