@@ -123,6 +123,8 @@ class PrepareAttempt:
     """How long it took, success or failure."""
     error: BaseException | None
     """What it raised (the indexer pauses the partition on it), ``None`` on success."""
+    cancelled: bool = False
+    """Cancelled because a record before it failed (it is prepared again on the retry)."""
 
 
 @dataclass
@@ -134,7 +136,7 @@ class ModelIndexer:
     attempts: list[PrepareAttempt] = field(default_factory=list)
 
     def failures(self) -> list[PrepareAttempt]:
-        return [a for a in self.attempts if a.error is not None]
+        return [a for a in self.attempts if a.error is not None and not a.cancelled]
 
 
 @asynccontextmanager
@@ -167,6 +169,11 @@ async def running_model_indexer(
         started = time.monotonic()
         try:
             doc = await pipeline.prepare(record, info)
+        except asyncio.CancelledError as exc:
+            attempts.append(
+                PrepareAttempt(record.doc_key, started, time.monotonic() - started, exc, True)
+            )
+            raise
         except BaseException as exc:
             attempts.append(
                 PrepareAttempt(record.doc_key, started, time.monotonic() - started, exc)
