@@ -107,12 +107,13 @@ def indexer_config(topics: Topics, pg_dsn: str, group: str, **kw: Any) -> Indexe
 
 @asynccontextmanager
 async def running_indexer(
-    topics: Topics, pg_dsn: str, group: str, **kw: Any
+    topics: Topics, pg_dsn: str, group: str, *, indexer_class: type[Indexer] = Indexer,
+    **kw: Any,
 ) -> AsyncIterator[Indexer]:
     registry = ModelRegistry()
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
-    indexer = Indexer(indexer_config(topics, pg_dsn, group, **kw), pipeline.prepare,
-                      registry.embedder_for)
+    indexer = indexer_class(indexer_config(topics, pg_dsn, group, **kw), pipeline.prepare,
+                            registry.embedder_for)
     task = asyncio.create_task(indexer.run())
     try:
         yield indexer

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
+from aiokafka import TopicPartition
 
 from tidegraph.indexer import metrics
+from tidegraph.indexer.consumer import Indexer
 from tidegraph.infra import local_pg
 from tidegraph.schemas.realm_config import preset
 
@@ -160,3 +162,29 @@ async def test_document_without_any_valid_structure_is_failed_not_placeholder(
     assert not [c for c in snap["live_chunks"] if c[1] == "empty.md"]
     kinds = [k for _, _, k in await outbox(pg_dsn, realm)]
     assert "document_failed" in kinds
+
+
+class _SlowClaim(Indexer):
+    """Claims its partitions only after the fetcher has had time to fetch from them."""
+
+    async def on_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        await asyncio.sleep(2.0)
+        await super().on_assigned(assigned)
+
+
+async def test_records_fetched_before_the_claim_are_fetched_again_after_it(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    # The consumer fetches as soon as a partition is assigned, while the claim of its
+    # stored position is still under way; such a batch must not leave the partition idle.
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=2)
+    realm, group = unique_name("r"), unique_name("g")
+    records = [upsert(realm, f"d{i}.md", f"Ada Lovelace worked with Person{i} Smith.")
+               for i in range(6)]
+    await publish(topics, records)
+    async with running_indexer(topics, pg_dsn, group, indexer_class=_SlowClaim) as indexer:
+        async def done() -> bool:
+            return indexer.applied == len(records)
+        await wait_for(done, 30, "every record applied")
+    snap = await realm_snapshot(pg_dsn, realm)
+    assert sorted(d[1] for d in snap["documents"]) == sorted(f"d{i}.md" for i in range(6))

@@ -7,6 +7,7 @@ silently changing retention on a system-of-record topic is not a decision a tool
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,27 @@ async def _ensure(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> Top
     return report
 
 
+async def _partition_counts(
+    admin: AIOKafkaAdminClient, names: list[str], attempts: int = 20
+) -> dict[str, int]:
+    """Partition counts of ``names``; a topic created moments ago may not be described yet.
+
+    A topic the broker still reports with an error or without partitions is asked about
+    again for a few seconds, and left out if it never settles: no count beats a wrong one.
+    """
+    counts: dict[str, int] = {}
+    pending = list(names)
+    for attempt in range(attempts):
+        for t in await admin.describe_topics(pending):
+            if t["error_code"] == 0 and t["partitions"]:
+                counts[t["topic"]] = len(t["partitions"])
+        pending = [n for n in pending if n not in counts]
+        if not pending or attempt == attempts - 1:
+            break
+        await asyncio.sleep(0.25)
+    return counts
+
+
 def _new_topic(spec: TopicSpec, brokers: int) -> NewTopic:
     factor = spec.replication_factor if spec.replication_factor > 0 else min(3, brokers)
     return NewTopic(spec.name, spec.partitions, factor, topic_configs=dict(spec.configs))
@@ -121,10 +143,7 @@ async def _differences(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -
             found[res["resource_name"]] = {
                 e["config_names"]: e["config_value"] for e in res["config_entries"]
             }
-    partitions = {
-        t["topic"]: len(t["partitions"])
-        for t in await admin.describe_topics([s.name for s in specs])
-    }
+    partitions = await _partition_counts(admin, [s.name for s in specs])
     warnings = []
     for spec in specs:
         have = found.get(spec.name, {})

@@ -203,6 +203,9 @@ class Indexer:
                 )
                 self._owned[tp] = _Owned(epoch, next_offset)
                 self.consumer.seek(tp, next_offset)
+                # The consumer fetches as soon as it is assigned a partition, before this
+                # claim; a batch taken meanwhile was dropped and left the partition paused.
+                self.consumer.resume(tp)
                 log.info("claimed %s/%d at offset %d (epoch %d)",
                          tp.topic, tp.partition, next_offset, epoch)
         metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
