@@ -192,6 +192,26 @@ async def test_unparseable_and_oversized_bodies(
         assert err(bad_space, 422)
 
 
+@pytest.mark.parametrize(
+    ("path", "params", "needle"),
+    [
+        ("documents/a%00b", {}, "doc_key"),
+        ("relations", {"subject": "Ada\u0000"}, "subject"),
+        ("relations", {"predicate": "worked\u0000with"}, "predicate"),
+        ("relations", {"object": "\u0000"}, "object"),
+        ("entities", {"name": "Olga\u0000Åberg"}, "name"),
+    ],
+)
+async def test_nul_in_path_or_query_text_is_422(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str], path: str,
+    params: dict[str, str], needle: str,
+) -> None:
+    async with api_client(pool) as client:
+        r = await client.get(f"/v1/realms/{realms[0]}/{path}", params=params)
+        assert err(r, 422) == "invalid_request"
+        assert needle in r.json()["error"]["message"]
+
+
 class RecordingChat:
     def __init__(self) -> None:
         self.prompts: list[str] = []

@@ -272,7 +272,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         auth: Auth = None,
     ) -> Response:
         """A document's indexing state."""
-        no_nul(doc_key)
+        _text("doc_key", doc_key)
         _space(space, wildcard=False)
         async with deps.pool.connection() as conn:
             meta = await realm_meta(conn, realm, auth)
@@ -296,9 +296,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         auth: Auth = None,
     ) -> Response:
         """Relations by canonical names and predicate; current ones unless asked."""
-        for text in (subject, predicate, object):
+        for field, text in (("subject", subject), ("predicate", predicate), ("object", object)):
             if text is not None:
-                no_nul(text)
+                _text(field, text)
         _space(space, wildcard=True)
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
@@ -330,7 +330,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     ) -> Response:
         """Entities by canonical name or alias."""
         if name is not None:
-            no_nul(name)
+            _text("name", name)
         _space(space, wildcard=True)
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
@@ -349,6 +349,14 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         return _json({"entities": rows, "next_after_id": nxt})
 
     return app
+
+
+def _text(field: str, value: str) -> None:
+    """Path and query text reaches SQL as a parameter; PostgreSQL text cannot hold NUL."""
+    try:
+        no_nul(value)
+    except ValueError as exc:
+        raise InvalidRequest(f"{field}: {exc}") from None
 
 
 def _space(space: str, *, wildcard: bool) -> None:
