@@ -53,6 +53,38 @@ async def test_another_embedder_than_the_pinned_one_fails_loudly(
         assert again.embedder == "hashing:32"
 
 
+async def test_realm_from_before_stored_name_keys_gets_them_on_open(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    realm = unique_name("r")
+    entities = f"realm_{realm}.entities"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, realm, RealmConfig(embedder="hashing:4"))
+        # The earlier layout: no stored key, uniqueness through SQL lower().
+        await conn.execute(f"ALTER TABLE {entities} DROP COLUMN name_key")
+        await conn.execute(f"CREATE UNIQUE INDEX entities_name ON {entities} (space, lower(name))")
+        await conn.execute(
+            f"INSERT INTO {entities} (space, name, type, embedding, created_at) VALUES"
+            " ('default', 'Olga Åberg', 'Person', '[1,0,0,0]', now()),"
+            " ('default', 'Bo Ek', 'Person', '[0,1,0,0]', now())"
+        )
+        await open_realm(conn, realm)
+        cur = await conn.execute(f"SELECT name, name_key FROM {entities} ORDER BY id")
+        assert await cur.fetchall() == [("Olga Åberg", "olga åberg"), ("Bo Ek", "bo ek")]
+        cur = await conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'entities'"
+            " AND indexname LIKE 'entities_name%%'", (f"realm_{realm}",),
+        )
+        assert await cur.fetchall() == [("entities_name_key",)]
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await conn.execute(
+                f"INSERT INTO {entities} (space, name, name_key, type, embedding, created_at)"
+                " VALUES ('default', 'OLGA ÅBERG', 'olga åberg', 'Person', '[0,0,1,0]', now())"
+            )
+        await open_realm(conn, realm)  # once upgraded, opening changes nothing
+
+
 def test_realm_create_and_show_commands(
     pg_dsn: str, unique_name: Callable[[str], str], tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

@@ -2,8 +2,8 @@
 
 Ids are local to a schema (a rebuild numbers rows afresh, rolled-back writes leave gaps in
 the live one), so nothing here compares ids: documents are keyed by ``(space, doc_key)``,
-entities by ``(space, lower(name))``, relations by ``(space, lower(subject), predicate,
-lower(object), negated)``, and a superseded relation names its superseder the same way.
+entities by ``(space, name_key)``, relations by ``(space, subject key, predicate,
+object key, negated)``, and a superseded relation names its superseder the same way.
 
 Each kind is projected on both sides to ``(key text[], value jsonb, ref jsonb)`` and the
 two projections are joined inside PostgreSQL, so only differing rows cross the wire. The
@@ -99,7 +99,7 @@ JOIN {s}.documents d ON d.space = key.sp AND d.doc_key = key.dk
 """
 
 _ENTITIES: LiteralString = """
-SELECT ARRAY[e.space, lower(e.name)] AS k,
+SELECT ARRAY[e.space, e.name_key] AS k,
        jsonb_build_object('name', e.name, 'type', e.type, 'description', e.description,
          'aliases', (SELECT coalesce(jsonb_agg(a ORDER BY a), '[]') FROM unnest(e.aliases) a),
          'dormant', e.dormant_since IS NOT NULL)
@@ -112,7 +112,7 @@ FROM {s}.entities e WHERE %(space)s::text IS NULL OR e.space = %(space)s
 """
 _ENTITIES_KEYED: LiteralString = """
 FROM unnest(%(k0)s::text[], %(k1)s::text[]) AS key(sp, ln)
-JOIN {s}.entities e ON e.space = key.sp AND lower(e.name) = key.ln
+JOIN {s}.entities e ON e.space = key.sp AND e.name_key = key.ln
 """
 
 
@@ -128,7 +128,7 @@ def _superseder(by: LiteralString) -> LiteralString:
 
 _RELATIONS: LiteralString = (
     """
-SELECT ARRAY[r.space, lower(es.name), r.predicate, lower(eo.name), r.negated::text] AS k,
+SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text] AS k,
        jsonb_build_object('subject', es.name, 'object', eo.name, 'status', r.status,
          'superseded_by', """ + _superseder("r.superseded_by") + """, 'weight', r.weight,
          'order_key', r.order_key, 'valid_from', r.valid_from, 'valid_to', r.valid_to,
@@ -151,8 +151,8 @@ FROM (
   SELECT key.sp, key.p, key.n::boolean AS n, ks.id AS sid, ko.id AS oid
   FROM unnest(%(k0)s::text[], %(k1)s::text[], %(k2)s::text[], %(k3)s::text[], %(k4)s::text[])
     AS key(sp, sn, p, obn, n)
-  JOIN {s}.entities ks ON ks.space = key.sp AND lower(ks.name) = key.sn
-  JOIN {s}.entities ko ON ko.space = key.sp AND lower(ko.name) = key.obn
+  JOIN {s}.entities ks ON ks.space = key.sp AND ks.name_key = key.sn
+  JOIN {s}.entities ko ON ko.space = key.sp AND ko.name_key = key.obn
   OFFSET 0
 ) AS key
 JOIN {s}.relations r ON r.space = key.sp AND r.subject_id = key.sid AND r.predicate = key.p
@@ -163,7 +163,7 @@ JOIN {s}.entities eo ON eo.id = r.object_id
 
 _RELATION_HISTORY: LiteralString = (
     """
-SELECT ARRAY[r.space, lower(es.name), r.predicate, lower(eo.name), r.negated::text,
+SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text,
              h.t_created::text] AS k,
        jsonb_build_object('state', h.state, 'superseded_by', """
     + _superseder("h.superseded_by") + """, 't_expired', h.t_expired) AS v,
@@ -273,7 +273,7 @@ async def changed_since(conn: AsyncConnection[Any], schema: str, since: datetime
         if relation_id is not None:
             relation_ids.add(int(relation_id))
     cur = await conn.execute(
-        sql.SQL("SELECT space, lower(name) FROM {} WHERE id = ANY(%s)").format(
+        sql.SQL("SELECT space, name_key FROM {} WHERE id = ANY(%s)").format(
             sql.Identifier(schema, "entities")
         ),
         (sorted(entity_ids),),
@@ -281,7 +281,7 @@ async def changed_since(conn: AsyncConnection[Any], schema: str, since: datetime
     entities = {tuple(r) for r in await cur.fetchall()}
     cur = await conn.execute(
         sql.SQL(
-            "SELECT r.space, lower(es.name), r.predicate, lower(eo.name), r.negated::text"
+            "SELECT r.space, es.name_key, r.predicate, eo.name_key, r.negated::text"
             " FROM {r} r JOIN {e} es ON es.id = r.subject_id JOIN {e} eo ON eo.id = r.object_id"
             " WHERE r.id = ANY(%s)"
         ).format(r=sql.Identifier(schema, "relations"), e=sql.Identifier(schema, "entities")),

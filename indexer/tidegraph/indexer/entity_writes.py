@@ -14,6 +14,7 @@ from tidegraph.indexer.graph_rules import EntityRecord, merge_entity, render_ent
 from tidegraph.indexer.plan import PreparedDocument
 from tidegraph.indexer.resolution import merge_records
 from tidegraph.indexer.write_context import WriteContext
+from tidegraph.schemas.names import name_key
 
 
 def _facts(doc: PreparedDocument) -> dict[str, EntityRecord]:
@@ -45,7 +46,7 @@ async def resolve_entities(
     by_name: dict[str, tuple[int, EntityRecord]] = {}
     for i, name, typ, desc, aliases in await ctx.rows(
         "SELECT id, name, type, description, aliases FROM {entities}"
-        " WHERE space = %s AND lower(name) = ANY(%s)",
+        " WHERE space = %s AND name_key = ANY(%s)",
         (doc.space, keys),
     ):
         by_name[name.lower()] = (int(i), EntityRecord(name, typ, desc, tuple(aliases)))
@@ -146,14 +147,15 @@ async def _store(
     real: dict[int, int] = {}
     if temp:
         rows = await ctx.rows(
-            "INSERT INTO {entities} (space, name, type, description, aliases, embedding,"
-            " created_at) SELECT %s, n, t, d,"
+            "INSERT INTO {entities} (space, name, name_key, type, description, aliases,"
+            " embedding, created_at) SELECT %s, n, k, t, d,"
             " ARRAY(SELECT jsonb_array_elements_text(a)), e::vector, %s"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::text[])"
-            " AS u(n, t, d, a, e) RETURNING id, name",
+            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[],"
+            " %s::text[]) AS u(n, k, t, d, a, e) RETURNING id, name",
             (
                 space, bt,
-                [pending[t].name for t in temp], [pending[t].type for t in temp],
+                [pending[t].name for t in temp], [name_key(pending[t].name) for t in temp],
+                [pending[t].type for t in temp],
                 [pending[t].description for t in temp],
                 [Jsonb(sorted(pending[t].aliases)) for t in temp],
                 vecs[: len(temp)],
@@ -165,10 +167,11 @@ async def _store(
             ctx.changes.add("entity_added", space, entity=_entity_ref(real[t], pending[t]))
     if updated:
         await ctx.many(
-            "UPDATE {entities} SET name = %s, type = %s, description = %s, aliases = %s,"
-            " embedding = %s::vector WHERE id = %s",
+            "UPDATE {entities} SET name = %s, name_key = %s, type = %s, description = %s,"
+            " aliases = %s, embedding = %s::vector WHERE id = %s",
             [
-                (e.name, e.type, e.description, sorted(e.aliases), vec, entity_id)
+                (e.name, name_key(e.name), e.type, e.description, sorted(e.aliases), vec,
+                 entity_id)
                 for (entity_id, e), vec in zip(updated.items(), vecs[len(temp):], strict=True)
             ],
         )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
@@ -17,7 +18,7 @@ from tidegraph.schemas.ddl import (
     realm_ddl,
     vector_index_ddl,
 )
-from tidegraph.schemas.names import realm_schema, validate_realm
+from tidegraph.schemas.names import name_key, realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 
 
@@ -123,6 +124,8 @@ async def verify_embedding_columns(conn: AsyncConnection[Any], info: RealmInfo) 
         (info.schema,),
     )
     types = {(t, c): ty for t, c, ty in await cur.fetchall()}
+    if ("entities", "name") in types and ("entities", "name_key") not in types:
+        await _add_name_keys(conn, info)
     for table, column in EMBEDDING_COLUMNS:
         found = types.get((table, column))
         if found is None:
@@ -136,6 +139,53 @@ async def verify_embedding_columns(conn: AsyncConnection[Any], info: RealmInfo) 
                 f"realm {info.realm!r}: {info.schema}.{table}.{column} is {found}, "
                 f"but the realm is pinned to {info.embedder} (dimension {info.dimension})"
             )
+
+
+async def _add_name_keys(conn: AsyncConnection[Any], info: RealmInfo) -> None:
+    """Give a realm created before entities carried a stored name key its keys.
+
+    The old unique index used SQL ``lower()``, whose reach depends on the collation; the
+    keys are computed by :func:`name_key`, as every write computes them now.
+    """
+    entities = sql.Identifier(info.schema, "entities")
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", ("tidegraph:realm:" + info.schema,)
+            )
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS name_key text").format(entities)
+            )
+            cur = await conn.execute(
+                sql.SQL("SELECT id, name FROM {} WHERE name_key IS NULL").format(entities)
+            )
+            rows = await cur.fetchall()
+            await conn.execute(
+                sql.SQL(
+                    "UPDATE {} e SET name_key = u.k FROM unnest(%s::bigint[], %s::text[])"
+                    " AS u(i, k) WHERE e.id = u.i"
+                ).format(entities),
+                ([i for i, _ in rows], [name_key(n) for _, n in rows]),
+            )
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ALTER COLUMN name_key SET NOT NULL").format(entities)
+            )
+            await conn.execute(
+                sql.SQL("DROP INDEX IF EXISTS {}").format(
+                    sql.Identifier(info.schema, "entities_name")
+                )
+            )
+            await conn.execute(
+                sql.SQL(
+                    "CREATE UNIQUE INDEX IF NOT EXISTS entities_name_key ON {} (space, name_key)"
+                ).format(entities)
+            )
+    except psycopg.errors.UniqueViolation as exc:
+        raise RealmSchemaError(
+            f"realm {info.realm!r}: two entities of {info.schema} differ only in letter case"
+            f" outside ASCII ({exc.diag.message_detail}); rebuild the realm with"
+            " `tidegraph replay`"
+        ) from exc
 
 
 def check_embedder(info: RealmInfo, embedder_id: str) -> None:

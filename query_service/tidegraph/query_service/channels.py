@@ -140,7 +140,7 @@ _ENTITY_COLUMNS = sql.SQL("e.id, e.space, e.name, e.type, e.description, e.alias
 def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
     """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase)."""
     return sql.SQL(
-        "SELECT {cols} FROM {ent} e WHERE lower(e.name) = ANY(%(names)s) AND {f}"
+        "SELECT {cols} FROM {ent} e WHERE e.name_key = ANY(%(names)s) AND {f}"
         " UNION SELECT {cols} FROM {alias} a JOIN {ent} e ON e.id = a.entity_id"
         " WHERE a.alias_lower = ANY(%(names)s) AND {f}"
     ).format(

@@ -18,7 +18,7 @@ from psycopg import AsyncConnection, sql
 from tidegraph.query_service.channels import Scope, edge_filter, parameters
 from tidegraph.query_service.db import RealmMeta, table
 from tidegraph.schemas.changes import GraphChange, change_id
-from tidegraph.schemas.names import ANY_SPACE
+from tidegraph.schemas.names import ANY_SPACE, name_key
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,9 @@ async def list_relations(
     s = meta.schema
     conds: list[sql.Composable] = [edge_filter(s, scope), sql.SQL("r.id > %(after_id)s")]
     if subject is not None:
-        conds.append(sql.SQL("lower(es.name) = lower(%(subject)s)"))
+        conds.append(sql.SQL("es.name_key = %(subject)s"))
     if object_ is not None:
-        conds.append(sql.SQL("lower(eo.name) = lower(%(object)s)"))
+        conds.append(sql.SQL("eo.name_key = %(object)s"))
     if predicate is not None:
         conds.append(sql.SQL("r.predicate = %(predicate)s"))
     if scope.believed_at is None:
@@ -184,8 +184,8 @@ async def list_relations(
     )
     params = parameters(
         scope,
-        subject=subject,
-        object=object_,
+        subject=None if subject is None else name_key(subject),
+        object=None if object_ is None else name_key(object_),
         predicate=predicate,
         after_id=after_id,
         limit=limit,
@@ -233,8 +233,8 @@ async def list_entities(
     if name is not None:
         conds.append(
             sql.SQL(
-                "(lower(e.name) = lower(%(name)s) OR EXISTS (SELECT 1 FROM {a} a"
-                " WHERE a.entity_id = e.id AND a.alias_lower = lower(%(name)s)))"
+                "(e.name_key = %(name)s OR EXISTS (SELECT 1 FROM {a} a"
+                " WHERE a.entity_id = e.id AND a.alias_lower = %(name)s))"
             ).format(a=table(s, "entity_aliases"))
         )
     cur = await conn.execute(
@@ -242,7 +242,8 @@ async def list_entities(
             "SELECT e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since"
             " FROM {} e WHERE {} ORDER BY e.id LIMIT %(limit)s"
         ).format(table(s, "entities"), sql.SQL(" AND ").join(conds)),
-        {"after_id": after_id, "space": space, "name": name, "limit": limit},
+        {"after_id": after_id, "space": space, "limit": limit,
+         "name": None if name is None else name_key(name)},
     )
     return [
         {

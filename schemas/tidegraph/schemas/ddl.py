@@ -101,6 +101,7 @@ CREATE TABLE IF NOT EXISTS {schema}.entities (
     id             bigserial PRIMARY KEY,
     space          text NOT NULL,
     name           text NOT NULL,
+    name_key       text NOT NULL,
     type           text NOT NULL,
     description    text NOT NULL DEFAULT '',
     aliases        text[] NOT NULL DEFAULT '{{}}',
@@ -108,7 +109,7 @@ CREATE TABLE IF NOT EXISTS {schema}.entities (
     dormant_since  timestamptz,
     created_at     timestamptz NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS entities_name ON {schema}.entities (space, lower(name));
+CREATE UNIQUE INDEX IF NOT EXISTS entities_name_key ON {schema}.entities (space, name_key);
 CREATE TABLE IF NOT EXISTS {schema}.entity_aliases (
     space        text   NOT NULL,
     alias_lower  text   NOT NULL,

@@ -38,3 +38,13 @@ def validate_space(name: str, *, allow_wildcard: bool = False) -> str:
 def realm_schema(realm: str) -> str:
     """The PostgreSQL schema that holds a realm (prefixed so no realm can shadow ``public``)."""
     return "realm_" + validate_realm(realm)
+
+
+def name_key(name: str) -> str:
+    """The case-insensitive key of an entity name or alias, stored beside it.
+
+    Computed here rather than with SQL ``lower()``, whose reach depends on the database's
+    collation (under the C locale it folds ASCII only), so resolution in Python and the
+    unique index in PostgreSQL always agree.
+    """
+    return name.lower()
