@@ -17,7 +17,9 @@ swaps it in. Prints:
   longest pause between two trickle documents applied by the indexer around the swap.
 
 ``--extractor rules`` runs the same comparison with the offline extractor (no cache: the
-replay extracts again, so only bulk loading separates the two).
+replay extracts again, so only bulk loading separates the two). ``--fresh-names`` gives
+every mention a person never seen before, for a realm of about 25 entities per document
+(``--documents 4000`` rebuilds a realm of about 100,000 entities).
 
 Services: ``TIDEGRAPH_KAFKA_BOOTSTRAP`` / ``TIDEGRAPH_PG_DSN`` when set, else the ones
 ``tidegraph up`` runs. Run: ``.venv/bin/python bench/replay.py``.
@@ -57,6 +59,8 @@ FAMILY = ["Aalto", "Berg", "Dahl", "Ek", "Falk", "Holm", "Lind", "Moberg", "Nyst
           "Quist", "Rask", "Sand", "Strand", "Törn", "Wall", "Viklund", "Åberg"]
 GUILDS = ["Harbour Guild", "Ropemakers Union", "Northern Survey", "Lighthouse Board",
           "Pilot Society", "Chart Office"]
+SYLLABLES = ["ka", "lo", "ven", "dra", "mi", "sto", "ber", "lin", "ta", "ru",
+             "sel", "vik", "no", "ha", "gre", "pa", "dun", "fel", "os", "tir"]
 LINKS = ["worked with", "is an ally of", "is a friend of", "mentored", "is a rival of"]
 PROSE = [
     "The ledgers of that season survive only in part, and the pages are water-stained.",
@@ -155,16 +159,30 @@ class ModelProcess:
 # -- corpus, publishing, waiting --------------------------------------------------------
 
 
-def _person(rng: random.Random) -> str:
-    return f"{rng.choice(GIVEN)} {rng.choice(FAMILY)}"
+class People:
+    """Person names: a cast of 360 met again and again, or someone new every time."""
+
+    def __init__(self, rng: random.Random, *, fresh: bool) -> None:
+        self.rng = rng
+        self.fresh = fresh
+        self.count = 0
+
+    def __call__(self) -> str:
+        if not self.fresh:
+            return f"{self.rng.choice(GIVEN)} {self.rng.choice(FAMILY)}"
+        n, self.count = self.count, self.count + 1
+        family = "".join(SYLLABLES[n // 20 // 20**k % 20] for k in range(3)).capitalize()
+        return f"{GIVEN[n % 20]} {family}"
 
 
-def document(rng: random.Random, realm: str, key: str, order: int) -> DocumentVersion:
+def document(
+    rng: random.Random, people: People, realm: str, key: str, order: int
+) -> DocumentVersion:
     sentences: list[str] = []
     while sum(len(s) + 1 for s in sentences) < 1700:
-        a, b = _person(rng), _person(rng)
+        a, b = people(), people()
         while b == a:
-            b = _person(rng)
+            b = people()
         if rng.random() < 0.7:
             sentences.append(f"{a} {rng.choice(LINKS)} {b}.")
         else:
@@ -250,7 +268,8 @@ async def run(args: argparse.Namespace) -> None:
     topic = f"{prefix}.documents"
     await ensure_topic_specs(bootstrap, topic_specs(prefix, partitions=4))
     rng = random.Random(7)
-    docs = [document(rng, realm, f"doc-{i:05d}.md", i) for i in range(args.documents)]
+    people = People(rng, fresh=args.fresh_names)
+    docs = [document(rng, people, realm, f"doc-{i:05d}.md", i) for i in range(args.documents)]
     print(f"corpus: {len(docs)} documents of {sum(len(d.content or '') for d in docs) // len(docs)}"
           f" characters, extractor {args.extractor}"
           + (f" (model latency {args.latency * 1000:.0f} ms per call)"
@@ -272,10 +291,12 @@ async def run(args: argparse.Namespace) -> None:
         await publish(bootstrap, topic, docs)
         live_seconds = await wait_for(dsn, group, topic, len(docs))
         live_rate = len(docs) / live_seconds
-        print(f"live indexing: {live_rate:.1f} documents/s ({live_seconds:.1f} s from a backlog)")
+        print(f"live indexing: {live_rate:.1f} documents/s ({live_seconds:.1f} s from a backlog)"
+              f"; the realm holds {await graph_size(dsn, realm)}")
 
         stop = asyncio.Event()
-        trickle_docs = [document(rng, realm, f"new-{i:05d}.md", 100000 + i) for i in range(10**5)]
+        trickle_docs = [document(rng, people, realm, f"new-{i:05d}.md", 100000 + i)
+                        for i in range(10**4)]
         trickle = asyncio.create_task(
             publish(bootstrap, topic, trickle_docs, rate=args.trickle, stop=stop))
         replay_env = dict(env)
@@ -304,6 +325,7 @@ async def run(args: argparse.Namespace) -> None:
               f"{overall / live_rate:.1f}× live)")
         if replay_model is not None:
             print(f"model calls by the replay: {sum(replay_model.calls().values())}")
+        print(f"rebuilt realm: {await graph_size(dsn, realm)}")
         swap = result["swap"]
         stall = await live_stall(dsn, realm, result["retired"],
                                  datetime.fromisoformat(swap["committed_at"]))
@@ -320,6 +342,16 @@ async def run(args: argparse.Namespace) -> None:
                 model.stop()
         if not args.keep:
             await drop_realm(dsn, realm, group)
+
+
+async def graph_size(dsn: str, realm: str) -> str:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        counts = []
+        for table in ("entities", "relations", "chunks"):
+            cur = await conn.execute(psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+                psycopg.sql.Identifier(f"realm_{realm}", table)))
+            counts.append(f"{(await cur.fetchone() or (0,))[0]:,} {table}")
+    return ", ".join(counts)
 
 
 async def drop_realm(dsn: str, realm: str, group: str) -> None:
@@ -345,6 +377,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="documents prepared at once")
     parser.add_argument("--trickle", type=float, default=2.0,
                         help="documents/s published while the replay runs")
+    parser.add_argument("--fresh-names", action="store_true",
+                        help="a new person in every mention (about 25 entities per document)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the realm and its retired schema for inspection")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
