@@ -136,11 +136,12 @@ class ReplayOptions:
     bulk_rounds: int = 5
     """Catch-up rounds without vector indexes after the load, while each covers more than
     one fetch."""
-    swap_margin: int = 2
+    swap_margin: int = 0
     """Follow the live position outside the lock until at most this many records remain
-    (what is left is applied while the live realm is held, so it bounds the hold)."""
+    (what is left, and what arrives meanwhile, is applied while the live realm is held, so
+    it bounds the hold: a record costs hundreds of milliseconds in a large realm)."""
     chase_seconds: float = 30.0
-    """After following the live position this long, settle for four times ``swap_margin``
+    """After following the live position this long, settle for ``4 * swap_margin + 4``
     records left for the lock (records may arrive as fast as the shadow applies them)."""
     lock_timeout: float = 5.0
     """Longest wait for a lock during the swap, seconds."""
@@ -470,7 +471,7 @@ class _Replay:
                 bound = await bound_of()
                 self.total = max(bound - self.start_offset, 0)
                 overdue = deadline is not None and time.monotonic() > deadline
-                if not outstanding and bound - at <= (4 * margin if overdue else margin):
+                if not outstanding and bound - at <= (4 * margin + 4 if overdue else margin):
                     return
                 added = False
                 if at < bound:
