@@ -18,23 +18,23 @@ from tidegraph.schemas.names import name_key
 
 
 def _facts(doc: PreparedDocument) -> dict[str, EntityRecord]:
-    """lower(surface) → what the document says about it, endpoint stubs included."""
+    """name_key(surface) → what the document says about it, endpoint stubs included."""
     facts: dict[str, EntityRecord] = {}
     for chunk in doc.chunks:
         for e in chunk.entities:
             rec = EntityRecord(e.name, e.type, e.description, e.aliases)
-            key = e.name.lower()
+            key = name_key(e.name)
             facts[key] = merge_entity(facts[key], rec) if key in facts else rec
         for r in chunk.relations:
             for name in (r.subject, r.object):
-                facts.setdefault(name.lower(), EntityRecord(name))
+                facts.setdefault(name_key(name), EntityRecord(name))
     return facts
 
 
 async def resolve_entities(
     ctx: WriteContext, doc: PreparedDocument, bt: datetime
 ) -> dict[str, int]:
-    """Resolve every entity of the document to a row; return lower(surface) → id.
+    """Resolve every entity of the document to a row; return name_key(surface) → id.
 
     A fact whose surface forms reach several records (stored or new in this document)
     proves them one entity: they merge into one survivor, the others are absorbed
@@ -42,14 +42,14 @@ async def resolve_entities(
     whatever the arrival order).
     """
     facts = _facts(doc)
-    keys = sorted({k for k in facts} | {a.lower() for f in facts.values() for a in f.aliases})
+    keys = sorted({k for k in facts} | {name_key(a) for f in facts.values() for a in f.aliases})
     by_name: dict[str, tuple[int, EntityRecord]] = {}
     for i, name, typ, desc, aliases in await ctx.rows(
         "SELECT id, name, type, description, aliases FROM {entities}"
         " WHERE space = %s AND name_key = ANY(%s)",
         (doc.space, keys),
     ):
-        by_name[name.lower()] = (int(i), EntityRecord(name, typ, desc, tuple(aliases)))
+        by_name[name_key(name)] = (int(i), EntityRecord(name, typ, desc, tuple(aliases)))
     by_alias: dict[str, tuple[int, EntityRecord]] = {}
     for alias, i, name, typ, desc, aliases in await ctx.rows(
         "SELECT a.alias_lower, e.id, e.name, e.type, e.description, e.aliases"
@@ -70,7 +70,7 @@ async def resolve_entities(
         fact = facts[key]
         if key in ids:
             continue
-        probes = [key, *sorted(a.lower() for a in fact.aliases)]
+        probes = [key, *sorted(name_key(a) for a in fact.aliases)]
         hits: dict[int, EntityRecord] = {}
         for table in (by_name, by_alias):
             for p in probes:
@@ -84,13 +84,13 @@ async def resolve_entities(
             next_temp -= 1
         else:
             merged = merge_records([*hits.values(), fact])
-            canonical = merged.name.lower()
+            canonical = name_key(merged.name)
             entity_id = min(
-                hits, key=lambda i: (i < 0, hits[i].name.lower() != canonical, abs(i))
+                hits, key=lambda i: (i < 0, name_key(hits[i].name) != canonical, abs(i))
             )
             current = hits[entity_id]
             if (
-                canonical != current.name.lower()
+                canonical != name_key(current.name)
                 and canonical in by_name
                 and by_name[canonical][0] not in hits
             ):
@@ -109,16 +109,16 @@ async def resolve_entities(
             updated[entity_id] = merged
         latest[entity_id] = merged
         forms = {
-            f.lower() for r in (merged, fact, *hits.values()) for f in (r.name, *r.aliases)
+            name_key(f) for r in (merged, fact, *hits.values()) for f in (r.name, *r.aliases)
         }
         for form in forms:
             ids[form] = entity_id
             for table in (by_name, by_alias):
                 if form in table and table[form][0] in absorbed:
                     table[form] = (entity_id, merged)
-        by_name[merged.name.lower()] = (entity_id, merged)
+        by_name[name_key(merged.name)] = (entity_id, merged)
         for a in merged.aliases:
-            by_alias.setdefault(a.lower(), (entity_id, merged))
+            by_alias.setdefault(name_key(a), (entity_id, merged))
 
     def survivor(i: int) -> int:
         while i in absorbed:
@@ -177,7 +177,7 @@ async def _store(
         )
     alias_rows = sorted(
         {
-            (a.lower(), real.get(entity_id, entity_id))
+            (name_key(a), real.get(entity_id, entity_id))
             for entity_id, e in [*pending.items(), *updated.items()]
             for a in e.aliases
         }

@@ -110,22 +110,27 @@ async def open_realm(
     info = RealmInfo(
         realm, schema, embedder, int(dimension), extractor, RealmConfig.model_validate(config)
     )
-    await verify_embedding_columns(conn, info)
+    types = await _column_types(conn, schema)
+    if ("entities", "name") in types and ("entities", "name_key") not in types:
+        await _add_name_keys(conn, info)
+    verify_embedding_columns(info, types)
     return info
 
 
-async def verify_embedding_columns(conn: AsyncConnection[Any], info: RealmInfo) -> None:
-    """Refuse to run unless every embedding column exists with the realm's dimension."""
+async def _column_types(conn: AsyncConnection[Any], schema: str) -> dict[tuple[str, str], str]:
+    """(table, column) → SQL type of every column in ``schema``."""
     cur = await conn.execute(
         "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)"
         " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = %s AND a.attnum > 0 AND NOT a.attisdropped",
-        (info.schema,),
+        (schema,),
     )
-    types = {(t, c): ty for t, c, ty in await cur.fetchall()}
-    if ("entities", "name") in types and ("entities", "name_key") not in types:
-        await _add_name_keys(conn, info)
+    return {(t, c): ty for t, c, ty in await cur.fetchall()}
+
+
+def verify_embedding_columns(info: RealmInfo, types: dict[tuple[str, str], str]) -> None:
+    """Refuse to run unless every embedding column exists with the realm's dimension."""
     for table, column in EMBEDDING_COLUMNS:
         found = types.get((table, column))
         if found is None:

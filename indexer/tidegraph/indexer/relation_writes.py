@@ -20,6 +20,7 @@ from tidegraph.indexer.graph_rules import (
 )
 from tidegraph.indexer.plan import PreparedDocument
 from tidegraph.indexer.write_context import WriteContext
+from tidegraph.schemas.names import name_key
 
 RelationKey = tuple[int, str, int, bool]
 """(subject id, predicate, object id, negated): one edge per key (corroboration)."""
@@ -39,7 +40,7 @@ async def attach_relations(
     grouped: dict[RelationKey, dict[int, list[RelationAttrs]]] = {}
     for c in doc.chunks:
         for r in c.relations:
-            key = (ids[r.subject.lower()], r.predicate, ids[r.object.lower()], r.negated)
+            key = (ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], r.negated)
             if key[0] == key[2]:
                 continue  # both ends resolved to one entity: a self-loop asserts nothing
             by_chunk = grouped.setdefault(key, {})

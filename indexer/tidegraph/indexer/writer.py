@@ -36,6 +36,7 @@ from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
 from tidegraph.indexer.relation_writes import attach_relations, reconcile_relations
 from tidegraph.indexer.write_context import ChangeSet, WriteContext, vec_text
+from tidegraph.schemas.names import name_key
 
 __all__ = ["ChangeSet", "WriteResult", "advance_only", "write_document"]
 
@@ -189,7 +190,7 @@ async def _write_contribution(
     ids = await resolve_entities(ctx, doc, bt)
     mention_pairs = sorted(
         {
-            (chunk_id[c.ordinal], ids[name.lower()])
+            (chunk_id[c.ordinal], ids[name_key(name)])
             for c in doc.chunks
             for name in [e.name for e in c.entities]
             + [n for r in c.relations for n in (r.subject, r.object)]

@@ -49,6 +49,7 @@ from tidegraph.query_service.keywords import (
     extract_keywords,
     websearch_text,
 )
+from tidegraph.schemas.names import name_key
 
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
 MODES: tuple[Mode, ...] = ("mix", "local", "global", "hybrid", "naive", "bypass")
@@ -386,12 +387,12 @@ def _query_texts(query: str, keywords: Keywords) -> dict[str, str]:
 
 def _name_candidates(query: str, keywords: Keywords) -> list[str]:
     """Lowercase strings an entity name may equal: low-level keywords and short n-grams."""
-    words = [w.lower() for w in _WORD.findall(query)]
-    out: dict[str, None] = {k.lower(): None for k in keywords.low}
+    words = [name_key(w) for w in _WORD.findall(query)]
+    out: dict[str, None] = {name_key(k): None for k in keywords.low}
     for n in (4, 3, 2, 1):
         for i in range(len(words) - n + 1):
             gram = " ".join(words[i : i + n])
-            if n > 1 or gram in {k.lower() for k in keywords.all}:
+            if n > 1 or gram in {name_key(k) for k in keywords.all}:
                 out.setdefault(gram, None)
     return list(out)[:64]
 
