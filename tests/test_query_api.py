@@ -17,7 +17,7 @@ from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import RealmConfig
 
 from graph_helpers import GraphHarness, ent, rel
-from query_helpers import api_client, open_pool, write_doc
+from query_helpers import api_client, open_pool, query_data, write_doc
 
 pytestmark = pytest.mark.postgres
 
@@ -115,6 +115,34 @@ async def test_without_keys_unknown_realms_are_404(pool: AsyncConnectionPool[Any
     async with api_client(pool) as client:
         r = await client.post("/v1/realms/nosuchrealm/query_data", json={"query": "x"})
         assert err(r, 404) == "realm_not_found"
+
+
+async def test_a_realm_of_the_earlier_layout_is_upgraded_on_first_lookup(
+    pool: AsyncConnectionPool[Any], pg_dsn: str
+) -> None:
+    """Entities without the stored name key (before it existed) answer every route."""
+    import uuid
+
+    realm = "ku" + uuid.uuid4().hex[:10]
+    entities = f"realm_{realm}.entities"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        g = await GraphHarness.create(conn, realm, RealmConfig(embedder="hashing:8"))
+        await write_doc(g, "a.md", [(
+            "Olga Åberg advised Bo Ek.",
+            [ent("Olga Åberg"), ent("Bo Ek")],
+            [rel("Olga Åberg", "advised", "Bo Ek")],
+        )])
+        await conn.execute(f"ALTER TABLE {entities} DROP COLUMN name_key")
+        await conn.execute(f"CREATE UNIQUE INDEX entities_name ON {entities} (space, lower(name))")
+    async with api_client(pool) as client:
+        r = await client.get(f"/v1/realms/{realm}/entities", params={"name": "OLGA ÅBERG"})
+        assert r.status_code == 200, r.text
+        assert [e["name"] for e in r.json()["entities"]] == ["Olga Åberg"]
+        r = await client.get(f"/v1/realms/{realm}/relations", params={"subject": "olga åberg"})
+        assert r.status_code == 200, r.text
+        assert [x["object"] for x in r.json()["relations"]] == ["Bo Ek"]
+        data = await query_data(client, realm, query="Who did Olga Åberg advise?")
+        assert "Olga Åberg" in [e["name"] for e in data["entities"]]
 
 
 def test_key_parsing_and_loopback_rule() -> None:

@@ -18,7 +18,8 @@ from tidegraph.schemas.ddl import (
     realm_ddl,
     vector_index_ddl,
 )
-from tidegraph.schemas.names import name_key, realm_schema, validate_realm
+from tidegraph.schemas.names import realm_schema, validate_realm
+from tidegraph.schemas.upgrades import NameKeyConflict, add_name_keys
 from tidegraph.schemas.realm_config import RealmConfig
 
 
@@ -147,50 +148,10 @@ def verify_embedding_columns(info: RealmInfo, types: dict[tuple[str, str], str])
 
 
 async def _add_name_keys(conn: AsyncConnection[Any], info: RealmInfo) -> None:
-    """Give a realm created before entities carried a stored name key its keys.
-
-    The old unique index used SQL ``lower()``, whose reach depends on the collation; the
-    keys are computed by :func:`name_key`, as every write computes them now.
-    """
-    entities = sql.Identifier(info.schema, "entities")
     try:
-        async with conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", ("tidegraph:realm:" + info.schema,)
-            )
-            await conn.execute(
-                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS name_key text").format(entities)
-            )
-            cur = await conn.execute(
-                sql.SQL("SELECT id, name FROM {} WHERE name_key IS NULL").format(entities)
-            )
-            rows = await cur.fetchall()
-            await conn.execute(
-                sql.SQL(
-                    "UPDATE {} e SET name_key = u.k FROM unnest(%s::bigint[], %s::text[])"
-                    " AS u(i, k) WHERE e.id = u.i"
-                ).format(entities),
-                ([i for i, _ in rows], [name_key(n) for _, n in rows]),
-            )
-            await conn.execute(
-                sql.SQL("ALTER TABLE {} ALTER COLUMN name_key SET NOT NULL").format(entities)
-            )
-            await conn.execute(
-                sql.SQL("DROP INDEX IF EXISTS {}").format(
-                    sql.Identifier(info.schema, "entities_name")
-                )
-            )
-            await conn.execute(
-                sql.SQL(
-                    "CREATE UNIQUE INDEX IF NOT EXISTS entities_name_key ON {} (space, name_key)"
-                ).format(entities)
-            )
-    except psycopg.errors.UniqueViolation as exc:
-        raise RealmSchemaError(
-            f"realm {info.realm!r}: two entities of {info.schema} differ only in letter case"
-            f" outside ASCII ({exc.diag.message_detail}); rebuild the realm with"
-            " `tidegraph replay`"
-        ) from exc
+        await add_name_keys(conn, info.schema)
+    except NameKeyConflict as exc:
+        raise RealmSchemaError(f"realm {info.realm!r}: {exc}") from exc
 
 
 def check_embedder(info: RealmInfo, embedder_id: str) -> None:

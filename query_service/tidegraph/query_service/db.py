@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from tidegraph.query_service.errors import RealmNotFound, Unavailable
 from tidegraph.schemas.names import REALM_PATTERN
 from tidegraph.schemas.realm_config import parse_embedder
+from tidegraph.schemas.upgrades import NameKeyConflict, add_name_keys, has_name_keys
 
 Query = LiteralString | sql.Composed
 """What may be executed: literal SQL, or SQL composed from identifiers and literals."""
@@ -98,7 +99,8 @@ class RealmMeta:
 
 
 class RealmCatalog:
-    """Looks realms up, caching found ones briefly.
+    """Looks realms up, caching found ones briefly; a realm of an earlier layout is
+    upgraded when first looked up, so queries never meet a missing column.
 
     A realm's embedder never changes, but a rebuild can swap a realm's schema, so positive
     answers are kept only ``ttl`` seconds; negative answers are never cached (a realm may be
@@ -147,6 +149,11 @@ class RealmCatalog:
             raise RealmNotFound(realm) from None
         if meta is None:
             raise RealmNotFound(realm)
+        if not await has_name_keys(conn, schema):
+            try:
+                await add_name_keys(conn, schema)
+            except NameKeyConflict as exc:
+                raise Unavailable(f"realm {realm!r} cannot be read: {exc}") from exc
         return RealmMeta(realm, schema, str(meta[0]), int(meta[1]))
 
 
