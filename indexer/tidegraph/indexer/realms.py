@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
@@ -19,8 +18,8 @@ from tidegraph.schemas.ddl import (
     vector_index_ddl,
 )
 from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.schemas.upgrades import NameKeyConflict, add_name_keys
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.schemas.upgrades import NameKeyConflict, add_name_keys
 
 
 @dataclass(frozen=True)
