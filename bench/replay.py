@@ -323,6 +323,9 @@ async def run(args: argparse.Namespace) -> None:
               f"{result['total_seconds']:.1f} s for {result['written']} documents including "
               f"catch-up with the trickle and the swap ({overall:.1f} documents/s overall, "
               f"{overall / live_rate:.1f}× live)")
+        print(f"replay after the indexes: {result['chase_seconds']:.1f} s following the live"
+              f" position (each write maintaining the indexes), {result['baseline_seconds']:.1f}"
+              " s comparing old and new graph ahead of the lock")
         if replay_model is not None:
             print(f"model calls by the replay: {sum(replay_model.calls().values())}")
         print(f"rebuilt realm: {await graph_size(dsn, realm)}")

@@ -67,7 +67,7 @@ from tidegraph.indexer.hashing_embedder import HashingEmbedder
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.realms import RealmInfo, check_embedder, open_realm
-from tidegraph.indexer.write_context import vec_text
+from tidegraph.indexer.write_context import ensure_vector_types, vec_param
 from tidegraph.schemas.errors import ConfigError, TidegraphError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
 from tidegraph.schemas.realm_config import parse_embedder
@@ -400,6 +400,7 @@ async def _write(
 ) -> tuple[int, datetime, bool]:
     """The build's one transaction (module docstring, step 6)."""
     s = info.schema
+    await ensure_vector_types(conn)
     async with conn.transaction():
         cur = await conn.execute(
             _q(
@@ -442,9 +443,9 @@ async def _write(
             _q(
                 "INSERT INTO {c} (id, space, level, parent_id, title, summary, findings,"
                 " rating, size, built_at, embedding)"
-                " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, e::vector"
+                " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, e"
                 " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[],"
-                " %s::text[], %s::jsonb[], %s::real[], %s::int[], %s::text[])"
+                " %s::text[], %s::jsonb[], %s::real[], %s::int[], %b::vector[])"
                 " AS u(i, sp, lv, pa, ti, su, fi, ra, sz, e)",
                 s,
                 c="communities",
@@ -460,7 +461,7 @@ async def _write(
                 [Jsonb([f.to_json() for f in r.findings]) for _, _, _, r in rows],
                 [r.rating for _, _, _, r in rows],
                 [len(v.cluster.members) for _, v, _, _ in rows],
-                [vec_text(list(x)) for x in vectors],
+                [vec_param(x) for x in vectors],
             ),
         )
         members = [

@@ -149,9 +149,9 @@ async def _store(
         rows = await ctx.rows(
             "INSERT INTO {entities} (space, name, name_key, type, description, aliases,"
             " embedding, created_at) SELECT %s, n, k, t, d,"
-            " ARRAY(SELECT jsonb_array_elements_text(a)), e::vector, %s"
+            " ARRAY(SELECT jsonb_array_elements_text(a)), e, %s"
             " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[],"
-            " %s::text[]) AS u(n, k, t, d, a, e) RETURNING id, name",
+            " %b::vector[]) AS u(n, k, t, d, a, e) RETURNING id, name",
             (
                 space, bt,
                 [pending[t].name for t in temp], [name_key(pending[t].name) for t in temp],
@@ -168,7 +168,7 @@ async def _store(
     if updated:
         await ctx.many(
             "UPDATE {entities} SET name = %s, name_key = %s, type = %s, description = %s,"
-            " aliases = %s, embedding = %s::vector WHERE id = %s",
+            " aliases = %s, embedding = %b WHERE id = %s",
             [
                 (e.name, name_key(e.name), e.type, e.description, sorted(e.aliases), vec,
                  entity_id)
@@ -264,7 +264,7 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
                  for _, s, p, o, n, vf, vt in repointed]
         vecs = await ctx.embeddings(texts)
         await ctx.many(
-            "UPDATE {relations} SET rendered = %s, embedding = %s::vector WHERE id = %s",
+            "UPDATE {relations} SET rendered = %s, embedding = %b WHERE id = %s",
             [(t, v, r[0]) for r, t, v in zip(repointed, texts, vecs, strict=True)],
         )
 

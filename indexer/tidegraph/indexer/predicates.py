@@ -23,6 +23,7 @@ meets ``founded``; ``taught`` never meets ``teaches``). The alias map is the rem
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,8 +149,10 @@ def _stem(token: str) -> str:
     return token
 
 
+@functools.lru_cache(maxsize=16384)
 def stem_key(predicate: str) -> tuple[str, ...]:
-    """The key two predicates must share to be the same relation up to inflection."""
+    """The key two predicates must share to be the same relation up to inflection (memoised:
+    a realm's predicates are few and every relation of every chunk asks)."""
     return tuple(_stem(t) for t in predicate.split("_") if t)
 
 

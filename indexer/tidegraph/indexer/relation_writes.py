@@ -114,9 +114,9 @@ async def _insert_fresh(
         " description, confidence, valid_from, valid_to, valid_from_d,"
         " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
         " SELECT %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'retracted', %s,"
-        " r, e::vector FROM unnest(%s::bigint[], %s::text[], %s::bigint[],"
+        " r, e FROM unnest(%s::bigint[], %s::text[], %s::bigint[],"
         " %s::bool[], %s::text[], %s::real[], %s::text[], %s::text[], %s::date[],"
-        " %s::date[], %s::int[], %s::text[], %s::text[])"
+        " %s::date[], %s::int[], %s::text[], %b::vector[])"
         " AS u(s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)"
         " RETURNING id, subject_id, predicate, object_id, negated",
         (
@@ -216,7 +216,7 @@ async def reconcile_relations(ctx: WriteContext, touched: set[int], bt: datetime
     if text_updates:
         vecs = await ctx.embeddings([t for _, t in text_updates])
         await ctx.many(
-            "UPDATE {relations} SET rendered = %s, embedding = %s::vector WHERE id = %s",
+            "UPDATE {relations} SET rendered = %s, embedding = %b WHERE id = %s",
             [(t, v, rid) for (rid, t), v in zip(text_updates, vecs, strict=True)],
         )
     if zeroed:

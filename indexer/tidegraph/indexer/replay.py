@@ -218,6 +218,11 @@ class ReplayResult:
     config_changed: bool = False
     """The rebuild's configuration differs from the live realm's (extractor, embedder,
     vocabulary, aliases or groups)."""
+    chase_seconds: float = 0.0
+    """Following the live position after the vector indexes were built (every write now
+    maintains them), before the swap."""
+    baseline_seconds: float = 0.0
+    """Comparing the old graph with the shadow ahead of the swap, outside the lock."""
 
 
 OnProgress = Callable[[ReplayProgress], None]
@@ -250,6 +255,8 @@ class _Replay:
         self._conns: list[AsyncConnection[Any]] = []
         self.reader: PartitionReader | None = None
         self.applier: ShadowApplier | None = None
+        self.chase_seconds = 0.0
+        self.baseline_seconds = 0.0
 
     async def _connect(self) -> AsyncConnection[Any]:
         conn = await AsyncConnection.connect(self.o.pg_dsn, autocommit=True)
@@ -331,7 +338,8 @@ class _Replay:
             load_seconds=load_seconds, load_records=loaded[0], load_written=loaded[1],
             index_seconds=index_seconds,
             total_seconds=time.perf_counter() - self.started, swap=outcome,
-            config_changed=self.config_changed,
+            config_changed=self.config_changed, chase_seconds=self.chase_seconds,
+            baseline_seconds=self.baseline_seconds,
         )
 
     # -- setup -------------------------------------------------------------------------
@@ -517,7 +525,9 @@ class _Replay:
 
     async def _swap(self, partition: int, info: RealmInfo, group: str) -> SwapOutcome:
         o = self.o
+        chase_started = time.perf_counter()
         await self._run_to(self._bound, margin=o.swap_margin, within=o.chase_seconds)
+        self.chase_seconds = time.perf_counter() - chase_started
         self._report("swapping")
         conn = await self._connect()
         retired = retired_schema(o.realm, await next_label(conn, o.realm, "retired"))
@@ -549,9 +559,11 @@ class _Replay:
             return applier.next_offset, applier.counters.written - before
 
         base = None
+        baseline_started = time.perf_counter()
         if await self._live_exists(conn):
             await premerge_cache(conn, self.live, info.schema)
             base = await baseline(conn, self.live, info.schema)
+        self.baseline_seconds = time.perf_counter() - baseline_started
         for attempt in range(1, max(1, o.swap_attempts) + 1):
             # What came in meanwhile, briefly: the baseline is cheaper to patch the closer
             # the swap follows it.

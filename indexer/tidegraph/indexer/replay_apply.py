@@ -15,7 +15,12 @@ What differs is throughput, not meaning:
   sequence and belief instant), with ``synchronous_commit`` off — a crash loses at most
   the last commits, and since the position commits with them, they are simply redone;
 * decisions: document states are kept in memory once read, so the next fetch is decided
-  and prepared while the current one is written.
+  and prepared while the current one is written;
+* statistics: the shadow's tables grow from nothing within seconds, faster than autovacuum
+  looks at them, and a plan chosen while a table was tiny (a hash join over a full scan
+  instead of index lookups) would stay cached on the connection as the table grows. The
+  applier analyses them each time the number of written records has doubled (mid-batch
+  when it comes to that), which also makes the connection plan its statements again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,14 @@ from tidegraph.indexer.realms import RealmInfo
 from tidegraph.indexer.replay_log import Message, decode_for_realm, log_time
 from tidegraph.indexer.writer import write_document
 from tidegraph.schemas.documents import DocumentVersion
+
+ANALYSE_FIRST = 32
+"""Written records before the shadow's statistics are first refreshed."""
+GROWING_TABLES = (
+    "documents", "chunks", "entities", "entity_aliases", "mentions", "relations",
+    "relation_sources", "relation_history",
+)
+"""Tables a write looks rows up in."""
 
 Prepare = Callable[[DocumentVersion, RealmInfo], Awaitable[PreparedDocument]]
 EmbedderFor = Callable[[RealmInfo], Embedder]
@@ -108,6 +121,8 @@ class ShadowApplier:
         self._embedder_for = embedder_for
         self._sem = asyncio.Semaphore(concurrency)
         self._states: dict[tuple[str, str], DocState | None] = {}
+        self._analysed_at = 0
+        """``counters.written`` when the shadow's statistics were last refreshed."""
 
     def forget(self) -> None:
         """Drop remembered document states (after a rollback they may be ahead)."""
@@ -183,12 +198,22 @@ class ShadowApplier:
                     raise
                 at = offset + 1
                 written += 1
+                if self.counters.written + written >= max(ANALYSE_FIRST, 2 * self._analysed_at):
+                    await self._analyse(self.counters.written + written)
             if at != batch.end:
                 await self._jump(at, batch.end)
         self.next_offset = batch.end
         self.counters.read += batch.read
         self.counters.realm_records += len(batch.items)
         self.counters.written += written
+
+    async def _analyse(self, written: int) -> None:
+        """Refresh the planner's statistics of the tables every write reads. Inside the
+        batch's transaction: ANALYZE counts the transaction's own rows, and the plans of
+        this connection are made again from the next statement on."""
+        tables = sql.SQL(", ").join(sql.Identifier(self.info.schema, t) for t in GROWING_TABLES)
+        await self.conn.execute(sql.SQL("ANALYZE {}").format(tables))
+        self._analysed_at = written
 
     async def _jump(self, from_offset: int, to_offset: int) -> None:
         """Move the stored position over records that write nothing (compare-and-set)."""

@@ -35,7 +35,12 @@ from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
 from tidegraph.indexer.relation_writes import attach_relations, reconcile_relations
-from tidegraph.indexer.write_context import ChangeSet, WriteContext, vec_text
+from tidegraph.indexer.write_context import (
+    ChangeSet,
+    WriteContext,
+    ensure_vector_types,
+    vec_param,
+)
 from tidegraph.schemas.names import name_key
 
 __all__ = ["ChangeSet", "WriteResult", "advance_only", "write_document"]
@@ -76,6 +81,7 @@ async def write_document(
     Runs in pipeline mode: statements whose results are not read (history moves, attribute
     updates, dormancy) travel together instead of one round trip each.
     """
+    await ensure_vector_types(conn)
     async with conn.transaction(), conn.pipeline():
         changes = ChangeSet(space)
         ctx = WriteContext(conn, info, embedder, changes, dict(doc.vectors) if doc else {})
@@ -175,15 +181,15 @@ async def _write_contribution(
     chunk_rows = await ctx.rows(
         "INSERT INTO {chunks} (space, doc_key, ordinal, text, content_hash, metadata,"
         " embedding, t_created)"
-        " SELECT %s, %s, o, t, %s, m, e::vector, %s"
-        " FROM unnest(%s::int[], %s::text[], %s::jsonb[], %s::text[]) AS u(o, t, m, e)"
+        " SELECT %s, %s, o, t, %s, m, e, %s"
+        " FROM unnest(%s::int[], %s::text[], %s::jsonb[], %b::vector[]) AS u(o, t, m, e)"
         " RETURNING id, ordinal",
         (
             doc.space, doc.doc_key, doc.content_hash, bt,
             [c.ordinal for c in doc.chunks],
             [c.text for c in doc.chunks],
             [Jsonb(c.metadata) for c in doc.chunks],
-            [vec_text(c.embedding) for c in doc.chunks],
+            [vec_param(c.embedding) for c in doc.chunks],
         ),
     )
     chunk_id = {int(o): int(i) for i, o in chunk_rows}
