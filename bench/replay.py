@@ -251,7 +251,7 @@ async def live_stall(dsn: str, realm: str, retired: str, committed_at: datetime)
         after = (await cur.fetchone() or (None,))[0]
     if before is None or after is None:
         return float("nan")
-    return (after - before).total_seconds()
+    return float((after - before).total_seconds())
 
 
 # -- the benchmark ----------------------------------------------------------------------
@@ -298,7 +298,8 @@ async def run(args: argparse.Namespace) -> None:
         trickle_docs = [document(rng, people, realm, f"new-{i:05d}.md", 100000 + i)
                         for i in range(10**4)]
         trickle = asyncio.create_task(
-            publish(bootstrap, topic, trickle_docs, rate=args.trickle, stop=stop))
+            publish(bootstrap, topic, trickle_docs, rate=args.trickle, stop=stop)
+            if args.trickle > 0 else asyncio.sleep(0))
         replay_env = dict(env)
         if replay_model is not None:
             replay_env["TIDEGRAPH_LLM_BASE_URL"] = replay_model.url
@@ -323,7 +324,7 @@ async def run(args: argparse.Namespace) -> None:
               f"{result['total_seconds']:.1f} s for {result['written']} documents including "
               f"catch-up with the trickle and the swap ({overall:.1f} documents/s overall, "
               f"{overall / live_rate:.1f}× live)")
-        print(f"replay after the indexes: {result['chase_seconds']:.1f} s following the live"
+        print(f"replay after the indexes: {result['follow_seconds']:.1f} s following the live"
               f" position (each write maintaining the indexes), {result['baseline_seconds']:.1f}"
               " s comparing old and new graph ahead of the lock")
         if replay_model is not None:
@@ -332,11 +333,12 @@ async def run(args: argparse.Namespace) -> None:
         swap = result["swap"]
         stall = await live_stall(dsn, realm, result["retired"],
                                  datetime.fromisoformat(swap["committed_at"]))
+        paused = (f"; with {args.trickle:g} documents/s arriving, the indexer's writes paused"
+                  f" {stall * 1000:.0f} ms across the swap (its retry backoff included)"
+                  if args.trickle > 0 else "")
         print(f"swap: live realm held {swap['hold_ms']:.0f} ms ({swap['catch_up_ms']:.0f} ms "
               f"applying {swap['catch_up_records']} records under the lock, "
-              f"{swap['diff_ms']:.0f} ms comparing old and new graph); with "
-              f"{args.trickle:g} documents/s arriving, the indexer's writes paused "
-              f"{stall * 1000:.0f} ms across the swap (its retry backoff included)")
+              f"{swap['diff_ms']:.0f} ms comparing old and new graph){paused}")
     finally:
         indexer.terminate()
         indexer.wait(30)
@@ -379,7 +381,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per model call")
     parser.add_argument("--concurrency", type=int, default=16, help="documents prepared at once")
     parser.add_argument("--trickle", type=float, default=2.0,
-                        help="documents/s published while the replay runs")
+                        help="documents/s published while the replay runs (0: none)")
     parser.add_argument("--fresh-names", action="store_true",
                         help="a new person in every mention (about 25 entities per document)")
     parser.add_argument("--keep", action="store_true",

@@ -218,7 +218,7 @@ class ReplayResult:
     config_changed: bool = False
     """The rebuild's configuration differs from the live realm's (extractor, embedder,
     vocabulary, aliases or groups)."""
-    chase_seconds: float = 0.0
+    follow_seconds: float = 0.0
     """Following the live position after the vector indexes were built (every write now
     maintains them), before the swap."""
     baseline_seconds: float = 0.0
@@ -255,7 +255,7 @@ class _Replay:
         self._conns: list[AsyncConnection[Any]] = []
         self.reader: PartitionReader | None = None
         self.applier: ShadowApplier | None = None
-        self.chase_seconds = 0.0
+        self.follow_seconds = 0.0
         self.baseline_seconds = 0.0
 
     async def _connect(self) -> AsyncConnection[Any]:
@@ -338,7 +338,7 @@ class _Replay:
             load_seconds=load_seconds, load_records=loaded[0], load_written=loaded[1],
             index_seconds=index_seconds,
             total_seconds=time.perf_counter() - self.started, swap=outcome,
-            config_changed=self.config_changed, chase_seconds=self.chase_seconds,
+            config_changed=self.config_changed, follow_seconds=self.follow_seconds,
             baseline_seconds=self.baseline_seconds,
         )
 
@@ -527,7 +527,7 @@ class _Replay:
         o = self.o
         chase_started = time.perf_counter()
         await self._run_to(self._bound, margin=o.swap_margin, within=o.chase_seconds)
-        self.chase_seconds = time.perf_counter() - chase_started
+        self.follow_seconds = time.perf_counter() - chase_started
         self._report("swapping")
         conn = await self._connect()
         retired = retired_schema(o.realm, await next_label(conn, o.realm, "retired"))

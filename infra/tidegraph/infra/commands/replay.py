@@ -238,7 +238,7 @@ def summary_json(r: ReplayResult) -> dict[str, Any]:
         "written": r.written, "load_seconds": round(r.load_seconds, 3),
         "load_records": r.load_records, "load_written": r.load_written,
         "index_seconds": round(r.index_seconds, 3), "total_seconds": round(r.total_seconds, 3),
-        "chase_seconds": round(r.chase_seconds, 3),
+        "follow_seconds": round(r.follow_seconds, 3),
         "baseline_seconds": round(r.baseline_seconds, 3),
     }
     if r.swap is not None:
