@@ -125,8 +125,10 @@ class ShadowApplier:
         """``counters.written`` when the shadow's statistics were last refreshed."""
 
     def forget(self) -> None:
-        """Drop remembered document states (after a rollback they may be ahead)."""
+        """Drop remembered document states (after a rollback they may be ahead), and the
+        statistics refresh, which a rollback undoes as well."""
         self._states.clear()
+        self._analysed_at = 0
 
     async def plan(self, first: int, end: int, msgs: list[Message]) -> Batch:
         """Decide every record of the realm in ``msgs`` and start preparing the applies."""
