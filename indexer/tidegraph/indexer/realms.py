@@ -17,6 +17,7 @@ from tidegraph.schemas.ddl import (
     realm_ddl,
     vector_index_ddl,
 )
+from tidegraph.schemas.locks import lock_realm_schema
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.upgrades import NameKeyConflict, add_name_keys
@@ -64,9 +65,7 @@ async def create_realm(
     schema = schema or realm_schema(realm)
     dimension = config.embedder_spec.dimension
     async with conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(%s))", ("tidegraph:realm:" + schema,)
-        )
+        await lock_realm_schema(conn, schema)
         await conn.execute(realm_ddl(schema, dimension))
         if vector_indexes:
             await conn.execute(vector_index_ddl(schema, dimension))

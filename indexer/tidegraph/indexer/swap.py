@@ -77,6 +77,7 @@ from tidegraph.indexer.diff import (
     patch,
 )
 from tidegraph.indexer.replay_errors import SwapLockTimeout, SwapRefused
+from tidegraph.schemas.locks import lock_realm_schema
 
 
 @dataclass(frozen=True)
@@ -210,9 +211,7 @@ async def _swap(
             sql.Literal(f"{int(plan.lock_timeout * 1000)}ms")
         )
     )
-    await conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtext(%s))", ("tidegraph:realm:" + plan.live,)
-    )
+    await lock_realm_schema(conn, plan.live)
     live_exists = await _exists(conn, plan.live)
     started = time.perf_counter()
     old_seq, old_last = 0, None

@@ -389,10 +389,11 @@ def _name_candidates(query: str, keywords: Keywords) -> list[str]:
     """Lowercase strings an entity name may equal: low-level keywords and short n-grams."""
     words = [name_key(w) for w in _WORD.findall(query)]
     out: dict[str, None] = {name_key(k): None for k in keywords.low}
+    keyword_keys = {name_key(k) for k in keywords.all}
     for n in (4, 3, 2, 1):
         for i in range(len(words) - n + 1):
             gram = " ".join(words[i : i + n])
-            if n > 1 or gram in {name_key(k) for k in keywords.all}:
+            if n > 1 or gram in keyword_keys:
                 out.setdefault(gram, None)
     return list(out)[:64]
 

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
+from tidegraph.schemas.locks import lock_realm_schema
 from tidegraph.schemas.names import name_key
 
 
@@ -38,9 +39,7 @@ async def add_name_keys(conn: AsyncConnection[Any], schema: str) -> None:
     entities = sql.Identifier(schema, "entities")
     try:
         async with conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", ("tidegraph:realm:" + schema,)
-            )
+            await lock_realm_schema(conn, schema)
             await conn.execute(
                 sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS name_key text").format(entities)
             )

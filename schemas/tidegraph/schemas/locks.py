@@ -1,0 +1,16 @@
+"""The advisory lock that serialises changes to one realm schema's layout.
+
+Creating a realm (or its shadow), upgrading an older layout and swapping a rebuilt schema
+in all take it, so none of them sees another half done.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+
+
+async def lock_realm_schema(conn: AsyncConnection[Any], schema: str) -> None:
+    """Hold the schema's layout lock until the current transaction ends."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("tidegraph:realm:" + schema,))
