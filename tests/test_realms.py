@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,6 +84,24 @@ async def test_realm_from_before_stored_name_keys_gets_them_on_open(
                 " VALUES ('default', 'OLGA ÅBERG', 'olga åberg', 'Person', '[0,0,1,0]', now())"
             )
         await open_realm(conn, realm)  # once upgraded, opening changes nothing
+
+
+async def test_concurrent_first_records_create_one_realm(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """Several writers meeting a new realm at once: the layout lock lets one create it and
+    the others find it (without it, concurrent CREATE ... IF NOT EXISTS collide)."""
+    realm = unique_name("r")
+    conns = [await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) for _ in range(4)]
+    try:
+        await ensure_control(conns[0])
+        infos = await asyncio.gather(
+            *(create_realm(c, realm, RealmConfig(embedder="hashing:8")) for c in conns)
+        )
+    finally:
+        for c in conns:
+            await c.close()
+    assert {(i.schema, i.dimension) for i in infos} == {(f"realm_{realm}", 8)}
 
 
 def test_realm_create_and_show_commands(
