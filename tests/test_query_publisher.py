@@ -4,6 +4,7 @@ when the holder dies, every change published in order, duplicates only as same-i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -44,6 +45,13 @@ async def write_some(graph: GraphHarness, start: int, count: int) -> None:
         await graph.upsert(
             f"d{i}", [([ent(f"P{i}"), ent(f"Q{i}")], [rel(f"P{i}", "knows", f"Q{i}")])]
         )
+
+
+async def write_apart(pg_dsn: str, graph: GraphHarness, start: int, count: int) -> None:
+    """Writes on a connection of its own: a pipelined write must not share its connection
+    with the test's concurrent reads."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as own:
+        await write_some(dataclasses.replace(graph, conn=own), start, count)
 
 
 async def outbox_ids(conn: psycopg.AsyncConnection[Any], graph: GraphHarness) -> list[str]:
@@ -228,6 +236,7 @@ async def test_two_serve_processes_one_killed_mid_stream(
     await write_some(graph, 0, 30)
     first = _serve(pg_dsn, kafka_bootstrap, prefix, realm, port_a := _free_port())
     second: subprocess.Popen[bytes] | None = None
+    writer: asyncio.Task[None] | None = None
     try:
         await _wait_healthy(port_a, first)
         deadline = time.monotonic() + 30
@@ -236,7 +245,7 @@ async def test_two_serve_processes_one_killed_mid_stream(
             await asyncio.sleep(0.05)
         second = _serve(pg_dsn, kafka_bootstrap, prefix, realm, port_b := _free_port())
         await _wait_healthy(port_b, second)
-        writer = asyncio.create_task(write_some(graph, 30, 150))
+        writer = asyncio.create_task(write_apart(pg_dsn, graph, 30, 150))
         await asyncio.sleep(1.0)
         killed_at = await published_seq(conn, realm)
         first.send_signal(signal.SIGKILL)  # mid-stream: writes keep landing in the outbox
@@ -251,6 +260,9 @@ async def test_two_serve_processes_one_killed_mid_stream(
             )
             assert r.status_code == 200 and len(r.json()["changes"]) > 0
     finally:
+        if writer is not None and not writer.done():
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
         for proc in (first, second):
             if proc is None:
                 continue
