@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
+import re
 import subprocess
 import sys
 
@@ -35,6 +37,35 @@ def test_unit_norm_and_deterministic(text: str) -> None:
     assert len(vector) == 64
     assert math.isclose(math.fsum(v * v for v in vector), 1.0, rel_tol=1e-9)
     assert HashingEmbedder(64).vector(text) == vector  # a fresh instance, an empty cache
+
+
+def _dense_reference(embedder: HashingEmbedder, text: str) -> list[float]:
+    """The definition written plainly: every bucket summed, then the whole vector scaled."""
+    values = [0.0] * embedder.dimension
+    for word in re.findall(r"\w+", text.lower()):
+        for key in embedder._features[word]:
+            values[key >> 1] += 1 if key & 1 else -1
+    norm = math.hypot(*values)
+    if norm == 0.0:
+        return [1.0] + [0.0] * (embedder.dimension - 1)
+    scale = 1.0 / norm
+    return [v * scale for v in values]
+
+
+@given(st.text(max_size=300))
+def test_vector_is_the_plain_definition_bit_for_bit(text: str) -> None:
+    # Stored vectors of a realm must keep matching the ones computed later for a query.
+    assert EMBEDDER.vector(text) == _dense_reference(EMBEDDER, text)
+
+
+def test_vectors_of_prose_are_the_plain_definition_bit_for_bit() -> None:
+    embedder = HashingEmbedder(384)
+    words = ["Ada", "Lovelace", "wrote", "notes", "on", "the", "Analytical", "Engine", "and",
+             "Charles", "Babbage", "designed", "it", "in", "London", "harbour", "guild", "1843"]
+    rng = random.Random(3)
+    for n in range(1, 400):
+        text = " ".join(rng.choice(words) for _ in range(n % 60 + 1)) + "."
+        assert embedder.vector(text) == _dense_reference(embedder, text), text
 
 
 def test_empty_text_is_a_fixed_unit_vector() -> None:
