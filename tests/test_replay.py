@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from aiokafka import AIOKafkaConsumer
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -509,3 +511,69 @@ async def test_differences_known_before_the_lock_are_brought_up_to_date_by_key(
     assert ("relation_restored", "default", "enemy_of") in {
         (k, s, p["relation"]["predicate"]) for k, s, p in feed_changes(full) if "relation" in p
     }
+
+
+def _unindexable_key() -> str:
+    """1,000 random supplementary-plane characters: 4,000 bytes in UTF-8, beyond the 2,704
+    bytes of a B-tree entry even after compression, yet within the contract's 1,024
+    characters."""
+    rng = random.Random(11)
+    return "".join(chr(rng.randrange(0x20000, 0x2A6DF)) for _ in range(1000))
+
+
+async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_partition(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    records = [
+        upsert(realm, "ada.md", "Ada Lovelace worked with Charles Babbage."),
+        # a NUL in the title: the version fails and withdraws what the first one taught
+        upsert(realm, "ada.md", "Ada Lovelace worked with Mary Somerville.", title="Notes\0"),
+        upsert(realm, "meta.md", "Mary Somerville knew Ada Lovelace.").model_copy(
+            update={"metadata": {"note": "a\0b"}}),  # jsonb has no NUL either
+        upsert(realm, _unindexable_key(), "Charles Babbage designed the Analytical Engine."),
+        delete(realm, "gone\0.md"),  # no such document can exist: a no-op
+        upsert(realm, "after.md", "Mary Somerville worked with Charles Babbage."),
+    ]
+    async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE):
+        await publish(topics, records)
+
+        async def all_passed() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+        await wait_for(all_passed, 60, "every record, refused ones included")
+
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(sql.SQL(
+            "SELECT doc_key, status, error, title FROM {}.documents ORDER BY doc_key"
+        ).format(sql.Identifier(live)))
+        docs = {k: (s, e, t) for k, s, e, t in await cur.fetchall()}
+    assert set(docs) == {"ada.md", "meta.md", "after.md"}  # the long key left no row
+    assert docs["after.md"][0] == "indexed"
+    for key in ("ada.md", "meta.md"):
+        status, error, title = docs[key]
+        assert status == "failed" and error.startswith("cannot be stored: ") and title is None
+    assert "NUL" in docs["ada.md"][1]
+    assert ("Ada Lovelace", "worked_with", "Charles Babbage", False, "current") not in (
+        await current_in(pg_dsn, live))
+
+    consumer = AIOKafkaConsumer(
+        topics.dlq, bootstrap_servers=topics.bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    dead: list[dict[str, bytes]] = []
+    try:
+        async with asyncio.timeout(30):
+            while len(dead) < 3:
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    dead.extend(dict(m.headers) for m in msgs)
+    finally:
+        await consumer.stop()
+    assert [h["tg-error-class"] for h in dead] == [b"unstorable"] * 3
+    assert [h["tg-origin"].rsplit(b"/", 1)[1] for h in dead] == [b"1", b"2", b"3"]
+    assert all(h["tg-error"].startswith(b"PostgreSQL refused a value") for h in dead)
+
+    # A rebuild meets the same refusals and records them the same way.
+    copy = await replay(topics, pg_dsn, realm, group, swap=False, label="refused")
+    assert copy.realm_records == len(records)
+    assert await schema_diff(pg_dsn, live, copy.schema) == []

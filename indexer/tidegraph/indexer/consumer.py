@@ -8,6 +8,9 @@ Kafka's committed offsets are refreshed afterwards only so standard tools can sh
 
 Failure handling (DESIGN invariant 8):
 * undecodable, schema-invalid or hash-mismatched records → DLQ, then the position advances;
+* a record PostgreSQL refuses a value of (a NUL character in its title, a key too long for
+  its index) → DLQ with the refusal, the version recorded as ``failed``, the position
+  advances: retrying would be refused the same way and hold up the partition for good;
 * retriable failures (database, model endpoint) → the partition pauses, seeks back to the
   failed record and retries after a bounded, growing backoff; nothing advances;
 * losing the partition (rebalance, fencing) → stop at once; the new owner continues.
@@ -16,6 +19,7 @@ Failure handling (DESIGN invariant 8):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -23,18 +27,25 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer import metrics, positions
-from tidegraph.indexer.errors import Fenced, RealmSwapped, classify_db_error
+from tidegraph.indexer.doc_states import load_states
+from tidegraph.indexer.errors import Fenced, RealmSwapped, classify_db_error, is_unstorable, refusal
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo, create_realm, ensure_control, open_realm
-from tidegraph.indexer.writer import advance_only, write_document
+from tidegraph.indexer.writer import (
+    WriteResult,
+    advance_only,
+    write_document,
+    write_unstorable,
+)
 from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import TidegraphError
@@ -294,7 +305,8 @@ class Indexer:
         async with self.pool.connection() as conn:
             for realm, docs in keys.items():
                 infos[realm] = info = await self._realm(conn, realm)
-                states.update(await _load_states(conn, info, docs))
+                stored = await load_states(conn, info.schema, docs)
+                states.update({(realm, s, k): state for (s, k), state in stored.items()})
         out: list[_Item] = []
         for it in decoded:
             rec = it.record
@@ -357,21 +369,47 @@ class Indexer:
             metrics.RECORDS.labels(_realm_label(msg), "dead_lettered").inc()
             self.applied += 1
             return
-        if isinstance(prepared, BaseException):
-            raise prepared
         started = time.perf_counter()
         info = item.info
         assert info is not None
-        async with self.pool.connection() as conn:
-            result = await write_document(
-                conn, info, pos, self._embedder_for(info),
-                prepared if item.action is Action.APPLY else None,
-                space=rec.space, doc_key=rec.doc_key, source_version=rec.source_version,
-            )
-        outcome = {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
+        try:
+            if isinstance(prepared, BaseException):
+                raise prepared
+            async with self.pool.connection() as conn:
+                result: WriteResult | None = await write_document(
+                    conn, info, pos, self._embedder_for(info),
+                    prepared if item.action is Action.APPLY else None,
+                    space=rec.space, doc_key=rec.doc_key, source_version=rec.source_version,
+                )
+        except psycopg.Error as exc:
+            if not is_unstorable(exc):
+                raise
+            result = await self._refused(item, pos, exc)
+        outcome = (
+            "unstorable" if result is None
+            else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
+        )
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         metrics.RECORDS.labels(rec.realm, outcome).inc()
         self.applied += 1
+
+    async def _refused(
+        self, item: _Item, pos: RecordPosition, exc: psycopg.Error
+    ) -> WriteResult | None:
+        """A value of the record cannot be stored: a DLQ copy with the refusal, the version
+        recorded as failed where even that is possible, and the partition moves on."""
+        assert self.pool is not None and item.record is not None and item.info is not None
+        rec = item.record
+        await self._dead_letter(dataclasses.replace(
+            item, error=f"PostgreSQL refused a value of the record: {refusal(exc)}",
+            error_class="unstorable",
+        ))
+        async with self.pool.connection() as conn:
+            return await write_unstorable(
+                conn, item.info, pos, self._embedder_for(item.info), exc, space=rec.space,
+                doc_key=rec.doc_key, content_hash=rec.content_hash,
+                source_version=rec.source_version,
+            )
 
     async def _dead_letter(self, item: _Item) -> None:
         assert self.producer is not None
@@ -513,22 +551,6 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         await self.indexer.on_assigned(assigned)
-
-
-async def _load_states(
-    conn: AsyncConnection[Any], info: RealmInfo, docs: set[tuple[str, str]]
-) -> dict[tuple[str, str, str], DocState]:
-    ordered = sorted(docs)
-    cur = await conn.execute(
-        sql.SQL(
-            "SELECT d.space, d.doc_key, d.status, d.content_hash, d.source_version FROM {} d"
-            " JOIN unnest(%s::text[], %s::text[]) AS k(s, k) ON d.space = k.s AND d.doc_key = k.k"
-        ).format(sql.Identifier(info.schema, "documents")),
-        ([d[0] for d in ordered], [d[1] for d in ordered]),
-    )
-    return {
-        (info.realm, s, k): DocState(status, h, v) for s, k, status, h, v in await cur.fetchall()
-    }
 
 
 def _realm_label(msg: ConsumerRecord[bytes, bytes]) -> str:

@@ -8,7 +8,9 @@
         ├── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
         └── RealmSwapped          a replay replaced the realm's schema under this write
 
-``classify_db_error`` maps psycopg's SQLSTATE classes onto ``retriable``.
+``classify_db_error`` maps psycopg's SQLSTATE classes onto ``retriable``;
+``is_unstorable`` recognises the errors no retry can cure because they come from the
+record's own data (a NUL character in a text, a key too long for its index).
 """
 
 from __future__ import annotations
@@ -57,6 +59,23 @@ class RealmSwapped(TransientError):
 
 
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")
+_DATA_SQLSTATE_CLASSES = ("22", "54")
+"""Data exception (invalid text, untranslatable character, value out of range) and program
+limit exceeded (an index row larger than a page allows)."""
+
+
+def refusal(exc: BaseException) -> str:
+    """The first line of PostgreSQL's refusal (its detail may quote the refused value)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def is_unstorable(exc: BaseException) -> bool:
+    """True when PostgreSQL refused a value of the record itself: writing the same record
+    again fails the same way, so it is recorded as failed instead of retried."""
+    if isinstance(exc, psycopg.DataError):
+        return True  # also raised client-side, before sending, for a NUL in a text
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in _DATA_SQLSTATE_CLASSES
 
 
 def classify_db_error(exc: BaseException) -> BaseException:

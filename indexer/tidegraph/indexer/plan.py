@@ -82,10 +82,14 @@ class PreparedDocument:
     chunks: tuple[PreparedChunk, ...]
     vectors: dict[str, list[float]]
     """Embeddings of entity and relation texts computed ahead, keyed by text."""
+    refused: str | None = None
+    """Why the version cannot be stored at all (see ``writer.write_unstorable``)."""
 
     @property
     def failure(self) -> str | None:
         """Why the document as a whole yields no structure (every chunk empty or failed)."""
+        if self.refused is not None:
+            return self.refused
         if any(c.entities or c.relations for c in self.chunks):
             return None
         reasons = sorted({c.error for c in self.chunks if c.error})

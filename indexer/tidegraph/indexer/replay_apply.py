@@ -30,15 +30,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, sql
 
-from tidegraph.indexer.errors import Fenced
+from tidegraph.indexer.doc_states import load_states
+from tidegraph.indexer.errors import Fenced, is_unstorable
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
 from tidegraph.indexer.replay_log import Message, decode_for_realm, log_time
-from tidegraph.indexer.writer import write_document
+from tidegraph.indexer.writer import write_document, write_unstorable
 from tidegraph.schemas.documents import DocumentVersion
 
 ANALYSE_FIRST = 32
@@ -51,6 +53,8 @@ GROWING_TABLES = (
 
 Prepare = Callable[[DocumentVersion, RealmInfo], Awaitable[PreparedDocument]]
 EmbedderFor = Callable[[RealmInfo], Embedder]
+Outcome = PreparedDocument | BaseException
+"""A prepared document, or what preparing it raised (raised again when it is written)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class Batch:
     """Records of any realm this batch covers."""
     items: list[Planned]
     """The realm's records in it, in log order."""
-    prepared: asyncio.Task[dict[int, PreparedDocument | BaseException]] | None = None
+    prepared: asyncio.Task[dict[int, Outcome]] | None = None
 
 
 @dataclass
@@ -138,7 +142,8 @@ class ShadowApplier:
             if r is not None and (r.space, r.doc_key) not in self._states
         }
         if unknown:
-            self._states.update(await self._load_states(unknown))
+            stored = await load_states(self.conn, self.info.schema, unknown)
+            self._states.update({key: stored.get(key) for key in unknown})
         items: list[Planned] = []
         for msg, rec in decoded:
             if rec is None:
@@ -158,8 +163,8 @@ class ShadowApplier:
 
     async def _prepare_all(
         self, todo: list[Planned]
-    ) -> dict[int, PreparedDocument | BaseException]:
-        async def one(item: Planned) -> tuple[int, PreparedDocument | BaseException]:
+    ) -> dict[int, Outcome]:
+        async def one(item: Planned) -> tuple[int, Outcome]:
             async with self._sem:
                 try:
                     return item.msg.offset, await self._prepare(item.record, self.info)
@@ -181,8 +186,6 @@ class ShadowApplier:
                 if item.action not in (Action.APPLY, Action.DELETE):
                     continue
                 doc = prepared.get(item.msg.offset) if item.action is Action.APPLY else None
-                if isinstance(doc, BaseException):
-                    raise doc
                 offset = item.msg.offset
                 if at != offset:
                     await self._jump(at, offset)
@@ -191,10 +194,7 @@ class ShadowApplier:
                     offset, self.position.epoch, log_time(item.msg),
                 )
                 try:
-                    await write_document(
-                        self.conn, self.info, pos, embedder, doc, space=item.record.space,
-                        doc_key=item.record.doc_key, source_version=item.record.source_version,
-                    )
+                    await self._write_one(pos, embedder, item.record, doc)
                 except BaseException as exc:
                     exc.add_note(f"writing offset {offset} ({item.record.doc_key!r})")
                     raise
@@ -208,6 +208,28 @@ class ShadowApplier:
         self.counters.read += batch.read
         self.counters.realm_records += len(batch.items)
         self.counters.written += written
+
+    async def _write_one(
+        self, pos: RecordPosition, embedder: Embedder, record: DocumentVersion,
+        doc: Outcome | None,
+    ) -> None:
+        """One record as the live indexer writes it, a version PostgreSQL refuses a value
+        of included (recorded as failed, never retried)."""
+        try:
+            if isinstance(doc, BaseException):
+                raise doc
+            await write_document(
+                self.conn, self.info, pos, embedder, doc, space=record.space,
+                doc_key=record.doc_key, source_version=record.source_version,
+            )
+        except psycopg.Error as exc:
+            if not is_unstorable(exc):
+                raise
+            await write_unstorable(
+                self.conn, self.info, pos, embedder, exc, space=record.space,
+                doc_key=record.doc_key, content_hash=record.content_hash,
+                source_version=record.source_version,
+            )
 
     async def _analyse(self, written: int) -> None:
         """Refresh the planner's statistics of the tables every write reads. Inside the
@@ -228,20 +250,3 @@ class ShadowApplier:
         )
         if cur.rowcount != 1:
             raise Fenced(p.topic, p.partition, from_offset)
-
-    async def _load_states(
-        self, docs: set[tuple[str, str]]
-    ) -> dict[tuple[str, str], DocState | None]:
-        ordered = sorted(docs)
-        cur = await self.conn.execute(
-            sql.SQL(
-                "SELECT d.space, d.doc_key, d.status, d.content_hash, d.source_version FROM {} d"
-                " JOIN unnest(%s::text[], %s::text[]) AS k(s, k)"
-                " ON d.space = k.s AND d.doc_key = k.k"
-            ).format(sql.Identifier(self.info.schema, "documents")),
-            ([d[0] for d in ordered], [d[1] for d in ordered]),
-        )
-        found: dict[tuple[str, str], DocState | None] = dict.fromkeys(ordered)
-        for s, k, status, h, v in await cur.fetchall():
-            found[(s, k)] = DocState(status, h, v)
-        return found

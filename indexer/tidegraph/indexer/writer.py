@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tidegraph.indexer import positions
 from tidegraph.indexer.entity_writes import reconcile_entities, resolve_entities
-from tidegraph.indexer.errors import RealmSwapped
+from tidegraph.indexer.errors import RealmSwapped, is_unstorable, refusal
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
@@ -43,7 +44,7 @@ from tidegraph.indexer.write_context import (
 )
 from tidegraph.schemas.names import name_key
 
-__all__ = ["ChangeSet", "WriteResult", "advance_only", "write_document"]
+__all__ = ["ChangeSet", "WriteResult", "advance_only", "write_document", "write_unstorable"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,38 @@ async def write_document(
             conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
         )
     return WriteResult(seq, tuple(k for k, _, _ in changes.items), status)
+
+
+async def write_unstorable(
+    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
+    error: BaseException, *, space: str, doc_key: str, content_hash: str | None,
+    source_version: str | None,
+) -> WriteResult | None:
+    """Record a version PostgreSQL refused a value of (:func:`errors.is_unstorable`).
+
+    An upsert is written as ``failed`` with only its identity, hash and the refusal — none
+    of its text or attributes — and, like any failed version, replaces what the previous
+    version taught. When even that is refused (a key too long for its index), or for a
+    delete, only the position moves and ``None`` is returned. The record is never retried:
+    the same values would be refused again.
+    """
+    if content_hash is not None:
+        reason = "cannot be stored: " + refusal(error)
+        refused = PreparedDocument(
+            space=space, doc_key=doc_key, content_hash=content_hash, source_version=None,
+            order_key=None, title=None, source=None, metadata={}, chunks=(), vectors={},
+            refused=reason,
+        )
+        try:
+            return await write_document(
+                conn, info, pos, embedder, refused, space=space, doc_key=doc_key,
+                source_version=source_version,
+            )
+        except psycopg.Error as exc:
+            if not is_unstorable(exc):
+                raise
+    await advance_only(conn, pos)
+    return None
 
 
 async def _begin(ctx: WriteContext, log_time: datetime) -> tuple[int, datetime, bool]:
