@@ -207,17 +207,22 @@ async def reconcile_relations(ctx: WriteContext, touched: set[int], bt: datetime
             extra = {"superseded_by": str(by)} if by is not None else {}
             ctx.changes.add(kind, space, relation=ref, **extra)
     if attr_updates:
-        await ctx.many(
-            "UPDATE {relations} SET weight = %s, order_key = %s, description = %s,"
-            " confidence = %s, valid_from = %s, valid_to = %s,"
-            " valid_from_d = %s, valid_to_d = %s WHERE id = %s",
-            attr_updates,
+        await ctx.run(
+            "UPDATE {relations} r SET weight = u.w, order_key = u.k, description = u.d,"
+            " confidence = u.c, valid_from = u.f, valid_to = u.t,"
+            " valid_from_d = u.fd, valid_to_d = u.td"
+            " FROM unnest(%s::int[], %s::text[], %s::text[], %s::float8[], %s::text[],"
+            " %s::text[], %s::date[], %s::date[], %s::bigint[])"
+            " AS u(w, k, d, c, f, t, fd, td, i) WHERE r.id = u.i",
+            [list(column) for column in zip(*attr_updates, strict=True)],
         )
     if text_updates:
         vecs = await ctx.embeddings([t for _, t in text_updates])
-        await ctx.many(
-            "UPDATE {relations} SET rendered = %s, embedding = %b WHERE id = %s",
-            [(t, v, rid) for (rid, t), v in zip(text_updates, vecs, strict=True)],
+        await ctx.run(
+            "UPDATE {relations} r SET rendered = u.t, embedding = u.e"
+            " FROM unnest(%s::text[], %b::vector[], %s::bigint[]) AS u(t, e, i)"
+            " WHERE r.id = u.i",
+            ([t for _, t in text_updates], vecs, [rid for rid, _ in text_updates]),
         )
     if zeroed:
         await ctx.run("UPDATE {relations} SET weight = 0 WHERE id = ANY(%s)", (zeroed,))
