@@ -535,6 +535,7 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
             update={"metadata": {"note": "a\0b"}}),  # jsonb has no NUL either
         upsert(realm, _unindexable_key(), "Charles Babbage designed the Analytical Engine."),
         delete(realm, "gone\0.md"),  # no such document can exist: a no-op
+        upsert(realm, "version.md", "Ada Lovelace knew Mary Somerville.", source_version="7\0"),
         upsert(realm, "after.md", "Mary Somerville worked with Charles Babbage."),
     ]
     async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE):
@@ -546,14 +547,15 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
 
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute(sql.SQL(
-            "SELECT doc_key, status, error, title FROM {}.documents ORDER BY doc_key"
+            "SELECT doc_key, status, error, title, source_version FROM {}.documents"
         ).format(sql.Identifier(live)))
-        docs = {k: (s, e, t) for k, s, e, t in await cur.fetchall()}
-    assert set(docs) == {"ada.md", "meta.md", "after.md"}  # the long key left no row
+        docs = {k: (s, e, t, v) for k, s, e, t, v in await cur.fetchall()}
+    assert set(docs) == {"ada.md", "meta.md", "version.md", "after.md"}  # no long key row
     assert docs["after.md"][0] == "indexed"
-    for key in ("ada.md", "meta.md"):
-        status, error, title = docs[key]
+    for key in ("ada.md", "meta.md", "version.md"):
+        status, error, title, version = docs[key]
         assert status == "failed" and error.startswith("cannot be stored: ") and title is None
+        assert version is None
     assert "NUL" in docs["ada.md"][1]
     assert ("Ada Lovelace", "worked_with", "Charles Babbage", False, "current") not in (
         await current_in(pg_dsn, live))
@@ -564,13 +566,13 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
     dead: list[dict[str, bytes]] = []
     try:
         async with asyncio.timeout(30):
-            while len(dead) < 3:
+            while len(dead) < 4:
                 for msgs in (await consumer.getmany(timeout_ms=500)).values():
                     dead.extend(dict(m.headers) for m in msgs)
     finally:
         await consumer.stop()
-    assert [h["tg-error-class"] for h in dead] == [b"unstorable"] * 3
-    assert [h["tg-origin"].rsplit(b"/", 1)[1] for h in dead] == [b"1", b"2", b"3"]
+    assert [h["tg-error-class"] for h in dead] == [b"unstorable"] * 4
+    assert [h["tg-origin"].rsplit(b"/", 1)[1] for h in dead] == [b"1", b"2", b"3", b"5"]
     assert all(h["tg-error"].startswith(b"PostgreSQL refused a value") for h in dead)
 
     # A rebuild meets the same refusals and records them the same way.

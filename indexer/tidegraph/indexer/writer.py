@@ -138,7 +138,8 @@ async def write_unstorable(
         try:
             return await write_document(
                 conn, info, pos, embedder, refused, space=space, doc_key=doc_key,
-                source_version=source_version,
+                source_version=None if source_version and "\0" in source_version
+                else source_version,
             )
         except psycopg.Error as exc:
             if not is_unstorable(exc):
