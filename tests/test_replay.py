@@ -536,6 +536,8 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
         upsert(realm, _unindexable_key(), "Charles Babbage designed the Analytical Engine."),
         delete(realm, "gone\0.md"),  # no such document can exist: a no-op
         upsert(realm, "version.md", "Ada Lovelace knew Mary Somerville.", source_version="7\0"),
+        # a NUL in the text only reads as a space: the document is indexed
+        upsert(realm, "text.md", "Grace Hopper\0worked with Howard Aiken.\0"),
         upsert(realm, "after.md", "Mary Somerville worked with Charles Babbage."),
     ]
     async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE):
@@ -550,15 +552,16 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
             "SELECT doc_key, status, error, title, source_version FROM {}.documents"
         ).format(sql.Identifier(live)))
         docs = {k: (s, e, t, v) for k, s, e, t, v in await cur.fetchall()}
-    assert set(docs) == {"ada.md", "meta.md", "version.md", "after.md"}  # no long key row
-    assert docs["after.md"][0] == "indexed"
+    assert set(docs) == {"ada.md", "meta.md", "version.md", "text.md", "after.md"}
+    assert docs["after.md"][0] == "indexed" and docs["text.md"][0] == "indexed"
     for key in ("ada.md", "meta.md", "version.md"):
         status, error, title, version = docs[key]
         assert status == "failed" and error.startswith("cannot be stored: ") and title is None
         assert version is None
     assert "NUL" in docs["ada.md"][1]
-    assert ("Ada Lovelace", "worked_with", "Charles Babbage", False, "current") not in (
-        await current_in(pg_dsn, live))
+    current = await current_in(pg_dsn, live)
+    assert ("Ada Lovelace", "worked_with", "Charles Babbage", False, "current") not in current
+    assert ("Grace Hopper", "worked_with", "Howard Aiken", False, "current") in current
 
     consumer = AIOKafkaConsumer(
         topics.dlq, bootstrap_servers=topics.bootstrap, auto_offset_reset="earliest")

@@ -66,7 +66,10 @@ class Pipeline:
         extractor = self._extractor_for(info)
         embedder = self._embedder_for(info)
         vocab = self._vocabulary(info)
-        chunks = chunk_document(record.content, self.config.chunk_chars, self.config.overlap_chars)
+        # A NUL reads as a space (text pulled out of binary formats carries strays):
+        # PostgreSQL text cannot hold one, and the same length keeps every offset.
+        text = record.content.replace("\0", " ")
+        chunks = chunk_document(text, self.config.chunk_chars, self.config.overlap_chars)
         known: dict[str, None] = {}
         facts: list[tuple[Chunk, tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]] = []
         for chunk in chunks:
