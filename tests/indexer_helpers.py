@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from psycopg import sql
 
 from tidegraph.connectors.topics import ensure_topic_specs
@@ -214,3 +214,23 @@ async def outbox(pg_dsn: str, realm: str) -> list[tuple[int, int, str]]:
             sql.SQL("SELECT seq, idx, kind FROM {}.outbox ORDER BY seq, idx").format(schema)
         )
         return [(int(a), int(b), str(c)) for a, b, c in await cur.fetchall()]
+
+
+async def dead_letters(topics: Topics, n: int) -> list[tuple[bytes | None, dict[str, bytes]]]:
+    """The first ``n`` records of the DLQ (fewer if they do not come within ~10 s): value
+    and headers."""
+    consumer = AIOKafkaConsumer(
+        topics.dlq, bootstrap_servers=topics.bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    out: list[tuple[bytes | None, dict[str, bytes]]] = []
+    try:
+        for _ in range(50):
+            batch = await consumer.getmany(timeout_ms=200)
+            for msgs in batch.values():
+                out.extend((m.value, dict(m.headers)) for m in msgs)
+            if len(out) >= n:
+                break
+    finally:
+        await consumer.stop()
+    return out

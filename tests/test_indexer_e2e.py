@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
@@ -15,6 +14,7 @@ from tidegraph.schemas.realm_config import preset
 
 from indexer_helpers import (
     Topics,
+    dead_letters,
     delete,
     make_topics,
     outbox,
@@ -36,24 +36,6 @@ async def _applied(pg_dsn: str, group: str, topics: Topics, n: int) -> None:
     async def done() -> bool:
         return await stored_position(pg_dsn, group, topics.documents) >= n
     await wait_for(done, 60, f"{n} records applied")
-
-
-async def _dlq(topics: Topics, n: int) -> list[tuple[bytes | None, dict[str, bytes]]]:
-    consumer = AIOKafkaConsumer(
-        topics.dlq, bootstrap_servers=topics.bootstrap, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    out: list[tuple[bytes | None, dict[str, bytes]]] = []
-    try:
-        for _ in range(50):
-            batch = await consumer.getmany(timeout_ms=200)
-            for msgs in batch.values():
-                out.extend((m.value, dict(m.headers)) for m in msgs)
-            if len(out) >= n:
-                break
-    finally:
-        await consumer.stop()
-    return out
 
 
 def _with_wrong_hash(doc: DocumentVersion) -> DocumentVersion:
@@ -102,7 +84,7 @@ async def test_apply_noop_stale_delete_and_dead_letters(
         assert {"document_replaced", "document_deleted", "relation_retracted",
                 "entity_dormant"} <= set(kinds)
 
-    dead = await _dlq(topics, 2)
+    dead = await dead_letters(topics, 2)
     assert len(dead) == 2
     classes = sorted(h["tg-error-class"].decode() for _, h in dead)
     assert classes == ["hash_mismatch", "invalid"]

@@ -15,7 +15,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from aiokafka import AIOKafkaConsumer
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -33,6 +32,7 @@ from tidegraph.schemas.realm_config import RealmConfig, preset
 from indexer_helpers import (
     Topics,
     believed_at,
+    dead_letters,
     delete,
     make_topics,
     outbox,
@@ -563,17 +563,7 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
     assert ("Ada Lovelace", "worked_with", "Charles Babbage", False, "current") not in current
     assert ("Grace Hopper", "worked_with", "Howard Aiken", False, "current") in current
 
-    consumer = AIOKafkaConsumer(
-        topics.dlq, bootstrap_servers=topics.bootstrap, auto_offset_reset="earliest")
-    await consumer.start()
-    dead: list[dict[str, bytes]] = []
-    try:
-        async with asyncio.timeout(30):
-            while len(dead) < 4:
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    dead.extend(dict(m.headers) for m in msgs)
-    finally:
-        await consumer.stop()
+    dead = [headers for _, headers in await dead_letters(topics, 4)]
     assert [h["tg-error-class"] for h in dead] == [b"unstorable"] * 4
     assert [h["tg-origin"].rsplit(b"/", 1)[1] for h in dead] == [b"1", b"2", b"3", b"5"]
     assert all(h["tg-error"].startswith(b"PostgreSQL refused a value") for h in dead)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from psycopg import AsyncConnection
@@ -35,17 +34,12 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer import metrics, positions
 from tidegraph.indexer.doc_states import load_states
-from tidegraph.indexer.errors import Fenced, RealmSwapped, classify_db_error, is_unstorable, refusal
+from tidegraph.indexer.errors import Fenced, RealmSwapped, classify_db_error, refusal
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo, create_realm, ensure_control, open_realm
-from tidegraph.indexer.writer import (
-    WriteResult,
-    advance_only,
-    write_document,
-    write_unstorable,
-)
+from tidegraph.indexer.writer import advance_only, write_record
 from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import TidegraphError
@@ -372,19 +366,17 @@ class Indexer:
         started = time.perf_counter()
         info = item.info
         assert info is not None
-        try:
-            if isinstance(prepared, BaseException):
-                raise prepared
-            async with self.pool.connection() as conn:
-                result: WriteResult | None = await write_document(
-                    conn, info, pos, self._embedder_for(info),
-                    prepared if item.action is Action.APPLY else None,
-                    space=rec.space, doc_key=rec.doc_key, source_version=rec.source_version,
-                )
-        except psycopg.Error as exc:
-            if not is_unstorable(exc):
-                raise
-            result = await self._refused(item, pos, exc)
+        async with self.pool.connection() as conn:
+            result = await write_record(
+                conn, info, pos, self._embedder_for(info),
+                prepared if item.action is Action.APPLY else None,
+                space=rec.space, doc_key=rec.doc_key, content_hash=rec.content_hash,
+                source_version=rec.source_version,
+                on_refused=lambda exc: self._dead_letter(dataclasses.replace(
+                    item, error=f"PostgreSQL refused a value of the record: {refusal(exc)}",
+                    error_class="unstorable",
+                )),
+            )
         outcome = (
             "unstorable" if result is None
             else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
@@ -392,24 +384,6 @@ class Indexer:
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         metrics.RECORDS.labels(rec.realm, outcome).inc()
         self.applied += 1
-
-    async def _refused(
-        self, item: _Item, pos: RecordPosition, exc: psycopg.Error
-    ) -> WriteResult | None:
-        """A value of the record cannot be stored: a DLQ copy with the refusal, the version
-        recorded as failed where even that is possible, and the partition moves on."""
-        assert self.pool is not None and item.record is not None and item.info is not None
-        rec = item.record
-        await self._dead_letter(dataclasses.replace(
-            item, error=f"PostgreSQL refused a value of the record: {refusal(exc)}",
-            error_class="unstorable",
-        ))
-        async with self.pool.connection() as conn:
-            return await write_unstorable(
-                conn, item.info, pos, self._embedder_for(item.info), exc, space=rec.space,
-                doc_key=rec.doc_key, content_hash=rec.content_hash,
-                source_version=rec.source_version,
-            )
 
     async def _dead_letter(self, item: _Item) -> None:
         assert self.producer is not None

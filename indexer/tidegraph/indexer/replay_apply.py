@@ -30,17 +30,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection, sql
 
 from tidegraph.indexer.doc_states import load_states
-from tidegraph.indexer.errors import Fenced, is_unstorable
+from tidegraph.indexer.errors import Fenced
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
 from tidegraph.indexer.replay_log import Message, decode_for_realm, log_time
-from tidegraph.indexer.writer import write_document, write_unstorable
+from tidegraph.indexer.writer import write_record
 from tidegraph.schemas.documents import DocumentVersion
 
 ANALYSE_FIRST = 32
@@ -194,7 +193,11 @@ class ShadowApplier:
                     offset, self.position.epoch, log_time(item.msg),
                 )
                 try:
-                    await self._write_one(pos, embedder, item.record, doc)
+                    await write_record(
+                        self.conn, self.info, pos, embedder, doc, space=item.record.space,
+                        doc_key=item.record.doc_key, content_hash=item.record.content_hash,
+                        source_version=item.record.source_version,
+                    )
                 except BaseException as exc:
                     exc.add_note(f"writing offset {offset} ({item.record.doc_key!r})")
                     raise
@@ -208,28 +211,6 @@ class ShadowApplier:
         self.counters.read += batch.read
         self.counters.realm_records += len(batch.items)
         self.counters.written += written
-
-    async def _write_one(
-        self, pos: RecordPosition, embedder: Embedder, record: DocumentVersion,
-        doc: Outcome | None,
-    ) -> None:
-        """One record as the live indexer writes it, a version PostgreSQL refuses a value
-        of included (recorded as failed, never retried)."""
-        try:
-            if isinstance(doc, BaseException):
-                raise doc
-            await write_document(
-                self.conn, self.info, pos, embedder, doc, space=record.space,
-                doc_key=record.doc_key, source_version=record.source_version,
-            )
-        except psycopg.Error as exc:
-            if not is_unstorable(exc):
-                raise
-            await write_unstorable(
-                self.conn, self.info, pos, embedder, exc, space=record.space,
-                doc_key=record.doc_key, content_hash=record.content_hash,
-                source_version=record.source_version,
-            )
 
     async def _analyse(self, written: int) -> None:
         """Refresh the planner's statistics of the tables every write reads. Inside the

@@ -21,6 +21,7 @@ neither skips nor repeats a record.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,7 +45,12 @@ from tidegraph.indexer.write_context import (
 )
 from tidegraph.schemas.names import name_key
 
-__all__ = ["ChangeSet", "WriteResult", "advance_only", "write_document", "write_unstorable"]
+__all__ = [
+    "ChangeSet", "WriteResult", "advance_only", "write_document", "write_record",
+    "write_unstorable",
+]
+
+OnRefused = Callable[[psycopg.Error], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,32 @@ async def write_document(
             conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
         )
     return WriteResult(seq, tuple(k for k, _, _ in changes.items), status)
+
+
+async def write_record(
+    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
+    doc: PreparedDocument | BaseException | None, *, space: str, doc_key: str,
+    content_hash: str | None, source_version: str | None, on_refused: OnRefused | None = None,
+) -> WriteResult | None:
+    """One record as the indexer and a replay apply it: :func:`write_document`, or — when
+    PostgreSQL refuses a value of the record, in the write or in its preparation (``doc``
+    is then what preparing raised) — ``on_refused`` and :func:`write_unstorable`."""
+    try:
+        if isinstance(doc, BaseException):
+            raise doc
+        return await write_document(
+            conn, info, pos, embedder, doc, space=space, doc_key=doc_key,
+            source_version=source_version,
+        )
+    except psycopg.Error as exc:
+        if not is_unstorable(exc):
+            raise
+        if on_refused is not None:
+            await on_refused(exc)
+        return await write_unstorable(
+            conn, info, pos, embedder, exc, space=space, doc_key=doc_key,
+            content_hash=content_hash, source_version=source_version,
+        )
 
 
 async def write_unstorable(
