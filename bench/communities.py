@@ -155,7 +155,7 @@ async def end_to_end(dsn: str, n: int) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await ensure_control(conn)
         info = await create_realm(
-            conn, realm, RealmConfig(embedder=f"hashing:{DIM}"), vector_indexes=False
+            conn, realm, RealmConfig(embedder=f"hashing:{DIM}"), search_indexes=False
         )
         s = sql.Identifier(info.schema)
         try:

@@ -67,7 +67,7 @@ from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.retrieval import _query_texts
-from tidegraph.schemas.ddl import vector_index_ddl
+from tidegraph.schemas.ddl import search_index_ddl
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
@@ -266,7 +266,7 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
         t = time.perf_counter()
         conn.execute("SET maintenance_work_mem = '1GB'")
         conn.execute("SET max_parallel_maintenance_workers = 1")
-        conn.execute(vector_index_ddl(schema, DIM))
+        conn.execute(search_index_ddl(schema, DIM))
         print(f"  HNSW indexes built in {time.perf_counter() - t:.1f}s", flush=True)
 
 
@@ -293,7 +293,7 @@ async def _create_bare(dsn: str, realm: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await ensure_control(conn)
         await create_realm(conn, realm, RealmConfig(embedder=f"hashing:{DIM}"),
-                           vector_indexes=False)
+                           search_indexes=False)
 
 
 # ---------------------------------------------------------------------------- measuring

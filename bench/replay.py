@@ -10,8 +10,9 @@ warm, while the indexer keeps running and a trickle of new documents keeps arriv
 swaps it in. Prints:
 
 - live indexing: documents/s applied from a backlog (cold cache: every chunk is extracted);
-- replay: records/s and documents/s of the load (bulk: no vector indexes, batched
-  commits), the vector index build, the total, and the ratio to live indexing;
+- replay: records/s and documents/s of the load (bulk: no search indexes or foreign keys,
+  batched commits), adding the keys and building the indexes, the total, and the ratio
+  to live indexing;
 - model calls made by the replay (its own endpoint instance, so the count is its alone);
 - the swap: how long the live realm's lock was held, records applied under it, and the
   longest pause between two trickle documents applied by the indexer around the swap.
@@ -320,7 +321,7 @@ async def run(args: argparse.Namespace) -> None:
               f"{written / load:.1f} documents/s ({written} documents in {load:.1f} s) — "
               f"{written / load / live_rate:.1f}× live indexing")
         overall = result["written"] / result["total_seconds"]
-        print(f"replay vector indexes: {result['index_seconds']:.1f} s; total "
+        print(f"replay foreign keys and search indexes: {result['index_seconds']:.1f} s; total "
               f"{result['total_seconds']:.1f} s for {result['written']} documents including "
               f"catch-up with the trickle and the swap ({overall:.1f} documents/s overall, "
               f"{overall / live_rate:.1f}× live)")

@@ -12,6 +12,7 @@ import pytest
 from tidegraph.indexer.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.indexer.realms import check_embedder, create_realm, ensure_control, open_realm
 from tidegraph.infra.cli import main
+from tidegraph.schemas.ddl import FOREIGN_KEYS, drop_foreign_keys_ddl, foreign_keys_ddl
 from tidegraph.schemas.realm_config import RealmConfig
 
 pytestmark = pytest.mark.postgres
@@ -52,6 +53,42 @@ async def test_another_embedder_than_the_pinned_one_fails_loudly(
         # Creating it again with another embedder keeps what was pinned.
         again = await create_realm(conn, realm, RealmConfig(embedder="hashing:64"))
         assert again.embedder == "hashing:32"
+
+
+async def _foreign_keys(
+    conn: psycopg.AsyncConnection[object], schema: str
+) -> set[tuple[str, str, str]]:
+    cur = await conn.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)"
+        " FROM pg_constraint WHERE contype = 'f' AND connamespace = %s::regnamespace",
+        (schema,),
+    )
+    return {(str(t), str(n), str(d)) for t, n, d in await cur.fetchall()}
+
+
+async def test_foreign_keys_a_bulk_load_drops_come_back_as_declared_and_are_checked(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """The replay drops the realm's foreign keys for its load and adds them afterwards from
+    ``FOREIGN_KEYS``: that list must be exactly what the table definitions declare, and
+    adding them must refuse rows the load left dangling."""
+    realm = unique_name("r")
+    schema = f"realm_{realm}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, realm, RealmConfig(embedder="hashing:32"))
+        declared = await _foreign_keys(conn, schema)
+        assert {(t.split(".")[-1], n) for t, n, _ in declared} == {
+            (table, f"{table}_{column}_fkey") for table, column, _, _ in FOREIGN_KEYS
+        }
+        await conn.execute(drop_foreign_keys_ddl(schema))
+        assert await _foreign_keys(conn, schema) == set()
+        await conn.execute(f"INSERT INTO {schema}.mentions VALUES (1, 2)")
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match="mentions_chunk_id_fkey"):
+            await conn.execute(foreign_keys_ddl(schema))
+        await conn.execute(f"DELETE FROM {schema}.mentions")
+        await conn.execute(foreign_keys_ddl(schema))
+        assert await _foreign_keys(conn, schema) == declared
 
 
 async def test_realm_from_before_stored_name_keys_gets_them_on_open(

@@ -146,6 +146,21 @@ async def build_live(
     return instants, applied
 
 
+async def schema_layout(dsn: str, schema: str) -> set[str]:
+    """Index and constraint definitions of a schema, with its name taken out."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %(s)s"
+            " UNION ALL SELECT conrelid::regclass::text || ' ' || conname || ' '"
+            " || pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE connamespace = %(s)s::regnamespace",
+            {"s": schema},
+        )
+        layout = {str(r[0]).replace(schema, "<schema>") for r in await cur.fetchall()}
+    assert any("FOREIGN KEY" in d for d in layout) and any("hnsw" in d for d in layout)
+    return layout
+
+
 async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
     kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -162,6 +177,8 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
     assert kept.schema == f"{live}__shadow_inspect" and not kept.swapped
     assert kept.written == 6 and kept.realm_records == 6 and kept.records_read == 10
     assert await schema_diff(pg_dsn, live, kept.schema) == []
+    # Loaded without them, the shadow ends with the live realm's indexes and foreign keys.
+    assert await schema_layout(pg_dsn, kept.schema) == await schema_layout(pg_dsn, live)
 
     # A reader holding the feed table makes the first swap attempt time out; it changes
     # nothing, and the next attempt goes through once the reader is done.

@@ -15,7 +15,7 @@ from tidegraph.schemas.ddl import (
     EMBEDDING_COLUMNS,
     control_ddl,
     realm_ddl,
-    vector_index_ddl,
+    search_index_ddl,
 )
 from tidegraph.schemas.locks import lock_realm_schema
 from tidegraph.schemas.names import realm_schema, validate_realm
@@ -58,7 +58,7 @@ async def ensure_control(conn: AsyncConnection[Any]) -> None:
 
 async def create_realm(
     conn: AsyncConnection[Any], realm: str, config: RealmConfig, *,
-    schema: str | None = None, vector_indexes: bool = True,
+    schema: str | None = None, search_indexes: bool = True,
 ) -> RealmInfo:
     """Create a realm (or a shadow schema for one) if absent; return what is pinned."""
     validate_realm(realm)
@@ -67,8 +67,8 @@ async def create_realm(
     async with conn.transaction():
         await lock_realm_schema(conn, schema)
         await conn.execute(realm_ddl(schema, dimension))
-        if vector_indexes:
-            await conn.execute(vector_index_ddl(schema, dimension))
+        if search_indexes:
+            await conn.execute(search_index_ddl(schema, dimension))
         await conn.execute(
             sql.SQL(
                 "INSERT INTO {}.meta (realm, embedder, dimension, extractor, config)"

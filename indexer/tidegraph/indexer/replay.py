@@ -5,17 +5,19 @@ rebuilt from it: after a bug fix, a vocabulary or prompt change, a new embedding
 a lost database. The rebuild runs while the live realm keeps serving and indexing:
 
 1. **Shadow.** Create ``realm_<r>__shadow_<label>`` with the live realm's configuration
-   (or a changed one) and *without* vector indexes, and a position row of its own
-   (group ``tidegraph-replay:<schema>``).
+   (or a changed one), *without* search indexes (HNSW, full text) and foreign keys, and
+   a position row of its own (group ``tidegraph-replay:<schema>``).
 2. **Load.** Read the realm's partition from the beginning (:mod:`replay_log`), skipping
    other realms' records, and apply the realm's records with the live indexer's decide /
    prepare / write functions (:mod:`replay_apply`). Belief stamps come from the records'
    log-append times, so the shadow's history equals the live one. The shadow never runs
    ahead of the live group's stored position: the live indexer will apply what lies beyond
    it to the swapped-in realm, and applying a record twice would rewrite history.
-3. **Index.** Follow what arrived during the load while still without vector indexes
-   (every write afterwards maintains them, which costs more than the write), then build
-   the HNSW indexes once (bulk loading).
+3. **Index.** Follow what arrived during the load while still without search indexes
+   (every write afterwards maintains them, which costs more than the write), then add
+   the foreign keys, each checked once over the loaded rows instead of a lookup per
+   written row, and build the search indexes once (bulk loading). A shadow an
+   interrupted replay left behind lacks both; it is never swapped in.
 4. **Catch up and swap** (:mod:`swap`): follow the live position to within a couple of
    records, compare the old graph and the shadow, take the live realm's lock, apply the
    last records up to the live position, and exchange the schemas in one transaction.
@@ -81,7 +83,7 @@ from tidegraph.indexer.replay_names import (
     shadow_schema,
 )
 from tidegraph.indexer.swap import SwapOutcome, SwapPlan, baseline, premerge_cache, swap_in
-from tidegraph.schemas.ddl import vector_index_ddl
+from tidegraph.schemas.ddl import drop_foreign_keys_ddl, foreign_keys_ddl, search_index_ddl
 from tidegraph.schemas.errors import ConfigError, TidegraphError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
@@ -134,7 +136,7 @@ class ReplayOptions:
     prepare_concurrency: int = 8
     """Documents prepared at once."""
     bulk_rounds: int = 5
-    """Catch-up rounds without vector indexes after the load, while each covers more than
+    """Catch-up rounds without search indexes after the load, while each covers more than
     one fetch."""
     swap_margin: int = 0
     """Follow the live position outside the lock until at most this many records remain
@@ -150,7 +152,7 @@ class ReplayOptions:
     max_retries: int = 8
     """Transient failures retried (with growing backoff) before giving up."""
     index_memory: str = "256MB"
-    """``maintenance_work_mem`` while building the vector indexes."""
+    """``maintenance_work_mem`` while building the search indexes."""
 
 
 def rebuild_config(options: ReplayOptions, live: RealmConfig | None) -> RealmConfig:
@@ -205,13 +207,13 @@ class ReplayResult:
     realm_records: int
     written: int
     load_seconds: float
-    """Load phase (bulk, no vector indexes)."""
+    """Load phase (bulk, no search indexes or foreign keys)."""
     load_records: int
     """Records passed during the load phase."""
     load_written: int
     """Records written during the load phase."""
     index_seconds: float
-    """Building the vector indexes."""
+    """Adding the foreign keys and building the search indexes."""
     total_seconds: float
     swap: SwapOutcome | None = None
     """Details of the swap (hold time, rebuild commit) when one happened."""
@@ -219,7 +221,7 @@ class ReplayResult:
     """The rebuild's configuration differs from the live realm's (extractor, embedder,
     vocabulary, aliases or groups)."""
     follow_seconds: float = 0.0
-    """Following the live position after the vector indexes were built (every write now
+    """Following the live position after the search indexes were built (every write now
     maintains them), before the swap."""
     baseline_seconds: float = 0.0
     """Comparing the old graph with the shadow ahead of the swap, outside the lock."""
@@ -309,7 +311,7 @@ class _Replay:
 
         await self._run_to(await self._fixed_bound())
         for _ in range(o.bulk_rounds):
-            # What arrived during the load is cheaper to apply before the vector indexes
+            # What arrived during the load is cheaper to apply before the search indexes
             # exist than after (each write then maintains them): follow while it is a lot.
             before = self.applier.next_offset
             await self._run_to(await self._fixed_bound())
@@ -366,7 +368,8 @@ class _Replay:
             raise ShadowExists(schema)
         config = rebuild_config(o, live_info.config if live_info else None)
         self.config_changed = live_info is not None and config != live_info.config
-        info = await create_realm(conn, o.realm, config, schema=schema, vector_indexes=False)
+        info = await create_realm(conn, o.realm, config, schema=schema, search_indexes=False)
+        await conn.execute(drop_foreign_keys_ddl(schema))
         what = f"audit copy as of {o.until.isoformat()}" if o.until else "rebuild"
         await conn.execute(
             sql.SQL("COMMENT ON SCHEMA {} IS {}").format(
@@ -517,10 +520,13 @@ class _Replay:
     # -- indexes and swap --------------------------------------------------------------
 
     async def _build_indexes(self, conn: AsyncConnection[Any], info: RealmInfo) -> None:
+        """Foreign keys (each checked once over the loaded rows), then search indexes."""
         await conn.execute(
             sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(self.o.index_memory))
         )
-        await conn.execute(vector_index_ddl(info.schema, info.dimension))
+        async with conn.transaction():
+            await conn.execute(foreign_keys_ddl(info.schema))
+        await conn.execute(search_index_ddl(info.schema, info.dimension))
         await conn.execute("RESET maintenance_work_mem")
 
     async def _swap(self, partition: int, info: RealmInfo, group: str) -> SwapOutcome:

@@ -149,7 +149,6 @@ CREATE TABLE IF NOT EXISTS {schema}.relations (
 CREATE INDEX IF NOT EXISTS relations_subject ON {schema}.relations (subject_id) INCLUDE (object_id);
 CREATE INDEX IF NOT EXISTS relations_object ON {schema}.relations (object_id) INCLUDE (subject_id);
 CREATE INDEX IF NOT EXISTS relations_pair ON {schema}.relations (space, subject_id, object_id);
-CREATE INDEX IF NOT EXISTS relations_tsv ON {schema}.relations USING gin (tsv);
 CREATE INDEX IF NOT EXISTS relations_valid ON {schema}.relations (valid_from_d, valid_to_d);
 CREATE TABLE IF NOT EXISTS {schema}.relation_sources (
     relation_id  bigint NOT NULL REFERENCES {schema}.relations (id),
@@ -210,7 +209,8 @@ CREATE TABLE IF NOT EXISTS {schema}.community_members (
 );
 """
 
-_VECTOR_INDEXES = """
+_SEARCH_INDEXES = """
+CREATE INDEX IF NOT EXISTS relations_tsv ON {schema}.relations USING gin (tsv);
 CREATE INDEX IF NOT EXISTS chunks_embedding ON {schema}.chunks
     USING hnsw (embedding vector_cosine_ops);
 CREATE INDEX IF NOT EXISTS entities_embedding ON {schema}.entities
@@ -236,10 +236,57 @@ def _compose(template: LiteralString, schema: str, dimension: int) -> sql.Compos
 
 
 def realm_ddl(schema: str, dimension: int) -> sql.Composed:
-    """Statements creating one realm's tables (idempotent), without vector indexes."""
+    """Statements creating one realm's tables (idempotent), without search indexes."""
     return _compose(_REALM, schema, dimension)
 
 
-def vector_index_ddl(schema: str, dimension: int) -> sql.Composed:
-    """HNSW indexes; separate so a bulk load (replay) can build them after loading."""
-    return _compose(_VECTOR_INDEXES, schema, dimension)
+def search_index_ddl(schema: str, dimension: int) -> sql.Composed:
+    """Indexes only queries read (HNSW, full text): separate so a bulk load (replay)
+    builds them once after loading instead of maintaining them row by row."""
+    return _compose(_SEARCH_INDEXES, schema, dimension)
+
+
+FOREIGN_KEYS: tuple[tuple[str, str, str, bool], ...] = (
+    ("entity_aliases", "entity_id", "entities", False),
+    ("mentions", "chunk_id", "chunks", False),
+    ("mentions", "entity_id", "entities", False),
+    ("relations", "subject_id", "entities", False),
+    ("relations", "object_id", "entities", False),
+    ("relation_sources", "relation_id", "relations", False),
+    ("relation_sources", "chunk_id", "chunks", False),
+    ("relation_history", "relation_id", "relations", False),
+    ("community_members", "community_id", "communities", True),
+    ("community_members", "entity_id", "entities", False),
+)
+"""(table, column, referenced table, on delete cascade) of every foreign key the realm's
+tables declare, under PostgreSQL's default names (``<table>_<column>_fkey``)."""
+
+
+def _foreign_key_name(table: str, column: str) -> str:
+    return f"{table}_{column}_fkey"
+
+
+def drop_foreign_keys_ddl(schema: str) -> sql.Composed:
+    """Drop the realm's foreign keys: a bulk load checks them once afterwards
+    (:func:`foreign_keys_ddl`) instead of with a lookup per written row."""
+    return sql.SQL("").join(
+        sql.SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {};\n").format(
+            sql.Identifier(schema, table), sql.Identifier(_foreign_key_name(table, column))
+        )
+        for table, column, _, _ in FOREIGN_KEYS
+    )
+
+
+def foreign_keys_ddl(schema: str) -> sql.Composed:
+    """Add (and so validate) the realm's foreign keys, as the table definitions declare
+    them; for a schema whose keys :func:`drop_foreign_keys_ddl` dropped."""
+    return sql.SQL("").join(
+        sql.SQL(
+            "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} (id){};\n"
+        ).format(
+            sql.Identifier(schema, table), sql.Identifier(_foreign_key_name(table, column)),
+            sql.Identifier(column), sql.Identifier(schema, target),
+            sql.SQL(" ON DELETE CASCADE" if cascade else ""),
+        )
+        for table, column, target, cascade in FOREIGN_KEYS
+    )
