@@ -7,7 +7,9 @@ then writes with a handful of set-based statements instead of one round trip per
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+from psycopg import AsyncCursor
 from psycopg.types.json import Jsonb
 
 from tidegraph.indexer.graph_rules import EntityRecord, merge_entity, render_entity, render_relation
@@ -43,20 +45,22 @@ async def resolve_entities(
     """
     facts = _facts(doc)
     keys = sorted({k for k in facts} | {name_key(a) for f in facts.values() for a in f.aliases})
-    by_name: dict[str, tuple[int, EntityRecord]] = {}
-    for i, name, typ, desc, aliases in await ctx.rows(
+    named = await ctx.send(
         "SELECT id, name, type, description, aliases FROM {entities}"
         " WHERE space = %s AND name_key = ANY(%s)",
         (doc.space, keys),
-    ):
-        by_name[name_key(name)] = (int(i), EntityRecord(name, typ, desc, tuple(aliases)))
-    by_alias: dict[str, tuple[int, EntityRecord]] = {}
-    for alias, i, name, typ, desc, aliases in await ctx.rows(
+    )
+    aliased = await ctx.send(
         "SELECT a.alias_lower, e.id, e.name, e.type, e.description, e.aliases"
         " FROM {entity_aliases} a JOIN {entities} e ON e.id = a.entity_id"
         " WHERE a.space = %s AND a.alias_lower = ANY(%s) ORDER BY e.id",
         (doc.space, keys),
-    ):
+    )
+    by_name: dict[str, tuple[int, EntityRecord]] = {}
+    for i, name, typ, desc, aliases in await ctx.fetch(named):
+        by_name[name_key(name)] = (int(i), EntityRecord(name, typ, desc, tuple(aliases)))
+    by_alias: dict[str, tuple[int, EntityRecord]] = {}
+    for alias, i, name, typ, desc, aliases in await ctx.fetch(aliased):
         by_alias.setdefault(alias, (int(i), EntityRecord(name, typ, desc, tuple(aliases))))
 
     ids: dict[str, int] = {}
@@ -127,6 +131,9 @@ async def resolve_entities(
 
     ids = {k: survivor(v) for k, v in ids.items()}
     real = await _store(ctx, doc.space, bt, pending, updated)
+    for v in set(ids.values()):
+        if v in latest:  # the record each survivor is stored with
+            ctx.names[real.get(v, v)] = latest[v].name
     ids = {k: real.get(v, v) for k, v in ids.items()}
     moves = {x: survivor(x) for x in absorbed if x > 0}
     if moves:
@@ -269,16 +276,26 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
         )
 
 
-async def reconcile_entities(ctx: WriteContext, touched: set[int], bt: datetime) -> None:
-    """Dormant when the last mention went, revived when mentioned again."""
+async def mention_states(ctx: WriteContext, touched: set[int]) -> AsyncCursor[Any] | None:
+    """Ask whether each touched entity is dormant and still mentioned, once the write's
+    mentions are final; :func:`reconcile_entities` reads the answer."""
     if not touched:
-        return
-    rows = await ctx.rows(
+        return None
+    return await ctx.send(
         "SELECT e.id, e.space, e.name, e.type, e.dormant_since IS NOT NULL,"
         " EXISTS (SELECT 1 FROM {mentions} m WHERE m.entity_id = e.id)"
         " FROM {entities} e WHERE e.id = ANY(%s) ORDER BY e.id",
         (sorted(touched),),
     )
+
+
+async def reconcile_entities(
+    ctx: WriteContext, states: AsyncCursor[Any] | None, bt: datetime
+) -> None:
+    """Dormant when the last mention went, revived when mentioned again."""
+    if states is None:
+        return
+    rows = await ctx.fetch(states)
     flips = [(eid, mentioned) for eid, _, _, _, dormant, mentioned in rows if dormant == mentioned]
     if flips:
         await ctx.run(

@@ -8,6 +8,7 @@ stays a heap-only update that never re-inserts the embedding into the vector ind
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any
 
@@ -28,14 +29,20 @@ State = tuple[str, int | None]
 """Belief state and the relation superseding it."""
 
 
+Pair = tuple[str, int, int]
+"""(space, subject id, object id): the unit reconciliation works on."""
+
+
 async def attach_relations(
     ctx: WriteContext, doc: PreparedDocument, chunk_id: dict[int, int], ids: dict[str, int],
     bt: datetime,
-) -> set[int]:
-    """One edge per (subject, predicate, object, negated); provenance per chunk.
+) -> set[Pair]:
+    """One edge per (subject, predicate, object, negated); provenance per chunk. Returns
+    the entity pairs the document's edges join, for :func:`reconcile_relations`.
 
     Attributes of an existing edge are not touched here: :func:`reconcile_relations`
-    recomputes them from every live contribution, this document's included.
+    recomputes them from every live contribution, this document's included. Provenance
+    finds its edge by key, so nothing waits for the ids of the edges inserted here.
     """
     grouped: dict[RelationKey, dict[int, list[RelationAttrs]]] = {}
     for c in doc.chunks:
@@ -51,9 +58,9 @@ async def attach_relations(
         return set()
     keys = sorted(grouped)
     existing = {
-        (int(s), p, int(o), bool(n)): int(i)
-        for i, s, p, o, n in await ctx.rows(
-            "SELECT r.id, r.subject_id, r.predicate, r.object_id, r.negated FROM {relations} r"
+        (int(s), p, int(o), bool(n))
+        for s, p, o, n in await ctx.rows(
+            "SELECT r.subject_id, r.predicate, r.object_id, r.negated FROM {relations} r"
             " JOIN unnest(%s::bigint[], %s::text[], %s::bigint[], %s::bool[])"
             " AS k(s, p, o, n) ON r.subject_id = k.s AND r.predicate = k.p"
             " AND r.object_id = k.o AND r.negated = k.n WHERE r.space = %s",
@@ -72,28 +79,33 @@ async def attach_relations(
     }
     fresh = [k for k in keys if k not in existing]
     if fresh:
-        await _insert_fresh(ctx, doc, fresh, said, bt, existing)
-    sources = [(existing[key], cid, a) for key in keys for cid, a in sorted(said[key].items())]
+        await _insert_fresh(ctx, doc, fresh, said, bt)
+    sources = [(key, cid, a) for key in keys for cid, a in sorted(said[key].items())]
     await ctx.run(
         "INSERT INTO {relation_sources} (relation_id, chunk_id, doc_key, order_key, description,"
         " confidence, valid_from, valid_to)"
-        " SELECT r, c, %s, %s, d, f, vf, vt FROM unnest(%s::bigint[], %s::bigint[],"
-        " %s::text[], %s::real[], %s::text[], %s::text[]) AS u(r, c, d, f, vf, vt)"
+        " SELECT r.id, u.c, %s, %s, u.d, u.f, u.vf, u.vt FROM unnest(%s::bigint[], %s::text[],"
+        " %s::bigint[], %s::bool[], %s::bigint[], %s::text[], %s::real[], %s::text[],"
+        " %s::text[]) AS u(s, p, o, n, c, d, f, vf, vt)"
+        " JOIN {relations} r ON r.space = %s AND r.subject_id = u.s AND r.predicate = u.p"
+        " AND r.object_id = u.o AND r.negated = u.n"
         " ON CONFLICT DO NOTHING",
         (
             doc.doc_key, doc.order_key,
-            [x[0] for x in sources], [x[1] for x in sources],
+            [x[0][0] for x in sources], [x[0][1] for x in sources],
+            [x[0][2] for x in sources], [x[0][3] for x in sources],
+            [x[1] for x in sources],
             [x[2][0] for x in sources], [x[2][1] for x in sources],
             [x[2][2] for x in sources], [x[2][3] for x in sources],
+            doc.space,
         ),
     )
-    return {existing[key] for key in keys}
+    return {(doc.space, k[0], k[2]) for k in keys}
 
 
 async def _insert_fresh(
     ctx: WriteContext, doc: PreparedDocument, fresh: list[RelationKey],
     said: dict[RelationKey, dict[int, RelationAttrs]], bt: datetime,
-    existing: dict[RelationKey, int],
 ) -> None:
     """New edges, born retracted (no belief interval yet) with their final attributes.
 
@@ -109,7 +121,7 @@ async def _insert_fresh(
     ]
     vecs = await ctx.embeddings(texts)
     bounds = [period_bounds(a[2], a[3]) for a in attrs]
-    rows = await ctx.rows(
+    await ctx.run(
         "INSERT INTO {relations} (space, subject_id, predicate, object_id, negated,"
         " description, confidence, valid_from, valid_to, valid_from_d,"
         " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
@@ -117,8 +129,7 @@ async def _insert_fresh(
         " r, e FROM unnest(%s::bigint[], %s::text[], %s::bigint[],"
         " %s::bool[], %s::text[], %s::real[], %s::text[], %s::text[], %s::date[],"
         " %s::date[], %s::int[], %s::text[], %b::vector[])"
-        " AS u(s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)"
-        " RETURNING id, subject_id, predicate, object_id, negated",
+        " AS u(s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
         (
             doc.space, doc.order_key or "", bt,
             [k[0] for k in fresh], [k[1] for k in fresh], [k[2] for k in fresh],
@@ -128,36 +139,48 @@ async def _insert_fresh(
             [len(said[k]) for k in fresh], texts, vecs,
         ),
     )
-    for i, s_id, p, o_id, n in rows:
-        existing[(int(s_id), str(p), int(o_id), bool(n))] = int(i)
 
 
-async def reconcile_relations(ctx: WriteContext, touched: set[int], bt: datetime) -> None:
-    """Weight, attributes, order, retraction and supersession on every touched pair.
+async def reconcile_relations(
+    ctx: WriteContext, touched: set[int], bt: datetime, pairs_of: AbstractSet[Pair] = frozenset(),
+) -> None:
+    """Weight, attributes, order, retraction and supersession on every touched pair: the
+    pairs of the ``touched`` relations, and ``pairs_of``.
 
     Everything is recomputed from live provenance, so a withdrawn chunk takes its
     description, confidence and stated period with it.
     """
-    if not touched:
+    if not touched and not pairs_of:
         return
-    rows = await ctx.rows(
-        "WITH pairs AS (SELECT DISTINCT space, subject_id, object_id FROM {relations}"
-        "  WHERE id = ANY(%s))"
-        " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
+    given = sorted(pairs_of)
+    pairs = (
+        "WITH pairs AS (SELECT space, subject_id, object_id FROM {relations}"
+        "  WHERE id = ANY(%s)"
+        "  UNION SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[]))"
+    )
+    params = (
+        sorted(touched), [p[0] for p in given], [p[1] for p in given], [p[2] for p in given],
+    )
+    edges = await ctx.send(
+        pairs + " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
         "  r.weight, r.order_key, r.description, r.confidence, r.valid_from,"
         "  r.valid_to, h.state, h.superseded_by, h.t_created, r.rendered"
         " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
         " LEFT JOIN {relation_history} h ON h.relation_id = r.id AND h.t_expired IS NULL"
         " ORDER BY r.id",
-        (sorted(touched),),
+        params,
     )
+    sources = await ctx.send(
+        pairs + " SELECT s.relation_id, s.chunk_id, s.order_key, s.description, s.confidence,"
+        "  s.valid_from, s.valid_to"
+        " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
+        " JOIN {relation_sources} s ON s.relation_id = r.id",
+        params,
+    )
+    rows = await ctx.fetch(edges)
     contributions: dict[int, list[tuple[str, RelationAttrs]]] = {}
     orders: dict[int, str] = {}
-    for rid, cid, order_key, d, c, vf, vt in await ctx.rows(
-        "SELECT relation_id, chunk_id, order_key, description, confidence, valid_from,"
-        " valid_to FROM {relation_sources} WHERE relation_id = ANY(%s)",
-        ([int(r[0]) for r in rows],),
-    ):
+    for rid, cid, order_key, d, c, vf, vt in await ctx.fetch(sources):
         contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
         orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
     live = [

@@ -9,8 +9,8 @@ from a changed configuration or changed code, which is what a rebuild is for.
 
 What differs is throughput, not meaning:
 
-* positions: records that do not write (other realms, no-ops, stale or dead-lettered
-  versions) only move the replay's position, folded into the next write's transaction;
+* positions: the batch's transaction moves the replay's position once, over every record
+  it covers (written or not: other realms, no-ops, stale or dead-lettered versions);
 * commits: a whole fetch is one transaction (each record inside it still its own savepoint,
   sequence and belief instant), with ``synchronous_commit`` off — a crash loses at most
   the last commits, and since the position commits with them, they are simply redone;
@@ -178,7 +178,6 @@ class ShadowApplier:
             raise RuntimeError(f"batch starts at {batch.first}, position is {self.next_offset}")
         prepared = await batch.prepared if batch.prepared is not None else {}
         embedder = self._embedder_for(self.info)
-        at = batch.first
         written = 0
         async with self.conn.transaction():
             for item in batch.items:
@@ -186,8 +185,6 @@ class ShadowApplier:
                     continue
                 doc = prepared.get(item.msg.offset) if item.action is Action.APPLY else None
                 offset = item.msg.offset
-                if at != offset:
-                    await self._jump(at, offset)
                 pos = RecordPosition(
                     self.position.group_id, self.position.topic, self.position.partition,
                     offset, self.position.epoch, log_time(item.msg),
@@ -196,17 +193,16 @@ class ShadowApplier:
                     await write_record(
                         self.conn, self.info, pos, embedder, doc, space=item.record.space,
                         doc_key=item.record.doc_key, content_hash=item.record.content_hash,
-                        source_version=item.record.source_version,
+                        source_version=item.record.source_version, advance=False,
                     )
                 except BaseException as exc:
                     exc.add_note(f"writing offset {offset} ({item.record.doc_key!r})")
                     raise
-                at = offset + 1
                 written += 1
                 if self.counters.written + written >= max(ANALYSE_FIRST, 2 * self._analysed_at):
                     await self._analyse(self.counters.written + written)
-            if at != batch.end:
-                await self._jump(at, batch.end)
+            if batch.end != batch.first:
+                await self._jump(batch.first, batch.end)
         self.next_offset = batch.end
         self.counters.read += batch.read
         self.counters.realm_records += len(batch.items)
@@ -221,13 +217,13 @@ class ShadowApplier:
         self._analysed_at = written
 
     async def _jump(self, from_offset: int, to_offset: int) -> None:
-        """Move the stored position over records that write nothing (compare-and-set)."""
+        """Move the stored position over a batch (compare-and-set)."""
         p = self.position
         cur = await self.conn.execute(
             "UPDATE tidegraph.consumer_positions SET next_offset = %s, updated_at = now()"
             " WHERE group_id = %s AND topic = %s AND partition = %s"
-            " AND next_offset = %s AND epoch = %s",
+            " AND next_offset = %s AND epoch = %s RETURNING next_offset",
             (to_offset, p.group_id, p.topic, p.partition, from_offset, p.epoch),
         )
-        if cur.rowcount != 1:
+        if await cur.fetchone() is None:  # fetched, not rowcount: the batch is pipelined
             raise Fenced(p.topic, p.partition, from_offset)

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from pgvector import Vector
 from pgvector.psycopg import register_vector_async
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.adapt import PyFormat
 
 from tidegraph.indexer.interfaces import Embedder
@@ -73,12 +73,22 @@ class WriteContext:
     """Rendered text → embedding: computed by the prepare phase, completed on demand."""
     touched_relations: set[int] = field(default_factory=set)
     """Relations re-pointed or emptied by an entity merge: reconciled with the rest."""
+    names: dict[int, str] = field(default_factory=dict)
+    """Entity id → name as this transaction leaves it, for the entities it resolved."""
 
     def q(self, template: str) -> bytes:
         return realm_query(self.info.schema, template)
 
     async def rows(self, template: str, params: Params = ()) -> list[Any]:
-        cur = await self.conn.execute(self.q(template), params)
+        return await self.fetch(await self.send(template, params))
+
+    async def send(self, template: str, params: Params = ()) -> AsyncCursor[Any]:
+        """Queue a statement whose rows are read later with :meth:`fetch`: in pipeline
+        mode, statements sent before the first of them is fetched share one round trip."""
+        return await self.conn.execute(self.q(template), params)
+
+    @staticmethod
+    async def fetch(cur: AsyncCursor[Any]) -> list[Any]:
         rows: list[Any] = await cur.fetchall()
         return rows
 
@@ -99,7 +109,13 @@ class WriteContext:
         return [vec_param(self.vectors[t]) for t in texts]
 
     async def entity_names(self, entity_ids: Iterable[int]) -> dict[int, str]:
-        rows = await self.rows(
-            "SELECT id, name FROM {entities} WHERE id = ANY(%s)", (sorted(set(entity_ids)),)
-        )
-        return {int(i): str(n) for i, n in rows}
+        """Names of the given entities, read only for those this transaction has not
+        resolved itself."""
+        wanted = set(entity_ids)
+        missing = sorted(wanted - self.names.keys())
+        if missing:
+            for i, n in await self.rows(
+                "SELECT id, name FROM {entities} WHERE id = ANY(%s)", (missing,)
+            ):
+                self.names[int(i)] = str(n)
+        return {i: self.names[i] for i in wanted if i in self.names}

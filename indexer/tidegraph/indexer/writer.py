@@ -27,16 +27,20 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.json import Jsonb
 
 from tidegraph.indexer import positions
-from tidegraph.indexer.entity_writes import reconcile_entities, resolve_entities
+from tidegraph.indexer.entity_writes import (
+    mention_states,
+    reconcile_entities,
+    resolve_entities,
+)
 from tidegraph.indexer.errors import RealmSwapped, is_unstorable, refusal
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
-from tidegraph.indexer.relation_writes import attach_relations, reconcile_relations
+from tidegraph.indexer.relation_writes import Pair, attach_relations, reconcile_relations
 from tidegraph.indexer.write_context import (
     ChangeSet,
     WriteContext,
@@ -82,21 +86,31 @@ async def advance_only(
 async def write_document(
     conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
     doc: PreparedDocument | None, *, space: str, doc_key: str, source_version: str | None,
+    advance: bool = True,
 ) -> WriteResult:
     """Apply (``doc`` given) or delete (``doc`` None) one document version atomically.
 
     Runs in pipeline mode: statements whose results are not read (history moves, attribute
-    updates, dormancy) travel together instead of one round trip each.
+    updates, dormancy) travel together instead of one round trip each. ``advance=False``
+    leaves the position to the caller, whose transaction holds several records (replay).
     """
     await ensure_vector_types(conn)
     async with conn.transaction(), conn.pipeline():
         changes = ChangeSet(space)
         ctx = WriteContext(conn, info, embedder, changes, dict(doc.vectors) if doc else {})
-        seq, bt, communities_stale = await _begin(ctx, pos.log_time)
-        previous = await _previous_status(ctx, space, doc_key)
-        old_entities, old_relations = await _withdraw(ctx, space, doc_key, bt)
+        # The opening statements travel together; the withdrawal reads the belief instant
+        # the first one sets.
+        begun = await _begin(ctx, pos.log_time)
+        previous_status = await ctx.send(
+            "SELECT status FROM {documents} WHERE space = %s AND doc_key = %s FOR UPDATE",
+            (space, doc_key),
+        )
+        withdrawn = await _withdraw(ctx, space, doc_key)
+        seq, bt, communities_stale = await _begun(ctx, begun)
+        previous = next((str(r[0]) for r in await ctx.fetch(previous_status)), None)
+        old_entities, old_relations = await _withdrawn(ctx, withdrawn)
         new_entities: set[int] = set()
-        new_relations: set[int] = set()
+        new_pairs: set[Pair] = set()
         failure = doc.failure if doc is not None else None
         if doc is None:
             status = "deleted"
@@ -108,16 +122,22 @@ async def write_document(
             status = "indexed"
             replaced = previous in ("indexed", "failed")
             changes.add("document_replaced" if replaced else "document_indexed", doc_key=doc_key)
-            new_entities, new_relations = await _write_contribution(ctx, doc, bt)
-        await reconcile_relations(ctx, old_relations | new_relations, bt)
-        await reconcile_entities(ctx, old_entities | new_entities, bt)
+            new_entities, new_pairs = await _write_contribution(ctx, doc, bt)
+        # The relations' reconciliation changes no mention: the entities' states are
+        # asked for now, to travel with its first statements.
+        states = await mention_states(ctx, old_entities | new_entities)
+        await reconcile_relations(
+            ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs
+        )
+        await reconcile_entities(ctx, states, bt)
         if communities_stale:
             changes.add("communities_stale")
         await _upsert_document(ctx, space, doc_key, status, doc, source_version, failure, bt)
         await _append_outbox(ctx, seq, bt)
-        await positions.advance(
-            conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
-        )
+        if advance:
+            await positions.advance(
+                conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
+            )
     return WriteResult(seq, tuple(k for k, _, _ in changes.items), status)
 
 
@@ -125,6 +145,7 @@ async def write_record(
     conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
     doc: PreparedDocument | BaseException | None, *, space: str, doc_key: str,
     content_hash: str | None, source_version: str | None, on_refused: OnRefused | None = None,
+    advance: bool = True,
 ) -> WriteResult | None:
     """One record as the indexer and a replay apply it: :func:`write_document`, or — when
     PostgreSQL refuses a value of the record, in the write or in its preparation (``doc``
@@ -134,7 +155,7 @@ async def write_record(
             raise doc
         return await write_document(
             conn, info, pos, embedder, doc, space=space, doc_key=doc_key,
-            source_version=source_version,
+            source_version=source_version, advance=advance,
         )
     except psycopg.Error as exc:
         if not is_unstorable(exc):
@@ -143,14 +164,14 @@ async def write_record(
             await on_refused(exc)
         return await write_unstorable(
             conn, info, pos, embedder, exc, space=space, doc_key=doc_key,
-            content_hash=content_hash, source_version=source_version,
+            content_hash=content_hash, source_version=source_version, advance=advance,
         )
 
 
 async def write_unstorable(
     conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
     error: BaseException, *, space: str, doc_key: str, content_hash: str | None,
-    source_version: str | None,
+    source_version: str | None, advance: bool = True,
 ) -> WriteResult | None:
     """Record a version PostgreSQL refused a value of (:func:`errors.is_unstorable`).
 
@@ -171,23 +192,23 @@ async def write_unstorable(
             return await write_document(
                 conn, info, pos, embedder, refused, space=space, doc_key=doc_key,
                 source_version=None if source_version and "\0" in source_version
-                else source_version,
+                else source_version, advance=advance,
             )
         except psycopg.Error as exc:
             if not is_unstorable(exc):
                 raise
-    await advance_only(conn, pos)
+    if advance:
+        await advance_only(conn, pos)
     return None
 
 
-async def _begin(ctx: WriteContext, log_time: datetime) -> tuple[int, datetime, bool]:
-    """Realm lock, sequence and belief instant in one statement.
+async def _begin(ctx: WriteContext, log_time: datetime) -> AsyncCursor[Any]:
+    """Realm lock, sequence and belief instant in one statement (read by :func:`_begun`).
 
     Also reports whether this write is the first since communities were built (so the
-    feed says once that they are stale), and refuses to write into a schema a replay
-    swapped out: the caller's transaction rolls back and retries against the new one.
+    feed says once that they are stale), and whether a replay swapped the schema out.
     """
-    rows = await ctx.rows(
+    return await ctx.send(
         "UPDATE {meta} m SET seq = m.seq + 1,"
         " last_write_at = greatest(coalesce(m.last_write_at, %(t)s), %(t)s),"
         " communities_stale = m.communities_built_at IS NOT NULL"
@@ -196,55 +217,46 @@ async def _begin(ctx: WriteContext, log_time: datetime) -> tuple[int, datetime, 
         " m.communities_built_at IS NOT NULL AND NOT old.was, m.swapped_out",
         {"t": log_time},
     )
-    seq, bt, stale, swapped_out = rows[0]
+
+
+async def _begun(ctx: WriteContext, begin: AsyncCursor[Any]) -> tuple[int, datetime, bool]:
+    """Sequence, belief instant and staleness drawn by :func:`_begin`; refuses to write
+    into a schema a replay swapped out (the caller's transaction rolls back and retries
+    against the new one)."""
+    seq, bt, stale, swapped_out = (await ctx.fetch(begin))[0]
     if swapped_out:
         raise RealmSwapped(ctx.info.realm)
     return int(seq), bt, bool(stale)
 
 
-async def _previous_status(ctx: WriteContext, space: str, doc_key: str) -> str | None:
-    rows = await ctx.rows(
-        "SELECT status FROM {documents} WHERE space = %s AND doc_key = %s FOR UPDATE",
+async def _withdraw(ctx: WriteContext, space: str, doc_key: str) -> AsyncCursor[Any]:
+    """Expire the document's live chunks at the belief instant just drawn and drop their
+    mentions and relation provenance (read by :func:`_withdrawn`)."""
+    return await ctx.send(
+        "WITH expired AS (UPDATE {chunks} SET t_expired = (SELECT last_write_at FROM {meta})"
+        "  WHERE space = %s AND doc_key = %s AND t_expired IS NULL RETURNING id),"
+        " mentioned AS (DELETE FROM {mentions} WHERE chunk_id IN (SELECT id FROM expired)"
+        "  RETURNING entity_id),"
+        " sourced AS (DELETE FROM {relation_sources}"
+        "  WHERE chunk_id IN (SELECT id FROM expired) RETURNING relation_id)"
+        " SELECT true, entity_id FROM mentioned"
+        " UNION ALL SELECT false, relation_id FROM sourced",
         (space, doc_key),
     )
-    return str(rows[0][0]) if rows else None
 
 
-async def _withdraw(
-    ctx: WriteContext, space: str, doc_key: str, bt: datetime
-) -> tuple[set[int], set[int]]:
-    """Expire the document's live chunks; return entities and relations they touched."""
-    chunk_ids = [
-        r[0]
-        for r in await ctx.rows(
-            "UPDATE {chunks} SET t_expired = %s WHERE space = %s AND doc_key = %s"
-            " AND t_expired IS NULL RETURNING id",
-            (bt, space, doc_key),
-        )
-    ]
-    if not chunk_ids:
-        return set(), set()
-    entities = {
-        r[0]
-        for r in await ctx.rows(
-            "DELETE FROM {mentions} WHERE chunk_id = ANY(%s) RETURNING entity_id", (chunk_ids,)
-        )
-    }
-    relations = {
-        r[0]
-        for r in await ctx.rows(
-            "DELETE FROM {relation_sources} WHERE chunk_id = ANY(%s) RETURNING relation_id",
-            (chunk_ids,),
-        )
-    }
-    return entities, relations
+async def _withdrawn(ctx: WriteContext, withdraw: AsyncCursor[Any]) -> tuple[set[int], set[int]]:
+    """Entities and relations the withdrawn chunks touched."""
+    rows = await ctx.fetch(withdraw)
+    return {int(i) for e, i in rows if e}, {int(i) for e, i in rows if not e}
 
 
 async def _write_contribution(
     ctx: WriteContext, doc: PreparedDocument, bt: datetime
-) -> tuple[set[int], set[int]]:
-    """Chunks, entities, mentions, relations and provenance of a new version."""
-    chunk_rows = await ctx.rows(
+) -> tuple[set[int], set[Pair]]:
+    """Chunks, entities, mentions, relations and provenance of a new version; returns the
+    entities mentioned and the pairs related."""
+    inserted = await ctx.send(
         "INSERT INTO {chunks} (space, doc_key, ordinal, text, content_hash, metadata,"
         " embedding, t_created)"
         " SELECT %s, %s, o, t, %s, m, e, %s"
@@ -258,8 +270,8 @@ async def _write_contribution(
             [vec_param(c.embedding) for c in doc.chunks],
         ),
     )
-    chunk_id = {int(o): int(i) for i, o in chunk_rows}
-    ids = await resolve_entities(ctx, doc, bt)
+    ids = await resolve_entities(ctx, doc, bt)  # its lookups travel with the chunk insert
+    chunk_id = {int(o): int(i) for i, o in await ctx.fetch(inserted)}
     mention_pairs = sorted(
         {
             (chunk_id[c.ordinal], ids[name_key(name)])
@@ -274,8 +286,8 @@ async def _write_contribution(
             " SELECT * FROM unnest(%s::bigint[], %s::bigint[]) ON CONFLICT DO NOTHING",
             ([p[0] for p in mention_pairs], [p[1] for p in mention_pairs]),
         )
-    relation_ids = await attach_relations(ctx, doc, chunk_id, ids, bt)
-    return {p[1] for p in mention_pairs}, relation_ids | ctx.touched_relations
+    relation_pairs = await attach_relations(ctx, doc, chunk_id, ids, bt)
+    return {p[1] for p in mention_pairs}, relation_pairs
 
 
 async def _upsert_document(
@@ -314,14 +326,11 @@ async def _append_outbox(ctx: WriteContext, seq: int, bt: datetime) -> None:
     items = ctx.changes.items
     if not items:
         return
+    # One JSON document for all of them: serialised once, instead of one value each
+    # written into an array literal and escaped again.
     await ctx.run(
         "INSERT INTO {outbox} (seq, idx, kind, space, belief_time, payload)"
-        " SELECT %s, i - 1, k, s, %s, p"
-        " FROM unnest(%s::text[], %s::text[], %s::jsonb[]) WITH ORDINALITY AS u(k, s, p, i)",
-        (
-            seq, bt,
-            [k for k, _, _ in items],
-            [s for _, s, _ in items],
-            [Jsonb(p) for _, _, p in items],
-        ),
+        " SELECT %s, i - 1, c ->> 0, c ->> 1, %s, c -> 2"
+        " FROM jsonb_array_elements(%s) WITH ORDINALITY AS u(c, i)",
+        (seq, bt, Jsonb(items)),
     )
