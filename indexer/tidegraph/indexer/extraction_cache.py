@@ -27,27 +27,23 @@ class PgExtractionCache:
     ) -> None:
         self._pool = pool
         self._schema = schema
-        self._read = (schema, *read_through)
+        # One statement reads the schemas in order and stops at the first hit.
+        self._get = sql.SQL(" UNION ALL ").join(
+            sql.SQL("(SELECT output FROM {} WHERE key = %(key)s)").format(
+                sql.Identifier(s, "extraction_cache")
+            )
+            for s in (schema, *read_through)
+        ).as_bytes(None) + b" LIMIT 1"
+        self._put = sql.SQL(
+            "INSERT INTO {} (key, output) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+        ).format(sql.Identifier(schema, "extraction_cache")).as_bytes(None)
 
     async def get(self, key: str) -> ExtractionOutput | None:
         async with self._pool.connection() as conn:
-            for schema in self._read:
-                cur = await conn.execute(
-                    sql.SQL("SELECT output FROM {} WHERE key = %s").format(
-                        sql.Identifier(schema, "extraction_cache")
-                    ),
-                    (key,),
-                )
-                row = await cur.fetchone()
-                if row is not None:
-                    return ExtractionOutput.model_validate(row[0])
-        return None
+            cur = await conn.execute(self._get, {"key": key})
+            row = await cur.fetchone()
+        return None if row is None else ExtractionOutput.model_validate(row[0])
 
     async def put(self, key: str, output: ExtractionOutput) -> None:
         async with self._pool.connection() as conn:
-            await conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (key, output) VALUES (%s, %s) ON CONFLICT DO NOTHING"
-                ).format(sql.Identifier(self._schema, "extraction_cache")),
-                (key, Jsonb(output.model_dump(mode="json"))),
-            )
+            await conn.execute(self._put, (key, Jsonb(output.model_dump(mode="json"))))

@@ -14,6 +14,7 @@ because a zero vector has no cosine with anything.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -32,6 +33,8 @@ Weights are small integers so that a text's features can be counted exactly, in 
 
 _WORDS = re.compile(r"\w+")
 _CACHE_LIMIT = 200_000
+_SHORT_TEXT = 200
+"""Texts up to this length (renderings, names) are memoised whole."""
 
 
 class _Features(dict[str, tuple[int, ...]]):
@@ -64,6 +67,10 @@ class HashingEmbedder:
             raise ValueError(f"embedding dimension must be positive, got {dimension}")
         self._dimension = dimension
         self._features = _Features(dimension)
+        # Entity and relation renderings come back document after document.
+        self._short = functools.lru_cache(maxsize=8192)(
+            lambda text: tuple(self.vector(text))
+        )
 
     @property
     def id(self) -> str:
@@ -81,7 +88,10 @@ class HashingEmbedder:
 
     def embed_sync(self, texts: Sequence[str]) -> list[list[float]]:
         """:meth:`embed` without the coroutine, for callers outside an event loop."""
-        return [self.vector(text) for text in texts]
+        return [
+            list(self._short(text)) if len(text) <= _SHORT_TEXT else self.vector(text)
+            for text in texts
+        ]
 
     def vector(self, text: str) -> list[float]:
         """The unit vector of one text.

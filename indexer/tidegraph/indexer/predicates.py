@@ -121,11 +121,14 @@ def normalize_predicate(raw: str) -> str:
     return "_".join(tokens)
 
 
+@functools.lru_cache(maxsize=16384)
 def split_negation(raw: str) -> tuple[str, bool]:
     """Normalise, moving a leading negation into the flag: ``never_worked_with`` → ``worked_with``.
 
     The paper stores denials as the positive predicate plus a flag, so that a traversal on
     ``worked_with`` also sees the denial and nobody has to parse English out of an identifier.
+    Memoised: every relation of every chunk passes through here twice (gate, vocabulary),
+    and a corpus says the same few predicates over and over.
     """
     tokens, negated = _strip_auxiliaries(_tokens(raw), through_negation=True)
     if negated:

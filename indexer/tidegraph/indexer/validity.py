@@ -20,6 +20,7 @@ Partial dates are padded for comparison — :func:`period_start` to the first da
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 from datetime import date
 
@@ -57,8 +58,12 @@ _LEADING = re.compile(r"^(?:in|on)\s+")
 _VALUE = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
 
 
+@functools.lru_cache(maxsize=16384)
 def normalize_date(text: str | None) -> str | None:
-    """``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD`` for a stated date, ``None`` for anything vaguer."""
+    """``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD`` for a stated date, ``None`` for anything vaguer.
+
+    Memoised: a corpus states the same few dates again and again, and each new one is
+    tried against every accepted form."""
     if text is None:
         return None
     s = _LEADING.sub("", " ".join(text.lower().split()))
