@@ -58,17 +58,6 @@ def test_vector_is_the_plain_definition_bit_for_bit(text: str) -> None:
     assert EMBEDDER.vector(text) == _dense_reference(EMBEDDER, text)
 
 
-@given(st.lists(st.text(max_size=300), max_size=6))
-def test_embedding_again_gives_the_same_vectors_each_a_list_of_its_own(texts: list[str]) -> None:
-    # Short texts come from a memo the second time: same bits, and nothing a caller does
-    # to one returned list reaches another.
-    first = EMBEDDER.embed_sync(texts + texts)
-    assert first == [EMBEDDER.vector(t) for t in texts + texts]
-    for v in first:
-        v[0] = 7.0
-    assert EMBEDDER.embed_sync(texts) == [EMBEDDER.vector(t) for t in texts]
-
-
 def test_vectors_of_prose_are_the_plain_definition_bit_for_bit() -> None:
     embedder = HashingEmbedder(384)
     words = ["Ada", "Lovelace", "wrote", "notes", "on", "the", "Analytical", "Engine", "and",

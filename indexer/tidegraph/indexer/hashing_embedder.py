@@ -14,11 +14,9 @@ because a zero vector has no cosine with anything.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import re
-from array import array
 from collections import Counter
 from collections.abc import Sequence
 from itertools import chain
@@ -34,10 +32,6 @@ Weights are small integers so that a text's features can be counted exactly, in 
 
 _WORDS = re.compile(r"\w+")
 _CACHE_LIMIT = 200_000
-_SHORT_TEXT = 200
-"""Texts up to this length (renderings, names) are memoised whole..."""
-_SHORT_TEXTS_KEPT = 4096
-"""...this many of them, the most recently used."""
 
 
 class _Features(dict[str, tuple[int, ...]]):
@@ -70,11 +64,6 @@ class HashingEmbedder:
             raise ValueError(f"embedding dimension must be positive, got {dimension}")
         self._dimension = dimension
         self._features = _Features(dimension)
-        # Entity and relation renderings come back document after document. Kept as
-        # packed doubles: 3 KB a vector at 384 dimensions, not 12 KB of float objects.
-        self._short = functools.lru_cache(maxsize=_SHORT_TEXTS_KEPT)(
-            lambda text: array("d", self.vector(text))
-        )
 
     @property
     def id(self) -> str:
@@ -92,10 +81,7 @@ class HashingEmbedder:
 
     def embed_sync(self, texts: Sequence[str]) -> list[list[float]]:
         """:meth:`embed` without the coroutine, for callers outside an event loop."""
-        return [
-            list(self._short(text)) if len(text) <= _SHORT_TEXT else self.vector(text)
-            for text in texts
-        ]
+        return [self.vector(text) for text in texts]
 
     def vector(self, text: str) -> list[float]:
         """The unit vector of one text.
