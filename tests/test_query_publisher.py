@@ -47,11 +47,16 @@ async def write_some(graph: GraphHarness, start: int, count: int) -> None:
         )
 
 
-async def write_apart(pg_dsn: str, graph: GraphHarness, start: int, count: int) -> None:
+async def write_apart(
+    pg_dsn: str, graph: GraphHarness, start: int, count: int
+) -> GraphHarness:
     """Writes on a connection of its own: a pipelined write must not share its connection
-    with the test's concurrent reads."""
+    with the test's concurrent reads. Returns the harness to write on from there (its
+    position has moved on)."""
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as own:
-        await write_some(dataclasses.replace(graph, conn=own), start, count)
+        moved = dataclasses.replace(graph, conn=own)
+        await write_some(moved, start, count)
+    return dataclasses.replace(moved, conn=graph.conn)
 
 
 async def outbox_ids(conn: psycopg.AsyncConnection[Any], graph: GraphHarness) -> list[str]:
@@ -236,7 +241,7 @@ async def test_two_serve_processes_one_killed_mid_stream(
     await write_some(graph, 0, 30)
     first = _serve(pg_dsn, kafka_bootstrap, prefix, realm, port_a := _free_port())
     second: subprocess.Popen[bytes] | None = None
-    writer: asyncio.Task[None] | None = None
+    writer: asyncio.Task[GraphHarness] | None = None
     try:
         await _wait_healthy(port_a, first)
         deadline = time.monotonic() + 30
@@ -245,12 +250,17 @@ async def test_two_serve_processes_one_killed_mid_stream(
             await asyncio.sleep(0.05)
         second = _serve(pg_dsn, kafka_bootstrap, prefix, realm, port_b := _free_port())
         await _wait_healthy(port_b, second)
+        started_at = await published_seq(conn, realm)
         writer = asyncio.create_task(write_apart(pg_dsn, graph, 30, 150))
-        await asyncio.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while await published_seq(conn, realm) <= started_at:  # publishing the new writes
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
         killed_at = await published_seq(conn, realm)
         first.send_signal(signal.SIGKILL)  # mid-stream: writes keep landing in the outbox
         await asyncio.to_thread(first.wait, 10)
-        await writer
+        graph = await writer
+        await write_apart(pg_dsn, graph, 180, 20)  # and after the kill, however fast the above
         assert await head_seq(conn, graph) > killed_at
         await wait_published(conn, graph)
         # the survivor serves queries too
