@@ -142,7 +142,7 @@ async def _insert_fresh(
 
 
 async def reconcile_relations(
-    ctx: WriteContext, touched: set[int], bt: datetime, pairs_of: AbstractSet[Pair] = frozenset(),
+    ctx: WriteContext, touched: set[int], bt: datetime, *, pairs_of: AbstractSet[Pair],
 ) -> None:
     """Weight, attributes, order, retraction and supersession on every touched pair: the
     pairs of the ``touched`` relations, and ``pairs_of``.

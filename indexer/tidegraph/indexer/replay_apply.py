@@ -32,8 +32,8 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
+from tidegraph.indexer import positions
 from tidegraph.indexer.doc_states import load_states
-from tidegraph.indexer.errors import Fenced
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
@@ -202,7 +202,11 @@ class ShadowApplier:
                 if self.counters.written + written >= max(ANALYSE_FIRST, 2 * self._analysed_at):
                     await self._analyse(self.counters.written + written)
             if batch.end != batch.first:
-                await self._jump(batch.first, batch.end)
+                p = self.position
+                await positions.advance(
+                    self.conn, p.group_id, p.topic, p.partition, batch.first, p.epoch,
+                    through=batch.end - 1,
+                )
         self.next_offset = batch.end
         self.counters.read += batch.read
         self.counters.realm_records += len(batch.items)
@@ -215,15 +219,3 @@ class ShadowApplier:
         tables = sql.SQL(", ").join(sql.Identifier(self.info.schema, t) for t in GROWING_TABLES)
         await self.conn.execute(sql.SQL("ANALYZE {}").format(tables))
         self._analysed_at = written
-
-    async def _jump(self, from_offset: int, to_offset: int) -> None:
-        """Move the stored position over a batch (compare-and-set)."""
-        p = self.position
-        cur = await self.conn.execute(
-            "UPDATE tidegraph.consumer_positions SET next_offset = %s, updated_at = now()"
-            " WHERE group_id = %s AND topic = %s AND partition = %s"
-            " AND next_offset = %s AND epoch = %s RETURNING next_offset",
-            (to_offset, p.group_id, p.topic, p.partition, from_offset, p.epoch),
-        )
-        if await cur.fetchone() is None:  # fetched, not rowcount: the batch is pipelined
-            raise Fenced(p.topic, p.partition, from_offset)
