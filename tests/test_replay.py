@@ -18,11 +18,14 @@ import pytest
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.indexer import positions
 from tidegraph.indexer.diff import diff_schemas, feed_changes
+from tidegraph.indexer.errors import Fenced
 from tidegraph.indexer.llm_client import LLMClient
 from tidegraph.indexer.pipeline import Pipeline
 from tidegraph.indexer.realms import create_realm, ensure_control, open_realm
 from tidegraph.indexer.replay import ReplayOptions, ReplayResult, replay_realm
+from tidegraph.indexer.replay_apply import Batch, ShadowApplier, ShadowPosition
 from tidegraph.indexer.replay_errors import ReplayBusy, ShadowExists
 from tidegraph.indexer.swap import baseline, rebuild_differences
 from tidegraph.infra.composition import ModelRegistry
@@ -589,3 +592,27 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
     copy = await replay(topics, pg_dsn, realm, group, swap=False, label="refused")
     assert copy.realm_records == len(records)
     assert await schema_diff(pg_dsn, live, copy.schema) == []
+
+
+async def test_a_second_claim_fences_the_replays_batch_and_its_position_stays(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """DESIGN invariant 2 for the replay: a batch moves the position once, by
+    compare-and-set under the epoch it claimed; after another claim it commits nothing."""
+    realm, group, topic = unique_name("r"), unique_name("g"), unique_name("t")
+    async with await AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        info = await create_realm(conn, realm, RealmConfig(embedder="hashing:32"))
+        start, epoch = await positions.claim(conn, group, topic, 0, 0)
+        registry = ModelRegistry()
+        applier = ShadowApplier(
+            conn, info, ShadowPosition(group, topic, 0, epoch), start,
+            Pipeline(registry.extractor_for, registry.embedder_for).prepare,
+            registry.embedder_for,
+        )
+        await applier.write(Batch(first=0, end=5, read=5, items=[]))
+        assert await stored_position(pg_dsn, group, topic) == 5
+        await positions.claim(conn, group, topic, 0, 0)  # another replay into the schema
+        with pytest.raises(Fenced):
+            await applier.write(Batch(first=5, end=9, read=4, items=[]))
+        assert await stored_position(pg_dsn, group, topic) == 5
