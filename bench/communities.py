@@ -49,6 +49,7 @@ from tidegraph.indexer.community_reports import (
 from tidegraph.indexer.community_store import build_communities
 from tidegraph.indexer.hashing_embedder import HashingEmbedder
 from tidegraph.indexer.realms import create_realm, ensure_control
+from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import RealmConfig
 
 T = TypeVar("T")
@@ -166,11 +167,12 @@ async def end_to_end(dsn: str, n: int) -> None:
                 await _copy(
                     cur,
                     sql.SQL(
-                        "COPY {}.entities (id, space, name, type, description, embedding,"
-                        " created_at) FROM STDIN"
+                        "COPY {}.entities (id, space, name, name_key, type, description,"
+                        " embedding, created_at) FROM STDIN"
                     ).format(s),
                     (
-                        f"{e.id}\tdefault\t{e.name}\t{e.type}\t{e.description}\t{vec}\t{when}\n"
+                        f"{e.id}\tdefault\t{e.name}\t{name_key(e.name)}\t{e.type}\t"
+                        f"{e.description}\t{vec}\t{when}\n"
                         for e in entities
                     ),
                 )
