@@ -302,6 +302,7 @@ class _Replay:
         )
         writer = await self._connect()
         await writer.execute("SET synchronous_commit = off")
+        await writer.execute("SET plan_cache_mode = force_generic_plan")
         self.applier = ShadowApplier(
             writer, info, ShadowPosition(group, o.topic, tp.partition, epoch), next_offset,
             self.prepare, self.embedder_for, concurrency=o.prepare_concurrency,

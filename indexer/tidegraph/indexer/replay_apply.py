@@ -14,6 +14,11 @@ What differs is throughput, not meaning:
 * commits: a whole fetch is one transaction (each record inside it still its own savepoint,
   sequence and belief instant), with ``synchronous_commit`` off — a crash loses at most
   the last commits, and since the position commits with them, they are simply redone;
+* stamps: the batch reads the shadow's meta row once, draws each record's sequence and
+  belief instant the way the writer would (:class:`~tidegraph.indexer.writer.Stamp`) and
+  stores the row once at the end, instead of updating it once per record;
+* first versions: a record of a document the shadow has never held has nothing to
+  withdraw, so the writer skips reading and withdrawing a previous version;
 * decisions: document states are kept in memory once read, so the next fetch is decided
   and prepared while the current one is written;
 * statistics: the shadow's tables grow from nothing within seconds, faster than autovacuum
@@ -28,18 +33,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, sql
 
 from tidegraph.indexer import positions
 from tidegraph.indexer.doc_states import load_states
+from tidegraph.indexer.errors import RealmSwapped
 from tidegraph.indexer.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.interfaces import Embedder
 from tidegraph.indexer.plan import PreparedDocument, RecordPosition
 from tidegraph.indexer.realms import RealmInfo
 from tidegraph.indexer.replay_log import Message, decode_for_realm, log_time
-from tidegraph.indexer.writer import write_record
+from tidegraph.indexer.writer import Stamp, write_document, write_record
 from tidegraph.schemas.documents import DocumentVersion
 
 ANALYSE_FIRST = 32
@@ -77,6 +85,8 @@ class Planned:
     msg: Message
     record: DocumentVersion
     action: Action
+    fresh: bool
+    """The shadow held no version of the document before this record."""
 
 
 @dataclass
@@ -153,7 +163,7 @@ class ShadowApplier:
             new_state = next_state(action, rec.content_hash, rec.source_version, state)
             if new_state is not None:
                 self._states[key] = new_state
-            items.append(Planned(msg, rec, action))
+            items.append(Planned(msg, rec, action, fresh=state is None))
         batch = Batch(first, end, end - first, items)
         todo = [it for it in items if it.action is Action.APPLY]
         if todo:
@@ -173,44 +183,83 @@ class ShadowApplier:
         return dict(await asyncio.gather(*(one(it) for it in todo)))
 
     async def write(self, batch: Batch) -> None:
-        """Write the batch in one transaction; the stored position ends at ``batch.end``."""
+        """Write the batch in one transaction; the stored position ends at ``batch.end``.
+
+        First as one pipeline without a savepoint per record, so a record's last statements
+        travel with the next record's first ones; when PostgreSQL refuses anything in it,
+        the batch rolls back and is written again one savepoint per record, where a refused
+        value is recorded like the live indexer records it (``write_record``) and any other
+        failure names its record.
+        """
         if batch.first != self.next_offset:
             raise RuntimeError(f"batch starts at {batch.first}, position is {self.next_offset}")
         prepared = await batch.prepared if batch.prepared is not None else {}
-        embedder = self._embedder_for(self.info)
-        written = 0
-        async with self.conn.transaction():
-            for item in batch.items:
-                if item.action not in (Action.APPLY, Action.DELETE):
-                    continue
-                doc = prepared.get(item.msg.offset) if item.action is Action.APPLY else None
-                offset = item.msg.offset
-                pos = RecordPosition(
-                    self.position.group_id, self.position.topic, self.position.partition,
-                    offset, self.position.epoch, log_time(item.msg),
-                )
-                try:
-                    await write_record(
-                        self.conn, self.info, pos, embedder, doc, space=item.record.space,
-                        doc_key=item.record.doc_key, content_hash=item.record.content_hash,
-                        source_version=item.record.source_version, advance=False,
-                    )
-                except BaseException as exc:
-                    exc.add_note(f"writing offset {offset} ({item.record.doc_key!r})")
-                    raise
-                written += 1
-                if self.counters.written + written >= max(ANALYSE_FIRST, 2 * self._analysed_at):
-                    await self._analyse(self.counters.written + written)
-            if batch.end != batch.first:
-                p = self.position
-                await positions.advance(
-                    self.conn, p.group_id, p.topic, p.partition, batch.first, p.epoch,
-                    through=batch.end - 1,
-                )
+        written: int | None = None
+        if not any(isinstance(v, BaseException) for v in prepared.values()):
+            analysed_at = self._analysed_at
+            try:
+                async with self.conn.transaction(), self.conn.pipeline():
+                    written = await self._write_items(batch, prepared, savepoints=False)
+            except psycopg.Error:
+                self._analysed_at = analysed_at  # the rollback took the statistics too
+        if written is None:
+            async with self.conn.transaction():
+                written = await self._write_items(batch, prepared, savepoints=True)
         self.next_offset = batch.end
         self.counters.read += batch.read
         self.counters.realm_records += len(batch.items)
         self.counters.written += written
+
+    async def _write_items(
+        self, batch: Batch, prepared: dict[int, Outcome], *, savepoints: bool
+    ) -> int:
+        """The batch's records, its meta row and its position, in the caller's transaction;
+        returns how many records wrote."""
+        embedder = self._embedder_for(self.info)
+        meta = await _MetaRow.read(self.conn, self.info)
+        written = 0
+        for item in batch.items:
+            if item.action not in (Action.APPLY, Action.DELETE):
+                continue
+            doc = prepared.get(item.msg.offset) if item.action is Action.APPLY else None
+            offset = item.msg.offset
+            pos = RecordPosition(
+                self.position.group_id, self.position.topic, self.position.partition,
+                offset, self.position.epoch, log_time(item.msg),
+            )
+            rec = item.record
+            try:
+                if savepoints:
+                    result = await write_record(
+                        self.conn, self.info, pos, embedder, doc, space=rec.space,
+                        doc_key=rec.doc_key, content_hash=rec.content_hash,
+                        source_version=rec.source_version, advance=False,
+                        stamp=meta.next(pos.log_time), fresh=item.fresh,
+                    )
+                else:
+                    assert not isinstance(doc, BaseException)
+                    result = await write_document(
+                        self.conn, self.info, pos, embedder, doc, space=rec.space,
+                        doc_key=rec.doc_key, source_version=rec.source_version,
+                        advance=False, stamp=meta.next(pos.log_time), fresh=item.fresh,
+                        within=True,
+                    )
+            except BaseException as exc:
+                exc.add_note(f"writing offset {offset} ({rec.doc_key!r})")
+                raise
+            if result is not None:
+                meta.drawn()
+            written += 1
+            if self.counters.written + written >= max(ANALYSE_FIRST, 2 * self._analysed_at):
+                await self._analyse(self.counters.written + written)
+        await meta.store(self.conn, self.info)
+        if batch.end != batch.first:
+            p = self.position
+            await positions.advance(
+                self.conn, p.group_id, p.topic, p.partition, batch.first, p.epoch,
+                through=batch.end - 1,
+            )
+        return written
 
     async def _analyse(self, written: int) -> None:
         """Refresh the planner's statistics of the tables every write reads. Inside the
@@ -219,3 +268,53 @@ class ShadowApplier:
         tables = sql.SQL(", ").join(sql.Identifier(self.info.schema, t) for t in GROWING_TABLES)
         await self.conn.execute(sql.SQL("ANALYZE {}").format(tables))
         self._analysed_at = written
+
+
+@dataclass
+class _MetaRow:
+    """The shadow's meta row through one batch: what the writer's own draw would read and
+    set (see ``writer._begin``), kept here and stored once."""
+
+    seq: int
+    last_write_at: datetime | None
+    built: bool
+    """Communities were built at some point."""
+    stale: bool
+    """The feed has said that they are stale since."""
+    pending: Stamp | None = None
+    changed: bool = False
+
+    @classmethod
+    async def read(cls, conn: AsyncConnection[Any], info: RealmInfo) -> _MetaRow:
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT seq, last_write_at, communities_built_at IS NOT NULL,"
+                " communities_stale, swapped_out FROM {} FOR UPDATE"
+            ).format(sql.Identifier(info.schema, "meta"))
+        )
+        seq, last, built, stale, swapped_out = (await cur.fetchall())[0]
+        if swapped_out:
+            raise RealmSwapped(info.realm)
+        return cls(int(seq), last, bool(built), bool(stale))
+
+    def next(self, log_time: datetime) -> Stamp:
+        """The stamp of the next write (taken only if :meth:`drawn` follows)."""
+        bt = log_time if self.last_write_at is None else max(self.last_write_at, log_time)
+        self.pending = Stamp(self.seq + 1, bt, self.built and not self.stale)
+        return self.pending
+
+    def drawn(self) -> None:
+        assert self.pending is not None
+        self.seq, self.last_write_at = self.pending.seq, self.pending.belief_time
+        self.stale = self.built
+        self.pending, self.changed = None, True
+
+    async def store(self, conn: AsyncConnection[Any], info: RealmInfo) -> None:
+        if not self.changed:
+            return
+        await conn.execute(
+            sql.SQL(
+                "UPDATE {} SET seq = %s, last_write_at = %s, communities_stale = %s"
+            ).format(sql.Identifier(info.schema, "meta")),
+            (self.seq, self.last_write_at, self.stale),
+        )

@@ -50,11 +50,24 @@ from tidegraph.indexer.write_context import (
 from tidegraph.schemas.names import name_key
 
 __all__ = [
-    "ChangeSet", "WriteResult", "advance_only", "write_document", "write_record",
+    "ChangeSet", "Stamp", "WriteResult", "advance_only", "write_document", "write_record",
     "write_unstorable",
 ]
 
 OnRefused = Callable[[psycopg.Error], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A write's sequence number, belief instant and staleness notice, drawn by a caller
+    that holds the realm's meta row for a run of writes and stores it once after them (a
+    replay batch): what :func:`_begin` would have drawn, without updating the row each
+    time (within one transaction every update of it leaves a row version the next must
+    step over)."""
+
+    seq: int
+    belief_time: datetime
+    communities_stale: bool
 
 
 @dataclass(frozen=True)
@@ -86,58 +99,81 @@ async def advance_only(
 async def write_document(
     conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
     doc: PreparedDocument | None, *, space: str, doc_key: str, source_version: str | None,
-    advance: bool = True,
+    advance: bool = True, stamp: Stamp | None = None, fresh: bool = False,
+    within: bool = False,
 ) -> WriteResult:
     """Apply (``doc`` given) or delete (``doc`` None) one document version atomically.
 
     Runs in pipeline mode: statements whose results are not read (history moves, attribute
     updates, dormancy) travel together instead of one round trip each. ``advance=False``
     leaves the position to the caller, whose transaction holds several records (replay).
+    ``stamp`` is a caller-drawn sequence and belief instant (the meta row is left alone),
+    and ``fresh`` says the schema has never held the document, so there is no previous
+    version to read or withdraw. ``within`` writes in the caller's transaction and
+    pipeline without a savepoint of its own and without waiting for the write's last
+    statements: a failure aborts the caller's whole transaction (a replay batch, which then
+    writes its records again one savepoint each).
     """
     await ensure_vector_types(conn)
+    if within:
+        return await _write(
+            conn, info, pos, embedder, doc, space, doc_key, source_version, advance, stamp,
+            fresh,
+        )
     async with conn.transaction(), conn.pipeline():
-        changes = ChangeSet(space)
-        ctx = WriteContext(conn, info, embedder, changes, dict(doc.vectors) if doc else {})
-        # The opening statements travel together; the withdrawal reads the belief instant
-        # the first one sets.
-        begun = await _begin(ctx, pos.log_time)
-        previous_status = await ctx.send(
-            "SELECT status FROM {documents} WHERE space = %s AND doc_key = %s FOR UPDATE",
-            (space, doc_key),
+        return await _write(
+            conn, info, pos, embedder, doc, space, doc_key, source_version, advance, stamp,
+            fresh,
         )
-        withdrawn = await _withdraw(ctx, space, doc_key)
-        seq, bt, communities_stale = await _begun(ctx, begun)
-        previous = next((str(r[0]) for r in await ctx.fetch(previous_status)), None)
-        old_entities, old_relations = await _withdrawn(ctx, withdrawn)
-        new_entities: set[int] = set()
-        new_pairs: set[Pair] = set()
-        failure = doc.failure if doc is not None else None
-        if doc is None:
-            status = "deleted"
-            changes.add("document_deleted", doc_key=doc_key)
-        elif failure is not None:
-            status = "failed"
-            changes.add("document_failed", doc_key=doc_key, error=failure)
-        else:
-            status = "indexed"
-            replaced = previous in ("indexed", "failed")
-            changes.add("document_replaced" if replaced else "document_indexed", doc_key=doc_key)
-            new_entities, new_pairs = await _write_contribution(ctx, doc, bt)
-        # The relations' reconciliation changes no mention: the entities' states are
-        # asked for now, to travel with its first statements.
-        states = await mention_states(ctx, old_entities | new_entities)
-        await reconcile_relations(
-            ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs
+
+
+async def _write(
+    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
+    doc: PreparedDocument | None, space: str, doc_key: str, source_version: str | None,
+    advance: bool, stamp: Stamp | None, fresh: bool,
+) -> WriteResult:
+    changes = ChangeSet(space)
+    ctx = WriteContext(conn, info, embedder, changes, dict(doc.vectors) if doc else {})
+    # The opening statements travel together; the withdrawal reads the belief instant
+    # the first one sets.
+    begun = await _begin(ctx, pos.log_time) if stamp is None else None
+    withdrawal = None if fresh else await _withdraw(ctx, space, doc_key, stamp)
+    if begun is not None:
+        stamp = await _begun(ctx, begun)
+    assert stamp is not None
+    seq, bt = stamp.seq, stamp.belief_time
+    previous, old_entities, old_relations = (
+        await _withdrawn(ctx, withdrawal) if withdrawal is not None else (None, set(), set())
+    )
+    new_entities: set[int] = set()
+    new_pairs: set[Pair] = set()
+    failure = doc.failure if doc is not None else None
+    if doc is None:
+        status = "deleted"
+        changes.add("document_deleted", doc_key=doc_key)
+    elif failure is not None:
+        status = "failed"
+        changes.add("document_failed", doc_key=doc_key, error=failure)
+    else:
+        status = "indexed"
+        replaced = previous in ("indexed", "failed")
+        changes.add("document_replaced" if replaced else "document_indexed", doc_key=doc_key)
+        new_entities, new_pairs = await _write_contribution(ctx, doc, bt)
+    # The relations' reconciliation changes no mention: the entities' states are
+    # asked for now, to travel with its first statements.
+    states = await mention_states(ctx, old_entities | new_entities)
+    await reconcile_relations(
+        ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs
+    )
+    await reconcile_entities(ctx, states, bt)
+    if stamp.communities_stale:
+        changes.add("communities_stale")
+    await _upsert_document(ctx, space, doc_key, status, doc, source_version, failure, bt)
+    await _append_outbox(ctx, seq, bt)
+    if advance:
+        await positions.advance(
+            conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
         )
-        await reconcile_entities(ctx, states, bt)
-        if communities_stale:
-            changes.add("communities_stale")
-        await _upsert_document(ctx, space, doc_key, status, doc, source_version, failure, bt)
-        await _append_outbox(ctx, seq, bt)
-        if advance:
-            await positions.advance(
-                conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
-            )
     return WriteResult(seq, tuple(k for k, _, _ in changes.items), status)
 
 
@@ -145,7 +181,7 @@ async def write_record(
     conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
     doc: PreparedDocument | BaseException | None, *, space: str, doc_key: str,
     content_hash: str | None, source_version: str | None, on_refused: OnRefused | None = None,
-    advance: bool = True,
+    advance: bool = True, stamp: Stamp | None = None, fresh: bool = False,
 ) -> WriteResult | None:
     """One record as the indexer and a replay apply it: :func:`write_document`, or — when
     PostgreSQL refuses a value of the record, in the write or in its preparation (``doc``
@@ -155,7 +191,7 @@ async def write_record(
             raise doc
         return await write_document(
             conn, info, pos, embedder, doc, space=space, doc_key=doc_key,
-            source_version=source_version, advance=advance,
+            source_version=source_version, advance=advance, stamp=stamp, fresh=fresh,
         )
     except psycopg.Error as exc:
         if not is_unstorable(exc):
@@ -165,13 +201,15 @@ async def write_record(
         return await write_unstorable(
             conn, info, pos, embedder, exc, space=space, doc_key=doc_key,
             content_hash=content_hash, source_version=source_version, advance=advance,
+            stamp=stamp, fresh=fresh,
         )
 
 
 async def write_unstorable(
     conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
     error: BaseException, *, space: str, doc_key: str, content_hash: str | None,
-    source_version: str | None, advance: bool = True,
+    source_version: str | None, advance: bool = True, stamp: Stamp | None = None,
+    fresh: bool = False,
 ) -> WriteResult | None:
     """Record a version PostgreSQL refused a value of (:func:`errors.is_unstorable`).
 
@@ -192,7 +230,7 @@ async def write_unstorable(
             return await write_document(
                 conn, info, pos, embedder, refused, space=space, doc_key=doc_key,
                 source_version=None if source_version and "\0" in source_version
-                else source_version, advance=advance,
+                else source_version, advance=advance, stamp=stamp, fresh=fresh,
             )
         except psycopg.Error as exc:
             if not is_unstorable(exc):
@@ -219,36 +257,53 @@ async def _begin(ctx: WriteContext, log_time: datetime) -> AsyncCursor[Any]:
     )
 
 
-async def _begun(ctx: WriteContext, begin: AsyncCursor[Any]) -> tuple[int, datetime, bool]:
+async def _begun(ctx: WriteContext, begin: AsyncCursor[Any]) -> Stamp:
     """Sequence, belief instant and staleness drawn by :func:`_begin`; refuses to write
     into a schema a replay swapped out (the caller's transaction rolls back and retries
     against the new one)."""
     seq, bt, stale, swapped_out = (await ctx.fetch(begin))[0]
     if swapped_out:
         raise RealmSwapped(ctx.info.realm)
-    return int(seq), bt, bool(stale)
+    return Stamp(int(seq), bt, bool(stale))
 
 
-async def _withdraw(ctx: WriteContext, space: str, doc_key: str) -> AsyncCursor[Any]:
-    """Expire the document's live chunks at the belief instant just drawn and drop their
-    mentions and relation provenance (read by :func:`_withdrawn`)."""
-    return await ctx.send(
-        "WITH expired AS (UPDATE {chunks} SET t_expired = (SELECT last_write_at FROM {meta})"
-        "  WHERE space = %s AND doc_key = %s AND t_expired IS NULL RETURNING id),"
+Withdrawal = tuple[AsyncCursor[Any], AsyncCursor[Any]]
+"""The previous version's status, and what withdrawing its chunks touched."""
+
+
+async def _withdraw(
+    ctx: WriteContext, space: str, doc_key: str, stamp: Stamp | None
+) -> Withdrawal:
+    """Read the previous version's status, expire its live chunks at the belief instant
+    just drawn (or stamped) and drop their mentions and relation provenance (read by
+    :func:`_withdrawn`)."""
+    status = await ctx.send(
+        "SELECT status FROM {documents} WHERE space = %s AND doc_key = %s FOR UPDATE",
+        (space, doc_key),
+    )
+    instant = "(SELECT last_write_at FROM {meta})" if stamp is None else "%(bt)s"
+    touched = await ctx.send(
+        "WITH expired AS (UPDATE {chunks} SET t_expired = " + instant +
+        "  WHERE space = %(space)s AND doc_key = %(key)s AND t_expired IS NULL RETURNING id),"
         " mentioned AS (DELETE FROM {mentions} WHERE chunk_id IN (SELECT id FROM expired)"
         "  RETURNING entity_id),"
         " sourced AS (DELETE FROM {relation_sources}"
         "  WHERE chunk_id IN (SELECT id FROM expired) RETURNING relation_id)"
         " SELECT true, entity_id FROM mentioned"
         " UNION ALL SELECT false, relation_id FROM sourced",
-        (space, doc_key),
+        {"space": space, "key": doc_key, "bt": stamp.belief_time if stamp else None},
     )
+    return status, touched
 
 
-async def _withdrawn(ctx: WriteContext, withdraw: AsyncCursor[Any]) -> tuple[set[int], set[int]]:
-    """Entities and relations the withdrawn chunks touched."""
-    rows = await ctx.fetch(withdraw)
-    return {int(i) for e, i in rows if e}, {int(i) for e, i in rows if not e}
+async def _withdrawn(
+    ctx: WriteContext, withdrawal: Withdrawal
+) -> tuple[str | None, set[int], set[int]]:
+    """Previous status, and the entities and relations the withdrawn chunks touched."""
+    status, touched = withdrawal
+    previous = next((str(r[0]) for r in await ctx.fetch(status)), None)
+    rows = await ctx.fetch(touched)
+    return previous, {int(i) for e, i in rows if e}, {int(i) for e, i in rows if not e}
 
 
 async def _write_contribution(
