@@ -22,7 +22,7 @@ from tidegraph.indexer.plan import (
     RelationFact,
 )
 from tidegraph.indexer.realms import RealmInfo, create_realm, ensure_control
-from tidegraph.indexer.writer import WriteResult, write_document
+from tidegraph.indexer.writer import Stamp, WriteResult, write_document
 from tidegraph.schemas.realm_config import RealmConfig
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -78,13 +78,16 @@ class GraphHarness:
         _, epoch = await positions.claim(conn, "test", topic, 0, 0)
         return cls(conn, info, topic, epoch)
 
-    def _pos(self) -> RecordPosition:
-        self.clock += timedelta(seconds=1)
+    def _pos(self, at: datetime | None = None) -> RecordPosition:
+        """The next record's position, appended to the log one second after the last one
+        (or at ``at``)."""
+        self.clock = at if at is not None else self.clock + timedelta(seconds=1)
         return RecordPosition("test", self.topic, 0, self.offset, self.epoch, self.clock)
 
     async def upsert(
         self, doc_key: str, chunks: list[tuple[list[EntityFact], list[RelationFact]]],
         *, order_key: str | None = None, space: str = "default", content: str | None = None,
+        at: datetime | None = None, stamp: Stamp | None = None,
     ) -> WriteResult:
         embed = await self.embedder.embed([f"{doc_key}:{i}" for i in range(len(chunks))])
         prepared = PreparedDocument(
@@ -98,8 +101,8 @@ class GraphHarness:
             vectors={},
         )
         result = await write_document(
-            self.conn, self.info, self._pos(), self.embedder, prepared,
-            space=space, doc_key=doc_key, source_version=None,
+            self.conn, self.info, self._pos(at), self.embedder, prepared,
+            space=space, doc_key=doc_key, source_version=None, stamp=stamp,
         )
         self.offset += 1
         return result

@@ -13,7 +13,7 @@ import pytest
 from tidegraph.indexer.errors import Fenced
 from tidegraph.schemas.realm_config import RealmConfig
 
-from graph_helpers import GraphHarness, ent, rel
+from graph_helpers import T0, GraphHarness, ent, rel
 
 pytestmark = pytest.mark.postgres
 
@@ -171,6 +171,62 @@ async def test_first_write_after_a_community_build_says_communities_are_stale(
     await graph.upsert("c", [([ent("Mary Somerville")], [])])
     kinds = [k for _, _, k in await graph.changes()]
     assert kinds.count("communities_stale") == 1
+
+
+async def test_stamps_a_replay_batch_draws_are_the_writers_own(
+    conn: psycopg.AsyncConnection[Any], unique_name: Callable[[str], str]
+) -> None:
+    """A replay batch reads the meta row once, draws each write's sequence, belief instant
+    and staleness notice itself and stores the row once: the realm must end exactly as
+    when each write draws its own, with the log's clock stepping back and a community
+    build between two batches."""
+    from psycopg import sql
+
+    from tidegraph.indexer.replay_apply import BatchMeta
+
+    own = await GraphHarness.create(conn, unique_name("own"), GROUPS)
+    batched = await GraphHarness.create(conn, unique_name("batched"), GROUPS)
+    times = [T0 + timedelta(seconds=s) for s in (10, 20, 15, 15, 30, 25, 40)]
+    names = ["Ada Lovelace", "Charles Babbage", "Mary Somerville", "Ada Lovelace",
+             "Michael Faraday", "John Herschel", "Charles Babbage"]
+
+    async def build_communities(graph: GraphHarness) -> None:
+        await conn.execute(
+            sql.SQL("UPDATE {}.meta SET communities_built_at = now(),"
+                    " communities_stale = false").format(sql.Identifier(graph.info.schema))
+        )
+
+    async def outcome(graph: GraphHarness) -> tuple[Any, ...]:
+        schema = sql.Identifier(graph.info.schema)
+        cur = await conn.execute(sql.SQL(
+            "SELECT seq, idx, kind, belief_time FROM {}.outbox ORDER BY seq, idx"
+        ).format(schema))
+        changes = await cur.fetchall()
+        cur = await conn.execute(sql.SQL(
+            "SELECT seq, last_write_at, communities_stale FROM {}.meta"
+        ).format(schema))
+        return tuple(changes), await cur.fetchone()
+
+    for n, (t, name) in enumerate(zip(times, names, strict=True)):
+        if n == 4:
+            await build_communities(own)
+        await own.upsert(f"d{n % 5}", [([ent(name)], [])], at=t)
+    for batch in (range(0, 4), range(4, 7)):
+        if batch.start == 4:
+            await build_communities(batched)
+        async with conn.transaction():
+            meta = await BatchMeta.read(conn, batched.info)
+            for n in batch:
+                stamp = meta.next(times[n])
+                await batched.upsert(f"d{n % 5}", [([ent(names[n])], [])], at=times[n],
+                                     stamp=stamp)
+                meta.drawn()
+            await meta.store(conn, batched.info)
+    mine = await outcome(own)
+    assert mine == await outcome(batched)
+    kinds = [k for _, _, k, _ in mine[0]]
+    assert kinds.count("communities_stale") == 1 and "document_replaced" in kinds
+    assert mine[1][0] == len(times) and mine[1][1] == max(times)
 
 
 async def test_a_swapped_out_schema_refuses_writes(graph: GraphHarness) -> None:

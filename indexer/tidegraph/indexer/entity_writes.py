@@ -157,7 +157,7 @@ async def _store(
             "INSERT INTO {entities} (space, name, name_key, type, description, aliases,"
             " embedding, created_at) SELECT %s, n, k, t, d,"
             " ARRAY(SELECT jsonb_array_elements_text(a)), e, %s"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[],"
+            " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %s::jsonb[],"
             " %b::vector[]) AS u(n, k, t, d, a, e) RETURNING id, name",
             (
                 space, bt,
@@ -192,7 +192,7 @@ async def _store(
     if alias_rows:
         await ctx.run(
             "INSERT INTO {entity_aliases} (space, alias_lower, entity_id)"
-            " SELECT %s, a, i FROM unnest(%s::text[], %s::bigint[]) AS u(a, i)"
+            " SELECT %s, a, i FROM unnest(%b::text[], %b::bigint[]) AS u(a, i)"
             " ON CONFLICT DO NOTHING",
             (space, [a for a, _ in alias_rows], [i for _, i in alias_rows]),
         )
@@ -300,7 +300,7 @@ async def reconcile_entities(
     if flips:
         await ctx.run(
             "UPDATE {entities} e SET dormant_since = CASE WHEN u.m THEN NULL ELSE %s END"
-            " FROM unnest(%s::bigint[], %s::bool[]) AS u(i, m) WHERE e.id = u.i",
+            " FROM unnest(%b::bigint[], %b::bool[]) AS u(i, m) WHERE e.id = u.i",
             (bt, [f[0] for f in flips], [f[1] for f in flips]),
         )
     for eid, space, name, typ, dormant, mentioned in rows:

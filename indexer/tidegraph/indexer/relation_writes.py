@@ -61,7 +61,7 @@ async def attach_relations(
         (int(s), p, int(o), bool(n))
         for s, p, o, n in await ctx.rows(
             "SELECT r.subject_id, r.predicate, r.object_id, r.negated FROM {relations} r"
-            " JOIN unnest(%s::bigint[], %s::text[], %s::bigint[], %s::bool[])"
+            " JOIN unnest(%b::bigint[], %b::text[], %b::bigint[], %b::bool[])"
             " AS k(s, p, o, n) ON r.subject_id = k.s AND r.predicate = k.p"
             " AND r.object_id = k.o AND r.negated = k.n WHERE r.space = %s",
             (
@@ -84,9 +84,9 @@ async def attach_relations(
     await ctx.run(
         "INSERT INTO {relation_sources} (relation_id, chunk_id, doc_key, order_key, description,"
         " confidence, valid_from, valid_to)"
-        " SELECT r.id, u.c, %s, %s, u.d, u.f, u.vf, u.vt FROM unnest(%s::bigint[], %s::text[],"
-        " %s::bigint[], %s::bool[], %s::bigint[], %s::text[], %s::real[], %s::text[],"
-        " %s::text[]) AS u(s, p, o, n, c, d, f, vf, vt)"
+        " SELECT r.id, u.c, %s, %s, u.d, u.f, u.vf, u.vt FROM unnest(%b::bigint[], %b::text[],"
+        " %b::bigint[], %b::bool[], %b::bigint[], %b::text[], %b::real[], %b::text[],"
+        " %b::text[]) AS u(s, p, o, n, c, d, f, vf, vt)"
         " JOIN {relations} r ON r.space = %s AND r.subject_id = u.s AND r.predicate = u.p"
         " AND r.object_id = u.o AND r.negated = u.n"
         " ON CONFLICT DO NOTHING",
@@ -126,9 +126,9 @@ async def _insert_fresh(
         " description, confidence, valid_from, valid_to, valid_from_d,"
         " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
         " SELECT %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'retracted', %s,"
-        " r, e FROM unnest(%s::bigint[], %s::text[], %s::bigint[],"
-        " %s::bool[], %s::text[], %s::real[], %s::text[], %s::text[], %s::date[],"
-        " %s::date[], %s::int[], %s::text[], %b::vector[])"
+        " r, e FROM unnest(%b::bigint[], %b::text[], %b::bigint[],"
+        " %b::bool[], %b::text[], %b::real[], %b::text[], %b::text[], %b::date[],"
+        " %b::date[], %b::int[], %b::text[], %b::vector[])"
         " AS u(s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
         (
             doc.space, doc.order_key or "", bt,
@@ -156,7 +156,7 @@ async def reconcile_relations(
     pairs = (
         "WITH pairs AS (SELECT space, subject_id, object_id FROM {relations}"
         "  WHERE id = ANY(%s)"
-        "  UNION SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[]))"
+        "  UNION SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bigint[]))"
     )
     params = (
         sorted(touched), [p[0] for p in given], [p[1] for p in given], [p[2] for p in given],
@@ -234,8 +234,8 @@ async def reconcile_relations(
             "UPDATE {relations} r SET weight = u.w, order_key = u.k, description = u.d,"
             " confidence = u.c, valid_from = u.f, valid_to = u.t,"
             " valid_from_d = u.fd, valid_to_d = u.td"
-            " FROM unnest(%s::int[], %s::text[], %s::text[], %s::float8[], %s::text[],"
-            " %s::text[], %s::date[], %s::date[], %s::bigint[])"
+            " FROM unnest(%b::int[], %b::text[], %b::text[], %b::float8[], %b::text[],"
+            " %b::text[], %b::date[], %b::date[], %b::bigint[])"
             " AS u(w, k, d, c, f, t, fd, td, i) WHERE r.id = u.i",
             [list(column) for column in zip(*attr_updates, strict=True)],
         )
@@ -243,7 +243,7 @@ async def reconcile_relations(
         vecs = await ctx.embeddings([t for _, t in text_updates])
         await ctx.run(
             "UPDATE {relations} r SET rendered = u.t, embedding = u.e"
-            " FROM unnest(%s::text[], %b::vector[], %s::bigint[]) AS u(t, e, i)"
+            " FROM unnest(%b::text[], %b::vector[], %b::bigint[]) AS u(t, e, i)"
             " WHERE r.id = u.i",
             ([t for _, t in text_updates], vecs, [rid for rid, _ in text_updates]),
         )
@@ -279,7 +279,7 @@ async def _move_history(
     if opened:
         await ctx.run(
             "INSERT INTO {relation_history} (relation_id, state, superseded_by, t_created)"
-            " SELECT i, s, b, %s FROM unnest(%s::bigint[], %s::text[], %s::bigint[])"
+            " SELECT i, s, b, %s FROM unnest(%b::bigint[], %b::text[], %b::bigint[])"
             " AS u(i, s, b)",
             (bt, [o[0] for o in opened], [o[1][0] for o in opened],
              [o[1][1] for o in opened]),
@@ -287,7 +287,7 @@ async def _move_history(
     await ctx.run(
         "UPDATE {relations} r SET status = u.s, superseded_by = u.b,"
         " t_expired = CASE WHEN u.s = 'current' THEN NULL ELSE %s END"
-        " FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS u(i, s, b) WHERE r.id = u.i",
+        " FROM unnest(%b::bigint[], %b::text[], %b::bigint[]) AS u(i, s, b) WHERE r.id = u.i",
         (bt, [m[0] for m in moves], [m[2][0] for m in moves], [m[2][1] for m in moves]),
     )
 

@@ -216,7 +216,7 @@ class ShadowApplier:
         """The batch's records, its meta row and its position, in the caller's transaction;
         returns how many records wrote."""
         embedder = self._embedder_for(self.info)
-        meta = await _MetaRow.read(self.conn, self.info)
+        meta = await BatchMeta.read(self.conn, self.info)
         written = 0
         for item in batch.items:
             if item.action not in (Action.APPLY, Action.DELETE):
@@ -271,7 +271,7 @@ class ShadowApplier:
 
 
 @dataclass
-class _MetaRow:
+class BatchMeta:
     """The shadow's meta row through one batch: what the writer's own draw would read and
     set (see ``writer._begin``), kept here and stored once."""
 
@@ -285,7 +285,7 @@ class _MetaRow:
     changed: bool = False
 
     @classmethod
-    async def read(cls, conn: AsyncConnection[Any], info: RealmInfo) -> _MetaRow:
+    async def read(cls, conn: AsyncConnection[Any], info: RealmInfo) -> BatchMeta:
         cur = await conn.execute(
             sql.SQL(
                 "SELECT seq, last_write_at, communities_built_at IS NOT NULL,"

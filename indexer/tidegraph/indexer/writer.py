@@ -315,7 +315,7 @@ async def _write_contribution(
         "INSERT INTO {chunks} (space, doc_key, ordinal, text, content_hash, metadata,"
         " embedding, t_created)"
         " SELECT %s, %s, o, t, %s, m, e, %s"
-        " FROM unnest(%s::int[], %s::text[], %s::jsonb[], %b::vector[]) AS u(o, t, m, e)"
+        " FROM unnest(%b::int[], %b::text[], %s::jsonb[], %b::vector[]) AS u(o, t, m, e)"
         " RETURNING id, ordinal",
         (
             doc.space, doc.doc_key, doc.content_hash, bt,
@@ -338,7 +338,7 @@ async def _write_contribution(
     if mention_pairs:
         await ctx.run(
             "INSERT INTO {mentions} (chunk_id, entity_id)"
-            " SELECT * FROM unnest(%s::bigint[], %s::bigint[]) ON CONFLICT DO NOTHING",
+            " SELECT * FROM unnest(%b::bigint[], %b::bigint[]) ON CONFLICT DO NOTHING",
             ([p[0] for p in mention_pairs], [p[1] for p in mention_pairs]),
         )
     relation_pairs = await attach_relations(ctx, doc, chunk_id, ids, bt)
