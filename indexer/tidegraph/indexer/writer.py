@@ -168,8 +168,7 @@ async def _write(
     await reconcile_entities(ctx, states, bt)
     if stamp.communities_stale:
         changes.add("communities_stale")
-    await _upsert_document(ctx, space, doc_key, status, doc, source_version, failure, bt)
-    await _append_outbox(ctx, seq, bt)
+    await _record_document(ctx, seq, space, doc_key, status, doc, source_version, failure, bt)
     if advance:
         await positions.advance(
             conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
@@ -335,24 +334,22 @@ async def _write_contribution(
             + [n for r in c.relations for n in (r.subject, r.object)]
         }
     )
-    if mention_pairs:
-        await ctx.run(
-            "INSERT INTO {mentions} (chunk_id, entity_id)"
-            " SELECT * FROM unnest(%b::bigint[], %b::bigint[]) ON CONFLICT DO NOTHING",
-            ([p[0] for p in mention_pairs], [p[1] for p in mention_pairs]),
-        )
-    relation_pairs = await attach_relations(ctx, doc, chunk_id, ids, bt)
+    relation_pairs = await attach_relations(ctx, doc, chunk_id, ids, bt, mentions=mention_pairs)
     return {p[1] for p in mention_pairs}, relation_pairs
 
 
-async def _upsert_document(
-    ctx: WriteContext, space: str, doc_key: str, status: str, doc: PreparedDocument | None,
-    source_version: str | None, error: str | None, bt: datetime,
+async def _record_document(
+    ctx: WriteContext, seq: int, space: str, doc_key: str, status: str,
+    doc: PreparedDocument | None, source_version: str | None, error: str | None, bt: datetime,
 ) -> None:
+    """Upsert the document's state and append the write's changes to the outbox under its
+    sequence, in one statement. The changes travel as one JSON document: serialised once,
+    instead of one value each written into an array literal and escaped again."""
     await ctx.run(
-        "INSERT INTO {documents} AS d (space, doc_key, status, content_hash, source_version,"
-        " order_key, title, source, metadata, error, chunk_count, indexed_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        "WITH state AS (INSERT INTO {documents} AS d (space, doc_key, status, content_hash,"
+        " source_version, order_key, title, source, metadata, error, chunk_count, indexed_at)"
+        " VALUES (%(space)s, %(key)s, %(status)s, %(hash)s, %(version)s, %(order)s, %(title)s,"
+        " %(source)s, %(metadata)s, %(error)s, %(chunks)s, %(bt)s)"
         " ON CONFLICT (space, doc_key) DO UPDATE SET status = excluded.status,"
         " content_hash = excluded.content_hash,"
         " source_version = coalesce(excluded.source_version, d.source_version),"
@@ -361,31 +358,20 @@ async def _upsert_document(
         " source = coalesce(excluded.source, d.source),"
         " metadata = excluded.metadata, error = excluded.error,"
         " chunk_count = excluded.chunk_count, indexed_at = excluded.indexed_at,"
-        " applied_at = clock_timestamp()",
-        (
-            space, doc_key, status,
-            doc.content_hash if doc else None,
-            source_version,
-            doc.order_key if doc else None,
-            doc.title if doc else None,
-            doc.source if doc else None,
-            Jsonb(doc.metadata if doc else {}),
-            error,
-            len(doc.chunks) if doc and status == "indexed" else 0,
-            bt,
-        ),
-    )
-
-
-async def _append_outbox(ctx: WriteContext, seq: int, bt: datetime) -> None:
-    items = ctx.changes.items
-    if not items:
-        return
-    # One JSON document for all of them: serialised once, instead of one value each
-    # written into an array literal and escaped again.
-    await ctx.run(
-        "INSERT INTO {outbox} (seq, idx, kind, space, belief_time, payload)"
-        " SELECT %s, i - 1, c ->> 0, c ->> 1, %s, c -> 2"
-        " FROM jsonb_array_elements(%s) WITH ORDINALITY AS u(c, i)",
-        (seq, bt, Jsonb(items)),
+        " applied_at = clock_timestamp())"
+        " INSERT INTO {outbox} (seq, idx, kind, space, belief_time, payload)"
+        " SELECT %(seq)s, i - 1, c ->> 0, c ->> 1, %(bt)s, c -> 2"
+        " FROM jsonb_array_elements(%(changes)s) WITH ORDINALITY AS u(c, i)",
+        {
+            "space": space, "key": doc_key, "status": status,
+            "hash": doc.content_hash if doc else None,
+            "version": source_version,
+            "order": doc.order_key if doc else None,
+            "title": doc.title if doc else None,
+            "source": doc.source if doc else None,
+            "metadata": Jsonb(doc.metadata if doc else {}),
+            "error": error,
+            "chunks": len(doc.chunks) if doc and status == "indexed" else 0,
+            "bt": bt, "seq": seq, "changes": Jsonb(ctx.changes.items),
+        },
     )
