@@ -300,9 +300,7 @@ class _Replay:
         next_offset, epoch = await positions.claim(
             control, group, o.topic, tp.partition, self.start_offset
         )
-        writer = await self._connect()
-        await writer.execute("SET synchronous_commit = off")
-        await writer.execute("SET plan_cache_mode = force_generic_plan")
+        writer = await self._write_connection()
         self.applier = ShadowApplier(
             writer, info, ShadowPosition(group, o.topic, tp.partition, epoch), next_offset,
             self.prepare, self.embedder_for, concurrency=o.prepare_concurrency,
@@ -457,6 +455,14 @@ class _Replay:
             where, f"{type(exc).__name__}: {exc}",
         )
 
+    async def _write_connection(self) -> AsyncConnection[Any]:
+        """The applier's connection: commits not waited for, generic plans
+        (:mod:`replay_apply` says why)."""
+        conn = await self._connect()
+        await conn.execute("SET synchronous_commit = off")
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        return conn
+
     async def _recover(self) -> None:
         """After a failed batch: fresh write connection, states re-read from the shadow."""
         assert self.applier is not None
@@ -465,9 +471,7 @@ class _Replay:
             await old.close()
         if old in self._conns:
             self._conns.remove(old)
-        conn = await self._connect()
-        await conn.execute("SET synchronous_commit = off")
-        self.applier.conn = conn
+        self.applier.conn = await self._write_connection()
         self.applier.forget()
 
     async def _load(
