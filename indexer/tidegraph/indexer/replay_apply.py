@@ -40,6 +40,7 @@ What differs is throughput, not meaning:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,6 +59,8 @@ from tidegraph.indexer.realms import RealmInfo
 from tidegraph.indexer.replay_log import Message, decode_for_realm, log_time
 from tidegraph.indexer.writer import Stamp, write_document, write_record
 from tidegraph.schemas.documents import DocumentVersion
+
+log = logging.getLogger("tidegraph.replay")
 
 ANALYSE_FIRST = 32
 """Written records before the shadow's statistics are first refreshed."""
@@ -209,8 +212,12 @@ class ShadowApplier:
             try:
                 async with self.conn.transaction(), self.conn.pipeline():
                     written = await self._write_items(batch, prepared, savepoints=False)
-            except psycopg.Error:
+            except psycopg.Error as exc:
                 self._analysed_at = analysed_at  # the rollback took the statistics too
+                log.info(
+                    "replay batch at offset %d: %s; writing it again one savepoint per record",
+                    batch.first, type(exc).__name__,
+                )
         if written is None:
             async with self.conn.transaction():
                 written = await self._write_items(batch, prepared, savepoints=True)

@@ -3,7 +3,8 @@
 Commit order, all in one PostgreSQL transaction:
 
 1. take the realm lock and draw the next commit sequence (``UPDATE meta … RETURNING seq``),
-   which also fixes the belief instant (non-decreasing per realm);
+   which also fixes the belief instant (non-decreasing per realm) — or take the
+   :class:`Stamp` of a caller that holds the lock for a run of writes (a replay batch);
 2. withdraw the document's previous contribution: expire its chunks, drop their mentions
    and relation provenance;
 3. write the new version's chunks, resolve its entities (``entity_writes``), attach its
@@ -132,6 +133,7 @@ async def _write(
     doc: PreparedDocument | None, space: str, doc_key: str, source_version: str | None,
     advance: bool, stamp: Stamp | None, fresh: bool,
 ) -> WriteResult:
+    """:func:`write_document` inside whatever transaction and pipeline the caller holds."""
     changes = ChangeSet(space)
     ctx = WriteContext(conn, info, embedder, changes, dict(doc.vectors) if doc else {})
     # The opening statements travel together; the withdrawal reads the belief instant
