@@ -57,6 +57,8 @@ async def attach_relations(
             by_chunk.setdefault(chunk_id[c.ordinal], []).append(
                 (r.description, r.confidence, r.valid_from, r.valid_to)
             )
+    if not grouped and not mentions:
+        return set()
     keys = sorted(grouped)
     lookup = await ctx.send(
         "WITH mentioned AS (INSERT INTO {mentions} (chunk_id, entity_id)"

@@ -22,6 +22,7 @@ neither skips nor repeats a record.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -116,12 +117,10 @@ async def write_document(
     writes its records again one savepoint each).
     """
     await ensure_vector_types(conn)
-    if within:
-        return await _write(
-            conn, info, pos, embedder, doc, space, doc_key, source_version, advance, stamp,
-            fresh,
-        )
-    async with conn.transaction(), conn.pipeline():
+    async with contextlib.AsyncExitStack() as scope:
+        if not within:
+            await scope.enter_async_context(conn.transaction())
+            await scope.enter_async_context(conn.pipeline())
         return await _write(
             conn, info, pos, embedder, doc, space, doc_key, source_version, advance, stamp,
             fresh,
