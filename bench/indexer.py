@@ -39,13 +39,52 @@ from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.topics import topic_specs
 
 REPO = Path(__file__).resolve().parents[1]
-FIRST = ["Ada", "Charles", "Mary", "Michael", "Grace", "Alan", "Emmy", "Niels", "Lise",
-         "Marie", "Henri", "Sofia", "Paul", "Rosalind", "James", "Dorothy"]
-LAST = ["Lovelace", "Babbage", "Somerville", "Faraday", "Hopper", "Turing", "Noether", "Bohr",
-        "Meitner", "Curie", "Poincare", "Kovalevskaya", "Dirac", "Franklin", "Maxwell",
-        "Hodgkin"]
-ORGS = ["Royal Society", "Analytical Society", "Cambridge University", "Harvard University",
-        "Bell Laboratories", "Institut Pasteur", "Berlin Academy", "Copenhagen Institute"]
+FIRST = [
+    "Ada",
+    "Charles",
+    "Mary",
+    "Michael",
+    "Grace",
+    "Alan",
+    "Emmy",
+    "Niels",
+    "Lise",
+    "Marie",
+    "Henri",
+    "Sofia",
+    "Paul",
+    "Rosalind",
+    "James",
+    "Dorothy",
+]
+LAST = [
+    "Lovelace",
+    "Babbage",
+    "Somerville",
+    "Faraday",
+    "Hopper",
+    "Turing",
+    "Noether",
+    "Bohr",
+    "Meitner",
+    "Curie",
+    "Poincare",
+    "Kovalevskaya",
+    "Dirac",
+    "Franklin",
+    "Maxwell",
+    "Hodgkin",
+]
+ORGS = [
+    "Royal Society",
+    "Analytical Society",
+    "Cambridge University",
+    "Harvard University",
+    "Bell Laboratories",
+    "Institut Pasteur",
+    "Berlin Academy",
+    "Copenhagen Institute",
+]
 VERBS = ["worked with", "corresponded with", "studied with", "married", "mentored"]
 FILLER = [
     "The correspondence of the period records long discussions of method and instruments.",
@@ -81,18 +120,29 @@ def _document(rng: random.Random, realm: str, i: int, size: int = 9000) -> Docum
         total += len(para) + 2
     text = "\n\n".join(paragraphs)
     return DocumentVersion(
-        realm=realm, doc_key=f"doc-{i:05d}.md", op="upsert", content=text,
-        content_hash=content_hash(text), title=f"Document {i}", order_key=f"{i:06d}",
+        realm=realm,
+        doc_key=f"doc-{i:05d}.md",
+        op="upsert",
+        content=text,
+        content_hash=content_hash(text),
+        title=f"Document {i}",
+        order_key=f"{i:06d}",
         event_time=datetime.now(UTC),
     )
 
 
-async def _publish(bootstrap: str, topic: str, docs: list[DocumentVersion],
-                   rate: float | None = None) -> dict[str, float]:
+async def _publish(
+    bootstrap: str, topic: str, docs: list[DocumentVersion], rate: float | None = None
+) -> dict[str, float]:
     """Publish in order; with ``rate``, paced. Returns doc_key → wall time just before send."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                                compression_type="lz4", linger_ms=5,
-                                max_request_size=16 * 1024 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        compression_type="lz4",
+        linger_ms=5,
+        max_request_size=16 * 1024 * 1024,
+    )
     await producer.start()
     sent: dict[str, float] = {}
     try:
@@ -116,7 +166,9 @@ async def _position(dsn: str, group: str, topic: str) -> int:
         try:
             cur = await conn.execute(
                 "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s", (group, topic))
+                " WHERE group_id = %s AND topic = %s",
+                (group, topic),
+            )
         except psycopg.errors.UndefinedTable:
             return 0
         row = await cur.fetchone()
@@ -166,11 +218,27 @@ async def main() -> None:
     print(f"corpus: {len(docs)} documents, {size / len(docs) / 1000:.1f} KB each on average")
     await _publish(bootstrap, topic, docs)
 
-    env = dict(os.environ, TIDEGRAPH_KAFKA_BOOTSTRAP=bootstrap, TIDEGRAPH_PG_DSN=dsn,
-               TIDEGRAPH_TOPIC_PREFIX=prefix, TIDEGRAPH_EMBEDDER="hashing:384")
+    env = dict(
+        os.environ,
+        TIDEGRAPH_KAFKA_BOOTSTRAP=bootstrap,
+        TIDEGRAPH_PG_DSN=dsn,
+        TIDEGRAPH_TOPIC_PREFIX=prefix,
+        TIDEGRAPH_EMBEDDER="hashing:384",
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--group", group,
-         "--log-level", "WARNING"], env=env, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "tidegraph.infra.cli",
+            "indexer",
+            "--group",
+            group,
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        cwd=REPO,
+    )
     try:
         elapsed = await _wait(dsn, group, topic, len(docs))
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -178,17 +246,19 @@ async def main() -> None:
             for realm in realms:
                 cur = await conn.execute(f"SELECT count(*) FROM realm_{realm}.chunks")  # noqa: S608
                 chunks += (await cur.fetchone() or (0,))[0]
-                cur = await conn.execute(
-                    f"SELECT count(*) FROM realm_{realm}.relation_sources")  # noqa: S608
+                cur = await conn.execute(f"SELECT count(*) FROM realm_{realm}.relation_sources")  # noqa: S608
                 relations += (await cur.fetchone() or (0,))[0]
         rate = len(docs) / elapsed
-        print(f"applied: {rate:.0f} documents/s, {chunks / elapsed:.0f} chunks/s, "
-              f"{relations / elapsed:.0f} relations/s ({elapsed:.1f} s for {len(docs)} docs, "
-              f"{chunks / len(docs):.1f} chunks and {relations / chunks:.1f} relation "
-              "contributions per chunk)")
+        print(
+            f"applied: {rate:.0f} documents/s, {chunks / elapsed:.0f} chunks/s, "
+            f"{relations / elapsed:.0f} relations/s ({elapsed:.1f} s for {len(docs)} docs, "
+            f"{chunks / len(docs):.1f} chunks and {relations / chunks:.1f} relation "
+            "contributions per chunk)"
+        )
 
-        fresh = [_document(rng, realms[i % len(realms)], args.documents + i)
-                 for i in range(args.fresh)]
+        fresh = [
+            _document(rng, realms[i % len(realms)], args.documents + i) for i in range(args.fresh)
+        ]
         sent = await _publish(bootstrap, topic, fresh, rate=rate / 4)
         await _wait(dsn, group, topic, len(docs) + len(fresh))
         latencies: list[float] = []
@@ -196,11 +266,15 @@ async def main() -> None:
             for realm in realms:
                 cur = await conn.execute(
                     f"SELECT doc_key, extract(epoch FROM applied_at) FROM realm_{realm}.documents"  # noqa: S608
-                    " WHERE doc_key = ANY(%s)", (list(sent),))
+                    " WHERE doc_key = ANY(%s)",
+                    (list(sent),),
+                )
                 for key, applied in await cur.fetchall():
                     latencies.append((float(applied) - sent[key]) * 1000)
-        print(f"publish-to-applied at {rate / 4:.0f} documents/s: "
-              f"p50 {statistics.median(latencies):.1f} ms, p99 {_pct(latencies, 0.99):.1f} ms")
+        print(
+            f"publish-to-applied at {rate / 4:.0f} documents/s: "
+            f"p50 {statistics.median(latencies):.1f} ms, p99 {_pct(latencies, 0.99):.1f} ms"
+        )
 
         # The indexer is held while the re-sends are published, so the figure is its own
         # rate, not the publisher's (well inside the group's session timeout).
@@ -210,8 +284,10 @@ async def main() -> None:
         finally:
             proc.send_signal(signal.SIGCONT)
         noop = await _wait(dsn, group, topic, 2 * len(docs) + len(fresh))
-        print(f"no-op re-sends: {len(docs) / noop:.0f} documents/s "
-              f"({len(docs)} unchanged documents drained in {noop:.2f} s)")
+        print(
+            f"no-op re-sends: {len(docs) / noop:.0f} documents/s "
+            f"({len(docs)} unchanged documents drained in {noop:.2f} s)"
+        )
         print(f"indexer peak RSS: {_rss_peak_mb(proc.pid):.0f} MB")
     finally:
         proc.terminate()

@@ -75,14 +75,57 @@ from tidegraph.schemas.topics import changes_topic, topic_specs
 REPO = Path(__file__).resolve().parents[1]
 DIM = 384
 PER_DOC = 10
-PREDICATES = ["worked_with", "founded", "advised", "funded", "acquired", "designed",
-              "studied_at", "located_in", "supplies", "competes_with", "partners_with",
-              "member_of", "wrote", "influenced", "audits", "owns"]
+PREDICATES = [
+    "worked_with",
+    "founded",
+    "advised",
+    "funded",
+    "acquired",
+    "designed",
+    "studied_at",
+    "located_in",
+    "supplies",
+    "competes_with",
+    "partners_with",
+    "member_of",
+    "wrote",
+    "influenced",
+    "audits",
+    "owns",
+]
 TYPES = ["Person", "Organization", "Project", "Place", "Product"]
-SYL = [c + v + e for c in ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r",
-                            "s", "t", "v", "w", "z", "ch", "sh", "th", "br", "tr", "st", "gl")
-       for v in ("a", "e", "i", "o", "u", "ai", "ea", "ou")
-       for e in ("", "n", "r", "s", "l", "m", "t", "x", "nd", "rk")]
+SYL = [
+    c + v + e
+    for c in (
+        "b",
+        "c",
+        "d",
+        "f",
+        "g",
+        "h",
+        "j",
+        "k",
+        "l",
+        "m",
+        "n",
+        "p",
+        "r",
+        "s",
+        "t",
+        "v",
+        "w",
+        "z",
+        "ch",
+        "sh",
+        "th",
+        "br",
+        "tr",
+        "st",
+        "gl",
+    )
+    for v in ("a", "e", "i", "o", "u", "ai", "ea", "ou")
+    for e in ("", "n", "r", "s", "l", "m", "t", "x", "nd", "rk")
+]
 """2,000 syllables, so names share few character trigrams, as real names do."""
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -142,12 +185,16 @@ def make_queries(docs: Sequence[Doc], n: int = 400, seed: int = 11) -> list[str]
     for _ in range(n):
         doc = rng.choice(docs)
         s, p, o, _, _ = rng.choice(doc.relations)
-        out.append(rng.choice([
-            f"How is {s} connected to {o}?",
-            f"Who {p.replace('_', ' ')} {o}?",
-            f"What do we know about {s}?",
-            f"Which organisations {p.replace('_', ' ')} others, and since when?",
-        ]))
+        out.append(
+            rng.choice(
+                [
+                    f"How is {s} connected to {o}?",
+                    f"Who {p.replace('_', ' ')} {o}?",
+                    f"What do we know about {s}?",
+                    f"Which organisations {p.replace('_', ' ')} others, and since when?",
+                ]
+            )
+        )
     return out
 
 
@@ -166,18 +213,38 @@ async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
         for n, doc in enumerate(docs):
             [vec] = await embedder.embed([doc.text])
             chunk = PreparedChunk(
-                0, doc.text, vec,
+                0,
+                doc.text,
+                vec,
                 tuple(EntityFact(name, typ, "", ()) for name, typ in doc.entities),
-                tuple(RelationFact(s, p, o, False, "", 1.0, vf, vt)
-                      for s, p, o, vf, vt in doc.relations),
+                tuple(
+                    RelationFact(s, p, o, False, "", 1.0, vf, vt)
+                    for s, p, o, vf, vt in doc.relations
+                ),
             )
             prepared = PreparedDocument(
-                "default", doc.key, "sha256:" + f"{n:064x}", None, f"{n:08d}", doc.key,
-                "bench", {}, (chunk,), {},
+                "default",
+                doc.key,
+                "sha256:" + f"{n:064x}",
+                None,
+                f"{n:08d}",
+                doc.key,
+                "bench",
+                {},
+                (chunk,),
+                {},
             )
             pos = RecordPosition("bench", topic, 0, n, epoch, T0 + timedelta(seconds=n))
-            await write_document(conn, info, pos, embedder, prepared, space="default",
-                                 doc_key=doc.key, source_version=None)
+            await write_document(
+                conn,
+                info,
+                pos,
+                embedder,
+                prepared,
+                space="default",
+                doc_key=doc.key,
+                source_version=None,
+            )
             if n % 200 == 199:
                 rate = (n + 1) / (time.perf_counter() - started)
                 print(f"  writer: {n + 1}/{len(docs)} documents ({rate:.0f}/s)", flush=True)
@@ -213,16 +280,22 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
             rel_rows.append((len(rel_rows) + 1, d, s, p, o, vf, vt))
     t = time.perf_counter()
     ent_vecs = _embed_all([render_entity(n, "") for _, n, _ in ent_rows])
-    rel_vecs = _embed_all([render_relation(s, p, o, False, vf, vt)
-                           for _, _, s, p, o, vf, vt in rel_rows])
+    rel_vecs = _embed_all(
+        [render_relation(s, p, o, False, vf, vt) for _, _, s, p, o, vf, vt in rel_rows]
+    )
     chunk_vecs = _embed_all([d.text for d in docs])
-    print(f"  embedded {len(ent_vecs) + len(rel_vecs) + len(chunk_vecs)} texts in "
-          f"{time.perf_counter() - t:.1f}s", flush=True)
+    print(
+        f"  embedded {len(ent_vecs) + len(rel_vecs) + len(chunk_vecs)} texts in "
+        f"{time.perf_counter() - t:.1f}s",
+        flush=True,
+    )
     bt = [T0 + timedelta(seconds=d) for d in range(len(docs))]
     with psycopg.connect(dsn, autocommit=True) as conn:
+
         def copy(tbl: str, cols: str, rows: Any) -> None:
             query = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-                sql.Identifier(schema), sql.Identifier(tbl), sql.SQL(cols))
+                sql.Identifier(schema), sql.Identifier(tbl), sql.SQL(cols)
+            )
             with conn.cursor().copy(query) as cp:
                 for row in rows:
                     cp.write_row(row)
@@ -232,36 +305,107 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
         for d, doc in enumerate(docs):
             for name, _ in doc.entities:
                 first_doc.setdefault(name, d)
-        copy("documents", "space, doc_key, status, content_hash, order_key, title, source,"
-             " chunk_count, indexed_at",
-             (("default", doc.key, "indexed", "sha256:" + f"{d:064x}", f"{d:08d}", doc.key,
-               "bench", 1, bt[d]) for d, doc in enumerate(docs)))
-        copy("chunks", "id, space, doc_key, ordinal, text, content_hash, embedding, t_created",
-             ((d + 1, "default", doc.key, 0, doc.text, "sha256:" + f"{d:064x}",
-               chunk_vecs[d], bt[d]) for d, doc in enumerate(docs)))
-        copy("entities", "id, space, name, type, embedding, created_at",
-             ((i, "default", n, typ, ent_vecs[i - 1], bt[first_doc[n]])
-              for i, n, typ in ent_rows))
-        copy("mentions", "chunk_id, entity_id",
-             ((d + 1, ent_id[n]) for d, doc in enumerate(docs) for n, _ in doc.entities))
-        copy("relations", "id, space, subject_id, predicate, object_id, valid_from, valid_to,"
-             " valid_from_d, valid_to_d, weight, order_key, status, t_created, rendered,"
-             " embedding",
-             ((rid, "default", ent_id[s], p, ent_id[o], vf, vt, *period_bounds(vf, vt), 1,
-               f"{d:08d}", "current", bt[d], render_relation(s, p, o, False, vf, vt),
-               rel_vecs[rid - 1]) for rid, d, s, p, o, vf, vt in rel_rows))
-        copy("relation_sources", "relation_id, chunk_id, doc_key, order_key",
-             ((rid, d + 1, docs[d].key, f"{d:08d}") for rid, d, *_ in rel_rows))
-        copy("relation_history", "relation_id, state, t_created",
-             ((rid, "current", bt[d]) for rid, d, *_ in rel_rows))
+        copy(
+            "documents",
+            "space, doc_key, status, content_hash, order_key, title, source,"
+            " chunk_count, indexed_at",
+            (
+                (
+                    "default",
+                    doc.key,
+                    "indexed",
+                    "sha256:" + f"{d:064x}",
+                    f"{d:08d}",
+                    doc.key,
+                    "bench",
+                    1,
+                    bt[d],
+                )
+                for d, doc in enumerate(docs)
+            ),
+        )
+        copy(
+            "chunks",
+            "id, space, doc_key, ordinal, text, content_hash, embedding, t_created",
+            (
+                (
+                    d + 1,
+                    "default",
+                    doc.key,
+                    0,
+                    doc.text,
+                    "sha256:" + f"{d:064x}",
+                    chunk_vecs[d],
+                    bt[d],
+                )
+                for d, doc in enumerate(docs)
+            ),
+        )
+        copy(
+            "entities",
+            "id, space, name, type, embedding, created_at",
+            ((i, "default", n, typ, ent_vecs[i - 1], bt[first_doc[n]]) for i, n, typ in ent_rows),
+        )
+        copy(
+            "mentions",
+            "chunk_id, entity_id",
+            ((d + 1, ent_id[n]) for d, doc in enumerate(docs) for n, _ in doc.entities),
+        )
+        copy(
+            "relations",
+            "id, space, subject_id, predicate, object_id, valid_from, valid_to,"
+            " valid_from_d, valid_to_d, weight, order_key, status, t_created, rendered,"
+            " embedding",
+            (
+                (
+                    rid,
+                    "default",
+                    ent_id[s],
+                    p,
+                    ent_id[o],
+                    vf,
+                    vt,
+                    *period_bounds(vf, vt),
+                    1,
+                    f"{d:08d}",
+                    "current",
+                    bt[d],
+                    render_relation(s, p, o, False, vf, vt),
+                    rel_vecs[rid - 1],
+                )
+                for rid, d, s, p, o, vf, vt in rel_rows
+            ),
+        )
+        copy(
+            "relation_sources",
+            "relation_id, chunk_id, doc_key, order_key",
+            ((rid, d + 1, docs[d].key, f"{d:08d}") for rid, d, *_ in rel_rows),
+        )
+        copy(
+            "relation_history",
+            "relation_id, state, t_created",
+            ((rid, "current", bt[d]) for rid, d, *_ in rel_rows),
+        )
         copy("outbox", "seq, idx, kind, space, belief_time, payload", _outbox(docs, ent_id, bt))
         for tbl in ("chunks", "entities", "relations"):
-            conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence({}, 'id'), {})").format(
-                sql.Literal(f"{schema}.{tbl}"),
-                sql.Literal({"chunks": len(docs), "entities": len(ent_rows),
-                             "relations": len(rel_rows)}[tbl])))
-        conn.execute(sql.SQL("UPDATE {}.meta SET seq = %s, last_write_at = %s").format(
-            sql.Identifier(schema)), (len(docs), bt[-1]))
+            conn.execute(
+                sql.SQL("SELECT setval(pg_get_serial_sequence({}, 'id'), {})").format(
+                    sql.Literal(f"{schema}.{tbl}"),
+                    sql.Literal(
+                        {
+                            "chunks": len(docs),
+                            "entities": len(ent_rows),
+                            "relations": len(rel_rows),
+                        }[tbl]
+                    ),
+                )
+            )
+        conn.execute(
+            sql.SQL("UPDATE {}.meta SET seq = %s, last_write_at = %s").format(
+                sql.Identifier(schema)
+            ),
+            (len(docs), bt[-1]),
+        )
         print(f"  copied in {time.perf_counter() - t:.1f}s", flush=True)
         t = time.perf_counter()
         conn.execute("SET maintenance_work_mem = '1GB'")
@@ -278,13 +422,30 @@ def _outbox(docs: Sequence[Doc], ent_id: dict[str, int], bt: list[datetime]) -> 
         for name, typ in doc.entities:
             if name not in known:
                 known.add(name)
-                items.append(("entity_added",
-                              {"entity": {"id": str(ent_id[name]), "name": name, "type": typ}}))
+                items.append(
+                    (
+                        "entity_added",
+                        {"entity": {"id": str(ent_id[name]), "name": name, "type": typ}},
+                    )
+                )
         for s, p, o, vf, vt in doc.relations:
             rid += 1
-            items.append(("relation_added", {"relation": {
-                "id": str(rid), "subject": s, "predicate": p, "object": o, "negated": False,
-                "valid_from": vf, "valid_to": vt}}))
+            items.append(
+                (
+                    "relation_added",
+                    {
+                        "relation": {
+                            "id": str(rid),
+                            "subject": s,
+                            "predicate": p,
+                            "object": o,
+                            "negated": False,
+                            "valid_from": vf,
+                            "valid_to": vt,
+                        }
+                    },
+                )
+            )
         for idx, (kind, payload) in enumerate(items):
             yield (d + 1, idx, kind, "default", bt[d], Jsonb(payload))
 
@@ -292,8 +453,9 @@ def _outbox(docs: Sequence[Doc], ent_id: dict[str, int], bt: list[datetime]) -> 
 async def _create_bare(dsn: str, realm: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await ensure_control(conn)
-        await create_realm(conn, realm, RealmConfig(embedder=f"hashing:{DIM}"),
-                           search_indexes=False)
+        await create_realm(
+            conn, realm, RealmConfig(embedder=f"hashing:{DIM}"), search_indexes=False
+        )
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -307,16 +469,34 @@ def _free_port() -> int:
 
 def start_server(dsn: str, bootstrap: str, ef: dict[str, int], prefix: str) -> tuple[Any, str]:
     port = _free_port()
-    env = {**os.environ, "TIDEGRAPH_PG_DSN": dsn, "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
-           "TIDEGRAPH_EF_SEARCH": str(ef["entities"]),
-           "TIDEGRAPH_EF_SEARCH_RELATIONS": str(ef["relations"]),
-           "TIDEGRAPH_EF_SEARCH_CHUNKS": str(ef["chunks"])}
+    env = {
+        **os.environ,
+        "TIDEGRAPH_PG_DSN": dsn,
+        "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
+        "TIDEGRAPH_EF_SEARCH": str(ef["entities"]),
+        "TIDEGRAPH_EF_SEARCH_RELATIONS": str(ef["relations"]),
+        "TIDEGRAPH_EF_SEARCH_CHUNKS": str(ef["chunks"]),
+    }
     env.pop("TIDEGRAPH_API_KEYS", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegraph.infra.cli", "serve", "--port", str(port),
-         "--no-publisher", "--pool-size", "8", "--log-level", "warning",
-         "--topic-prefix", prefix],
-        env=env, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "tidegraph.infra.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--no-publisher",
+            "--pool-size",
+            "8",
+            "--log-level",
+            "warning",
+            "--topic-prefix",
+            prefix,
+        ],
+        env=env,
+        cwd=REPO,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -328,13 +508,15 @@ def start_server(dsn: str, bootstrap: str, ef: dict[str, int], prefix: str) -> t
     raise RuntimeError("tidegraph serve did not start")
 
 
-async def latency(url: str, realm: str, queries: list[str], mode: str, clients: int,
-                  requests: int) -> tuple[float, float, float]:
+async def latency(
+    url: str, realm: str, queries: list[str], mode: str, clients: int, requests: int
+) -> tuple[float, float, float]:
     """p50 and p99 in ms, and requests/s, for ``requests`` queries over ``clients``."""
     samples: list[float] = []
     it = iter(range(requests))
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+
         async def worker(w: int) -> None:
             for n in it:
                 body = {"query": queries[(n * 7 + w) % len(queries)], "mode": mode}
@@ -381,10 +563,13 @@ async def recall(
                 vecs.append("[" + ",".join(map(str, v)) + "]")
             truth = []
             for vec in vecs:
-                cur = await conn.execute(sql.SQL(
-                    "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
-                    " ORDER BY (embedding <=> %s::vector) + 0 LIMIT 10"
-                ).format(schema, sql.Identifier(tbl), sql.SQL(where)), (vec, vec))
+                cur = await conn.execute(
+                    sql.SQL(
+                        "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
+                        " ORDER BY (embedding <=> %s::vector) + 0 LIMIT 10"
+                    ).format(schema, sql.Identifier(tbl), sql.SQL(where)),
+                    (vec, vec),
+                )
                 rows = await cur.fetchall()
                 truth.append((len(rows), float(rows[-1][1]) + 1e-6 if rows else 0.0))
             out[tbl] = []
@@ -394,16 +579,18 @@ async def recall(
                 times = []
                 for vec, (n, bound) in zip(vecs, truth, strict=True):
                     t = time.perf_counter()
-                    cur = await conn.execute(sql.SQL(
-                        "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
-                        " ORDER BY embedding <=> %s::vector LIMIT 10"
-                    ).format(schema, sql.Identifier(tbl), sql.SQL(where)), (vec, vec))
+                    cur = await conn.execute(
+                        sql.SQL(
+                            "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
+                            " ORDER BY embedding <=> %s::vector LIMIT 10"
+                        ).format(schema, sql.Identifier(tbl), sql.SQL(where)),
+                        (vec, vec),
+                    )
                     found = await cur.fetchall()
                     times.append((time.perf_counter() - t) * 1000)
                     hits += sum(1 for _, d in found if float(d) <= bound)
                     total += n
-                out[tbl].append((width, hits / total if total else 1.0,
-                                 statistics.median(times)))
+                out[tbl].append((width, hits / total if total else 1.0, statistics.median(times)))
     return out
 
 
@@ -414,21 +601,23 @@ async def publish_rate(dsn: str, bootstrap: str, realm: str) -> tuple[int, float
     await ensure_topic_specs(bootstrap, [topic])
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,))
-        cur = await conn.execute(sql.SQL("SELECT count(*), max(seq) FROM {}.outbox").format(
-            sql.Identifier(f"realm_{realm}")))
+        cur = await conn.execute(
+            sql.SQL("SELECT count(*), max(seq) FROM {}.outbox").format(
+                sql.Identifier(f"realm_{realm}")
+            )
+        )
         row = await cur.fetchone()
         assert row is not None
         count, head = int(row[0]), int(row[1])
         sink = KafkaChangeSink(bootstrap, topic.name)
         await sink.start()
-        publisher = ChangePublisher(dsn, sink, realms=[realm], batch_size=5000,
-                                    poll_interval=0.01)
+        publisher = ChangePublisher(dsn, sink, realms=[realm], batch_size=5000, poll_interval=0.01)
         started = time.perf_counter()
         task = asyncio.create_task(publisher.run())
         while True:
             cur = await conn.execute(
-                "SELECT published_seq FROM tidegraph.publisher_positions WHERE realm = %s",
-                (realm,))
+                "SELECT published_seq FROM tidegraph.publisher_positions WHERE realm = %s", (realm,)
+            )
             got = await cur.fetchone()
             if got is not None and int(got[0]) >= head:
                 break
@@ -441,8 +630,7 @@ async def publish_rate(dsn: str, bootstrap: str, realm: str) -> tuple[int, float
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tidegraph.infra.cli", *args],
-                            env=env, cwd=REPO)
+    return subprocess.Popen([sys.executable, "-m", "tidegraph.infra.cli", *args], env=env, cwd=REPO)
 
 
 async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[float, float]:
@@ -450,25 +638,36 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
     prefix = "bf" + uuid.uuid4().hex[:8]
     realm = "bfresh" + uuid.uuid4().hex[:8]
     await ensure_topic_specs(bootstrap, list(topic_specs(prefix, partitions=1)))
-    env = {**os.environ, "TIDEGRAPH_PG_DSN": dsn, "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
-           "TIDEGRAPH_EMBEDDER": f"hashing:{DIM}", "TIDEGRAPH_EXTRACTOR": "rules"}
-    indexer = _spawn(["indexer", "--topic-prefix", prefix, "--group", f"g{prefix}",
-                      "--log-level", "WARNING"], env)
+    env = {
+        **os.environ,
+        "TIDEGRAPH_PG_DSN": dsn,
+        "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
+        "TIDEGRAPH_EMBEDDER": f"hashing:{DIM}",
+        "TIDEGRAPH_EXTRACTOR": "rules",
+    }
+    indexer = _spawn(
+        ["indexer", "--topic-prefix", prefix, "--group", f"g{prefix}", "--log-level", "WARNING"],
+        env,
+    )
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                enable_idempotence=True, linger_ms=0)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=0
+    )
     await producer.start()
     samples: list[float] = []
     try:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             for i in range(n + 5):
                 doc = DocumentVersion.for_upsert(
-                    realm, f"fresh/{i}.md",
+                    realm,
+                    f"fresh/{i}.md",
                     f"Ada Lovelace{i} worked with Charles Babbage{i} on the engine {i}. "
-                    f"Mary Somerville{i} mentored Ada Lovelace{i} from 1832 to 1835.")
-                await producer.send_and_wait(f"{prefix}.documents", doc.to_json(),
-                                             key=realm.encode())
+                    f"Mary Somerville{i} mentored Ada Lovelace{i} from 1832 to 1835.",
+                )
+                await producer.send_and_wait(
+                    f"{prefix}.documents", doc.to_json(), key=realm.encode()
+                )
                 acked = time.perf_counter()
                 deadline = acked + (60 if i == 0 else 10)
                 while time.perf_counter() < deadline:
@@ -486,7 +685,7 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
         indexer.terminate()
         await asyncio.to_thread(indexer.wait, 30)
     samples.sort()
-    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * .99))]
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
 # ---------------------------------------------------------------------------- main
@@ -497,8 +696,11 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
     realm = args.reuse or f"bq{size}_{uuid.uuid4().hex[:6]}"
     docs = make_corpus(size)
     method = "reuse" if args.reuse else args.load or ("writer" if size <= 20_000 else "copy")
-    print(f"\n== {size:,} entities, {len(docs):,} documents, "
-          f"{sum(len(d.relations) for d in docs):,} relations (load: {method}) ==", flush=True)
+    print(
+        f"\n== {size:,} entities, {len(docs):,} documents, "
+        f"{sum(len(d.relations) for d in docs):,} relations (load: {method}) ==",
+        flush=True,
+    )
     t = time.perf_counter()
     if method == "reuse":
         pass
@@ -509,29 +711,36 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
     print(f"  loaded in {time.perf_counter() - t:.1f}s", flush=True)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         for tbl in ("relations", "entities", "chunks", "mentions", "relation_sources"):
-            await conn.execute(sql.SQL("VACUUM ANALYZE {}.{}").format(
-                sql.Identifier(f"realm_{realm}"), sql.Identifier(tbl)))
+            await conn.execute(
+                sql.SQL("VACUUM ANALYZE {}.{}").format(
+                    sql.Identifier(f"realm_{realm}"), sql.Identifier(tbl)
+                )
+            )
     queries = make_queries(docs)
     rec = await recall(dsn, realm, queries, args.ef)
-    print("  recall@10 vs exact search, by hnsw.ef_search (median ms per search);"
-          " * = the service's setting", flush=True)
+    print(
+        "  recall@10 vs exact search, by hnsw.ef_search (median ms per search);"
+        " * = the service's setting",
+        flush=True,
+    )
     for tbl, curve in rec.items():
-        cells = "  ".join(f"{'*' if w == args.ef[tbl] else ' '}{w:>3}: {r:.3f} ({ms:.1f} ms)"
-                          for w, r, ms in curve)
+        cells = "  ".join(
+            f"{'*' if w == args.ef[tbl] else ' '}{w:>3}: {r:.3f} ({ms:.1f} ms)"
+            for w, r, ms in curve
+        )
         print(f"    {tbl:<10}{cells}", flush=True)
     proc, url = start_server(dsn, bootstrap, args.ef, "bq")
     try:
         print(f"  {'mode':<8}{'clients':>8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}")
         for mode in args.modes:
             for clients in args.clients:
-                p50, p99, rps = await latency(url, realm, queries, mode, clients,
-                                              args.requests * max(1, clients // 2))
-                print(f"  {mode:<8}{clients:>8}{p50:>10.1f}{p99:>10.1f}{rps:>10.0f}",
-                      flush=True)
+                p50, p99, rps = await latency(
+                    url, realm, queries, mode, clients, args.requests * max(1, clients // 2)
+                )
+                print(f"  {mode:<8}{clients:>8}{p50:>10.1f}{p99:>10.1f}{rps:>10.0f}", flush=True)
         if args.freshness and size == args.sizes[0]:
             f50, f99 = await freshness(dsn, bootstrap, url)
-            print(f"  freshness publish-to-visible: p50 {f50:.1f} ms, p99 {f99:.1f} ms",
-                  flush=True)
+            print(f"  freshness publish-to-visible: p50 {f50:.1f} ms, p99 {f99:.1f} ms", flush=True)
     finally:
         proc.terminate()
         await asyncio.to_thread(proc.wait, 30)
@@ -539,11 +748,13 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
     print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
     if not args.keep:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(
-                sql.Identifier(f"realm_{realm}")))
+            await conn.execute(
+                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"realm_{realm}"))
+            )
             await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
-            await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s",
-                               (realm,))
+            await conn.execute(
+                "DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,)
+            )
 
 
 def main() -> None:
@@ -561,15 +772,20 @@ def main() -> None:
     p.add_argument("--keep", action="store_true", help="keep the bench realms")
     p.add_argument("--reuse", help="measure an already loaded realm (one size only)")
     args = p.parse_args()
-    args.ef = {"entities": args.ef_entities, "relations": args.ef_relations,
-               "chunks": args.ef_chunks}
+    args.ef = {
+        "entities": args.ef_entities,
+        "relations": args.ef_relations,
+        "chunks": args.ef_chunks,
+    }
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.modes = args.modes.split(",")
     args.clients = [int(c) for c in args.clients.split(",")]
     args.dsn = os.environ.get("TIDEGRAPH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
     args.bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    print(f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f} at start")
+    print(
+        f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
     for size in args.sizes:
         asyncio.run(bench_size(args, size))
 

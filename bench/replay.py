@@ -54,14 +54,78 @@ from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.topics import topic_specs
 
 REPO = Path(__file__).resolve().parents[1]
-GIVEN = ["Ada", "Bram", "Cora", "Dirk", "Elsa", "Finn", "Greta", "Hugo", "Iris", "Jonas",
-         "Kaja", "Lars", "Mira", "Nils", "Olga", "Piet", "Rosa", "Sven", "Tilde", "Ulf"]
-FAMILY = ["Aalto", "Berg", "Dahl", "Ek", "Falk", "Holm", "Lind", "Moberg", "Nyström", "Ohlin",
-          "Quist", "Rask", "Sand", "Strand", "Törn", "Wall", "Viklund", "Åberg"]
-GUILDS = ["Harbour Guild", "Ropemakers Union", "Northern Survey", "Lighthouse Board",
-          "Pilot Society", "Chart Office"]
-SYLLABLES = ["ka", "lo", "ven", "dra", "mi", "sto", "ber", "lin", "ta", "ru",
-             "sel", "vik", "no", "ha", "gre", "pa", "dun", "fel", "os", "tir"]
+GIVEN = [
+    "Ada",
+    "Bram",
+    "Cora",
+    "Dirk",
+    "Elsa",
+    "Finn",
+    "Greta",
+    "Hugo",
+    "Iris",
+    "Jonas",
+    "Kaja",
+    "Lars",
+    "Mira",
+    "Nils",
+    "Olga",
+    "Piet",
+    "Rosa",
+    "Sven",
+    "Tilde",
+    "Ulf",
+]
+FAMILY = [
+    "Aalto",
+    "Berg",
+    "Dahl",
+    "Ek",
+    "Falk",
+    "Holm",
+    "Lind",
+    "Moberg",
+    "Nyström",
+    "Ohlin",
+    "Quist",
+    "Rask",
+    "Sand",
+    "Strand",
+    "Törn",
+    "Wall",
+    "Viklund",
+    "Åberg",
+]
+GUILDS = [
+    "Harbour Guild",
+    "Ropemakers Union",
+    "Northern Survey",
+    "Lighthouse Board",
+    "Pilot Society",
+    "Chart Office",
+]
+SYLLABLES = [
+    "ka",
+    "lo",
+    "ven",
+    "dra",
+    "mi",
+    "sto",
+    "ber",
+    "lin",
+    "ta",
+    "ru",
+    "sel",
+    "vik",
+    "no",
+    "ha",
+    "gre",
+    "pa",
+    "dun",
+    "fel",
+    "os",
+    "tir",
+]
 LINKS = ["worked with", "is an ally of", "is a friend of", "mentored", "is a rival of"]
 PROSE = [
     "The ledgers of that season survive only in part, and the pages are water-stained.",
@@ -109,21 +173,34 @@ def serve_model(latency: float) -> None:
                 calls["chat"] += 1
             prompt = str(body["messages"][-1]["content"])
             start = prompt.find("<chunk>\n") + len("<chunk>\n")
-            chunk = prompt[start:prompt.rfind("\n</chunk>")]
+            chunk = prompt[start : prompt.rfind("\n</chunk>")]
             if "<already_extracted>" in prompt:
                 output: dict[str, Any] = {"entities": [], "relations": []}
             else:
                 output = extractor.extract_text(chunk).model_dump(mode="json")
             content = json.dumps(output)
-            self._reply(200, {
-                "id": "bench", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model", ""),
-                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": len(prompt) // 4,
-                          "completion_tokens": len(content) // 4,
-                          "total_tokens": (len(prompt) + len(content)) // 4},
-            })
+            self._reply(
+                200,
+                {
+                    "id": "bench",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", ""),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "logprobs": None,
+                            "message": {"role": "assistant", "content": content},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(prompt) // 4,
+                        "completion_tokens": len(content) // 4,
+                        "total_tokens": (len(prompt) + len(content)) // 4,
+                    },
+                },
+            )
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
@@ -139,7 +216,9 @@ class ModelProcess:
     def __init__(self, latency: float) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve-model", "--latency", str(latency)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=REPO,
         )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().decode().strip()
@@ -191,15 +270,31 @@ def document(
         sentences.append(rng.choice(PROSE))
     text = " ".join(sentences)
     return DocumentVersion(
-        realm=realm, doc_key=key, op="upsert", content=text, content_hash=content_hash(text),
-        title=f"Harbour record {key}", order_key=f"{order:06d}", event_time=datetime.now(UTC),
+        realm=realm,
+        doc_key=key,
+        op="upsert",
+        content=text,
+        content_hash=content_hash(text),
+        title=f"Harbour record {key}",
+        order_key=f"{order:06d}",
+        event_time=datetime.now(UTC),
     )
 
 
-async def publish(bootstrap: str, topic: str, docs: list[DocumentVersion],
-                  rate: float | None = None, stop: asyncio.Event | None = None) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                                compression_type="lz4", linger_ms=5)
+async def publish(
+    bootstrap: str,
+    topic: str,
+    docs: list[DocumentVersion],
+    rate: float | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        compression_type="lz4",
+        linger_ms=5,
+    )
     await producer.start()
     try:
         futures = []
@@ -221,7 +316,9 @@ async def position(dsn: str, group: str, topic: str) -> int:
         try:
             cur = await conn.execute(
                 "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s", (group, topic))
+                " WHERE group_id = %s AND topic = %s",
+                (group, topic),
+            )
         except psycopg.errors.UndefinedTable:
             return 0
         row = await cur.fetchone()
@@ -243,12 +340,18 @@ async def live_stall(dsn: str, realm: str, retired: str, committed_at: datetime)
     Writes into the new schema before the commit are the replay's catch-up, not the
     indexer's."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        cur = await conn.execute(psycopg.sql.SQL("SELECT max(applied_at) FROM {}.documents")
-                                 .format(psycopg.sql.Identifier(retired)))
+        cur = await conn.execute(
+            psycopg.sql.SQL("SELECT max(applied_at) FROM {}.documents").format(
+                psycopg.sql.Identifier(retired)
+            )
+        )
         before = (await cur.fetchone() or (None,))[0]
         cur = await conn.execute(
-            psycopg.sql.SQL("SELECT min(applied_at) FROM {}.documents WHERE applied_at > %s")
-            .format(psycopg.sql.Identifier(f"realm_{realm}")), (committed_at,))
+            psycopg.sql.SQL(
+                "SELECT min(applied_at) FROM {}.documents WHERE applied_at > %s"
+            ).format(psycopg.sql.Identifier(f"realm_{realm}")),
+            (committed_at,),
+        )
         after = (await cur.fetchone() or (None,))[0]
     if before is None or after is None:
         return float("nan")
@@ -271,43 +374,84 @@ async def run(args: argparse.Namespace) -> None:
     rng = random.Random(7)
     people = People(rng, fresh=args.fresh_names)
     docs = [document(rng, people, realm, f"doc-{i:05d}.md", i) for i in range(args.documents)]
-    print(f"corpus: {len(docs)} documents of {sum(len(d.content or '') for d in docs) // len(docs)}"
-          f" characters, extractor {args.extractor}"
-          + (f" (model latency {args.latency * 1000:.0f} ms per call)"
-             if args.extractor == "llm" else ""))
+    print(
+        f"corpus: {len(docs)} documents of {sum(len(d.content or '') for d in docs) // len(docs)}"
+        f" characters, extractor {args.extractor}"
+        + (
+            f" (model latency {args.latency * 1000:.0f} ms per call)"
+            if args.extractor == "llm"
+            else ""
+        )
+    )
 
     live_model = ModelProcess(args.latency) if args.extractor == "llm" else None
     replay_model = ModelProcess(args.latency) if args.extractor == "llm" else None
-    env = dict(os.environ, TIDEGRAPH_KAFKA_BOOTSTRAP=bootstrap, TIDEGRAPH_PG_DSN=dsn,
-               TIDEGRAPH_TOPIC_PREFIX=prefix, TIDEGRAPH_EMBEDDER="hashing:384",
-               TIDEGRAPH_EXTRACTOR=args.extractor, OPENAI_API_KEY="sk-bench",
-               TIDEGRAPH_LLM_MODEL="bench-chat",
-               TIDEGRAPH_LLM_MAX_IN_FLIGHT=str(args.concurrency))
+    env = dict(
+        os.environ,
+        TIDEGRAPH_KAFKA_BOOTSTRAP=bootstrap,
+        TIDEGRAPH_PG_DSN=dsn,
+        TIDEGRAPH_TOPIC_PREFIX=prefix,
+        TIDEGRAPH_EMBEDDER="hashing:384",
+        TIDEGRAPH_EXTRACTOR=args.extractor,
+        OPENAI_API_KEY="sk-bench",
+        TIDEGRAPH_LLM_MODEL="bench-chat",
+        TIDEGRAPH_LLM_MAX_IN_FLIGHT=str(args.concurrency),
+    )
     if live_model is not None:
         env["TIDEGRAPH_LLM_BASE_URL"] = live_model.url
     indexer = subprocess.Popen(
-        [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--group", group,
-         "--concurrency", str(args.concurrency), "--log-level", "WARNING"], env=env, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "tidegraph.infra.cli",
+            "indexer",
+            "--group",
+            group,
+            "--concurrency",
+            str(args.concurrency),
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        cwd=REPO,
+    )
     try:
         await publish(bootstrap, topic, docs)
         live_seconds = await wait_for(dsn, group, topic, len(docs))
         live_rate = len(docs) / live_seconds
-        print(f"live indexing: {live_rate:.1f} documents/s ({live_seconds:.1f} s from a backlog)"
-              f"; the realm holds {await graph_size(dsn, realm)}")
+        print(
+            f"live indexing: {live_rate:.1f} documents/s ({live_seconds:.1f} s from a backlog)"
+            f"; the realm holds {await graph_size(dsn, realm)}"
+        )
 
         stop = asyncio.Event()
-        trickle_docs = [document(rng, people, realm, f"new-{i:05d}.md", 100000 + i)
-                        for i in range(10**4)]
+        trickle_docs = [
+            document(rng, people, realm, f"new-{i:05d}.md", 100000 + i) for i in range(10**4)
+        ]
         trickle = asyncio.create_task(
             publish(bootstrap, topic, trickle_docs, rate=args.trickle, stop=stop)
-            if args.trickle > 0 else asyncio.sleep(0))
+            if args.trickle > 0
+            else asyncio.sleep(0)
+        )
         replay_env = dict(env)
         if replay_model is not None:
             replay_env["TIDEGRAPH_LLM_BASE_URL"] = replay_model.url
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tidegraph.infra.cli", "replay", "--realm", realm,
-            "--group", group, "--json", "--concurrency", str(args.concurrency),
-            env=replay_env, cwd=REPO, stdout=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "tidegraph.infra.cli",
+            "replay",
+            "--realm",
+            realm,
+            "--group",
+            group,
+            "--json",
+            "--concurrency",
+            str(args.concurrency),
+            env=replay_env,
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+        )
         out, _ = await proc.communicate()
         await asyncio.sleep(2)  # the trickle goes on a little past the swap
         stop.set()
@@ -317,29 +461,41 @@ async def run(args: argparse.Namespace) -> None:
         result = json.loads(out)
         load = result["load_seconds"]
         written = result["load_written"]
-        print(f"replay load: {result['load_records'] / load:.1f} records/s, "
-              f"{written / load:.1f} documents/s ({written} documents in {load:.1f} s) — "
-              f"{written / load / live_rate:.1f}× live indexing")
+        print(
+            f"replay load: {result['load_records'] / load:.1f} records/s, "
+            f"{written / load:.1f} documents/s ({written} documents in {load:.1f} s) — "
+            f"{written / load / live_rate:.1f}× live indexing"
+        )
         overall = result["written"] / result["total_seconds"]
-        print(f"replay foreign keys and search indexes: {result['index_seconds']:.1f} s; total "
-              f"{result['total_seconds']:.1f} s for {result['written']} documents including "
-              f"catch-up with the trickle and the swap ({overall:.1f} documents/s overall, "
-              f"{overall / live_rate:.1f}× live)")
-        print(f"replay after the indexes: {result['follow_seconds']:.1f} s following the live"
-              f" position (each write maintaining the indexes), {result['baseline_seconds']:.1f}"
-              " s comparing old and new graph ahead of the lock")
+        print(
+            f"replay foreign keys and search indexes: {result['index_seconds']:.1f} s; total "
+            f"{result['total_seconds']:.1f} s for {result['written']} documents including "
+            f"catch-up with the trickle and the swap ({overall:.1f} documents/s overall, "
+            f"{overall / live_rate:.1f}× live)"
+        )
+        print(
+            f"replay after the indexes: {result['follow_seconds']:.1f} s following the live"
+            f" position (each write maintaining the indexes), {result['baseline_seconds']:.1f}"
+            " s comparing old and new graph ahead of the lock"
+        )
         if replay_model is not None:
             print(f"model calls by the replay: {sum(replay_model.calls().values())}")
         print(f"rebuilt realm: {await graph_size(dsn, realm)}")
         swap = result["swap"]
-        stall = await live_stall(dsn, realm, result["retired"],
-                                 datetime.fromisoformat(swap["committed_at"]))
-        paused = (f"; with {args.trickle:g} documents/s arriving, the indexer's writes paused"
-                  f" {stall * 1000:.0f} ms across the swap (its retry backoff included)"
-                  if args.trickle > 0 else "")
-        print(f"swap: live realm held {swap['hold_ms']:.0f} ms ({swap['catch_up_ms']:.0f} ms "
-              f"applying {swap['catch_up_records']} records under the lock, "
-              f"{swap['diff_ms']:.0f} ms comparing old and new graph){paused}")
+        stall = await live_stall(
+            dsn, realm, result["retired"], datetime.fromisoformat(swap["committed_at"])
+        )
+        paused = (
+            f"; with {args.trickle:g} documents/s arriving, the indexer's writes paused"
+            f" {stall * 1000:.0f} ms across the swap (its retry backoff included)"
+            if args.trickle > 0
+            else ""
+        )
+        print(
+            f"swap: live realm held {swap['hold_ms']:.0f} ms ({swap['catch_up_ms']:.0f} ms "
+            f"applying {swap['catch_up_records']} records under the lock, "
+            f"{swap['diff_ms']:.0f} ms comparing old and new graph){paused}"
+        )
     finally:
         indexer.terminate()
         indexer.wait(30)
@@ -354,8 +510,11 @@ async def graph_size(dsn: str, realm: str) -> str:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         counts = []
         for table in ("entities", "relations", "chunks"):
-            cur = await conn.execute(psycopg.sql.SQL("SELECT count(*) FROM {}").format(
-                psycopg.sql.Identifier(f"realm_{realm}", table)))
+            cur = await conn.execute(
+                psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+                    psycopg.sql.Identifier(f"realm_{realm}", table)
+                )
+            )
             counts.append(f"{(await cur.fetchone() or (0,))[0]:,} {table}")
     return ", ".join(counts)
 
@@ -365,14 +524,18 @@ async def drop_realm(dsn: str, realm: str, group: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)",
-            (f"realm_{realm}", f"realm_{realm}__"))
+            (f"realm_{realm}", f"realm_{realm}__"),
+        )
         for (schema,) in await cur.fetchall():
-            await conn.execute(psycopg.sql.SQL("DROP SCHEMA {} CASCADE").format(
-                psycopg.sql.Identifier(schema)))
+            await conn.execute(
+                psycopg.sql.SQL("DROP SCHEMA {} CASCADE").format(psycopg.sql.Identifier(schema))
+            )
         await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
         await conn.execute(
             "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s"
-            " OR starts_with(group_id, %s)", (group, f"tidegraph-replay:realm_{realm}"))
+            " OR starts_with(group_id, %s)",
+            (group, f"tidegraph-replay:realm_{realm}"),
+        )
 
 
 def main() -> None:
@@ -381,12 +544,20 @@ def main() -> None:
     parser.add_argument("--extractor", choices=("llm", "rules"), default="llm")
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per model call")
     parser.add_argument("--concurrency", type=int, default=16, help="documents prepared at once")
-    parser.add_argument("--trickle", type=float, default=2.0,
-                        help="documents/s published while the replay runs (0: none)")
-    parser.add_argument("--fresh-names", action="store_true",
-                        help="a new person in every mention (about 25 entities per document)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the realm and its retired schema for inspection")
+    parser.add_argument(
+        "--trickle",
+        type=float,
+        default=2.0,
+        help="documents/s published while the replay runs (0: none)",
+    )
+    parser.add_argument(
+        "--fresh-names",
+        action="store_true",
+        help="a new person in every mention (about 25 entities per document)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the realm and its retired schema for inspection"
+    )
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_model:

@@ -46,8 +46,9 @@ class HashEmbedder:
         return out
 
 
-def rel(s: str, p: str, o: str, *, negated: bool = False, vf: str | None = None,
-        vt: str | None = None) -> RelationFact:
+def rel(
+    s: str, p: str, o: str, *, negated: bool = False, vf: str | None = None, vt: str | None = None
+) -> RelationFact:
     return RelationFact(s, p, o, negated, "", 1.0, vf, vt)
 
 
@@ -85,14 +86,25 @@ class GraphHarness:
         return RecordPosition("test", self.topic, 0, self.offset, self.epoch, self.clock)
 
     async def upsert(
-        self, doc_key: str, chunks: list[tuple[list[EntityFact], list[RelationFact]]],
-        *, order_key: str | None = None, space: str = "default", content: str | None = None,
-        at: datetime | None = None, stamp: Stamp | None = None,
+        self,
+        doc_key: str,
+        chunks: list[tuple[list[EntityFact], list[RelationFact]]],
+        *,
+        order_key: str | None = None,
+        space: str = "default",
+        content: str | None = None,
+        at: datetime | None = None,
+        stamp: Stamp | None = None,
     ) -> WriteResult:
         embed = await self.embedder.embed([f"{doc_key}:{i}" for i in range(len(chunks))])
         prepared = PreparedDocument(
-            space=space, doc_key=doc_key, content_hash="sha256:" + "0" * 64 if content is None
-            else content, source_version=None, order_key=order_key, title=None, source="test",
+            space=space,
+            doc_key=doc_key,
+            content_hash="sha256:" + "0" * 64 if content is None else content,
+            source_version=None,
+            order_key=order_key,
+            title=None,
+            source="test",
             metadata={},
             chunks=tuple(
                 PreparedChunk(i, f"chunk {i} of {doc_key}", embed[i], tuple(es), tuple(rs))
@@ -101,16 +113,29 @@ class GraphHarness:
             vectors={},
         )
         result = await write_document(
-            self.conn, self.info, self._pos(at), self.embedder, prepared,
-            space=space, doc_key=doc_key, source_version=None, stamp=stamp,
+            self.conn,
+            self.info,
+            self._pos(at),
+            self.embedder,
+            prepared,
+            space=space,
+            doc_key=doc_key,
+            source_version=None,
+            stamp=stamp,
         )
         self.offset += 1
         return result
 
     async def delete(self, doc_key: str, space: str = "default") -> WriteResult:
         result = await write_document(
-            self.conn, self.info, self._pos(), self.embedder, None,
-            space=space, doc_key=doc_key, source_version=None,
+            self.conn,
+            self.info,
+            self._pos(),
+            self.embedder,
+            None,
+            space=space,
+            doc_key=doc_key,
+            source_version=None,
         )
         self.offset += 1
         return result

@@ -59,29 +59,51 @@ async def make_topics(bootstrap: str, prefix: str, partitions: int = 3) -> Topic
     return Topics(prefix, bootstrap)
 
 
-def upsert(realm: str, doc_key: str, content: str, *, order_key: str | None = None,
-           source_version: str | None = None, space: str = "default",
-           title: str | None = None) -> DocumentVersion:
+def upsert(
+    realm: str,
+    doc_key: str,
+    content: str,
+    *,
+    order_key: str | None = None,
+    source_version: str | None = None,
+    space: str = "default",
+    title: str | None = None,
+) -> DocumentVersion:
     return DocumentVersion(
-        realm=realm, space=space, doc_key=doc_key, op="upsert", content=content,
-        content_hash=content_hash(content), order_key=order_key,
-        source_version=source_version, title=title, event_time=datetime.now(UTC),
+        realm=realm,
+        space=space,
+        doc_key=doc_key,
+        op="upsert",
+        content=content,
+        content_hash=content_hash(content),
+        order_key=order_key,
+        source_version=source_version,
+        title=title,
+        event_time=datetime.now(UTC),
     )
 
 
-def delete(realm: str, doc_key: str, *, space: str = "default",
-           source_version: str | None = None) -> DocumentVersion:
+def delete(
+    realm: str, doc_key: str, *, space: str = "default", source_version: str | None = None
+) -> DocumentVersion:
     return DocumentVersion(
-        realm=realm, space=space, doc_key=doc_key, op="delete",
-        source_version=source_version, event_time=datetime.now(UTC),
+        realm=realm,
+        space=space,
+        doc_key=doc_key,
+        op="delete",
+        source_version=source_version,
+        event_time=datetime.now(UTC),
     )
 
 
 async def publish(topics: Topics, records: Sequence[DocumentVersion | tuple[bytes, bytes]]) -> None:
     """Publish in order (key = realm); raw (key, value) pairs go through unchanged."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=topics.bootstrap, acks="all", enable_idempotence=True,
-        compression_type="lz4", linger_ms=2,
+        bootstrap_servers=topics.bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        compression_type="lz4",
+        linger_ms=2,
     )
     await producer.start()
     try:
@@ -99,21 +121,30 @@ async def publish(topics: Topics, records: Sequence[DocumentVersion | tuple[byte
 
 def indexer_config(topics: Topics, pg_dsn: str, group: str, **kw: Any) -> IndexerConfig:
     return IndexerConfig(
-        bootstrap=topics.bootstrap, pg_dsn=pg_dsn, topic=topics.documents,
-        dlq_topic=topics.dlq, group_id=group,
-        default_realm=kw.pop("default_realm", RealmConfig(embedder="hashing:64")), **kw,
+        bootstrap=topics.bootstrap,
+        pg_dsn=pg_dsn,
+        topic=topics.documents,
+        dlq_topic=topics.dlq,
+        group_id=group,
+        default_realm=kw.pop("default_realm", RealmConfig(embedder="hashing:64")),
+        **kw,
     )
 
 
 @asynccontextmanager
 async def running_indexer(
-    topics: Topics, pg_dsn: str, group: str, *, indexer_class: type[Indexer] = Indexer,
+    topics: Topics,
+    pg_dsn: str,
+    group: str,
+    *,
+    indexer_class: type[Indexer] = Indexer,
     **kw: Any,
 ) -> AsyncIterator[Indexer]:
     registry = ModelRegistry()
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
-    indexer = indexer_class(indexer_config(topics, pg_dsn, group, **kw), pipeline.prepare,
-                            registry.embedder_for)
+    indexer = indexer_class(
+        indexer_config(topics, pg_dsn, group, **kw), pipeline.prepare, registry.embedder_for
+    )
     task = asyncio.create_task(indexer.run())
     try:
         yield indexer
@@ -125,16 +156,30 @@ async def running_indexer(
 def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env.update(
-        TIDEGRAPH_KAFKA_BOOTSTRAP=topics.bootstrap, TIDEGRAPH_PG_DSN=pg_dsn,
-        TIDEGRAPH_TOPIC_PREFIX=topics.prefix, TIDEGRAPH_EMBEDDER="hashing:64",
+        TIDEGRAPH_KAFKA_BOOTSTRAP=topics.bootstrap,
+        TIDEGRAPH_PG_DSN=pg_dsn,
+        TIDEGRAPH_TOPIC_PREFIX=topics.prefix,
+        TIDEGRAPH_EMBEDDER="hashing:64",
     )
     log_dir = Path(tempfile.gettempdir()) / "tidegraph-test-logs"
     log_dir.mkdir(exist_ok=True)
     with open(log_dir / f"indexer-{group}.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "tidegraph.infra.cli", "indexer", "--group", group,
-             "--log-level", "INFO", *extra],
-            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "tidegraph.infra.cli",
+                "indexer",
+                "--group",
+                group,
+                "--log-level",
+                "INFO",
+                *extra,
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
 
 
@@ -168,25 +213,37 @@ async def realm_snapshot(pg_dsn: str, realm: str) -> dict[str, Any]:
     """The realm's graph by names (ids differ between runs): what must match across orders."""
     schema = sql.Identifier(f"realm_{realm}")
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+
         async def rows(q: sql.Composable) -> list[tuple[Any, ...]]:
             cur = await conn.execute(q)
             return sorted(tuple(r) for r in await cur.fetchall())
 
         return {
-            "documents": await rows(sql.SQL(
-                "SELECT space, doc_key, status, content_hash FROM {}.documents").format(schema)),
-            "entities": await rows(sql.SQL(
-                "SELECT space, name, type, description, aliases, dormant_since IS NOT NULL"
-                " FROM {}.entities").format(schema)),
-            "relations": await rows(sql.SQL(
-                "SELECT r.space, es.name, r.predicate, eo.name, r.negated, r.status, r.weight,"
-                " r.valid_from, r.valid_to, (SELECT x.predicate FROM {s}.relations x"
-                "  WHERE x.id = r.superseded_by)"
-                " FROM {s}.relations r JOIN {s}.entities es ON es.id = r.subject_id"
-                " JOIN {s}.entities eo ON eo.id = r.object_id").format(s=schema)),
-            "live_chunks": await rows(sql.SQL(
-                "SELECT space, doc_key, ordinal, text FROM {}.chunks WHERE t_expired IS NULL"
-            ).format(schema)),
+            "documents": await rows(
+                sql.SQL("SELECT space, doc_key, status, content_hash FROM {}.documents").format(
+                    schema
+                )
+            ),
+            "entities": await rows(
+                sql.SQL(
+                    "SELECT space, name, type, description, aliases, dormant_since IS NOT NULL"
+                    " FROM {}.entities"
+                ).format(schema)
+            ),
+            "relations": await rows(
+                sql.SQL(
+                    "SELECT r.space, es.name, r.predicate, eo.name, r.negated, r.status, r.weight,"
+                    " r.valid_from, r.valid_to, (SELECT x.predicate FROM {s}.relations x"
+                    "  WHERE x.id = r.superseded_by)"
+                    " FROM {s}.relations r JOIN {s}.entities es ON es.id = r.subject_id"
+                    " JOIN {s}.entities eo ON eo.id = r.object_id"
+                ).format(s=schema)
+            ),
+            "live_chunks": await rows(
+                sql.SQL(
+                    "SELECT space, doc_key, ordinal, text FROM {}.chunks WHERE t_expired IS NULL"
+                ).format(schema)
+            ),
         }
 
 

@@ -52,8 +52,9 @@ records = st.lists(
 )
 
 
-def _applied(state: DocState | None, op: str, content_hash: str, version: str | None,
-             action: Action) -> DocState | None:
+def _applied(
+    state: DocState | None, op: str, content_hash: str, version: str | None, action: Action
+) -> DocState | None:
     """What the writer would really store after ``action`` (the ground truth)."""
     if action is Action.APPLY:
         return DocState("indexed", content_hash, version)

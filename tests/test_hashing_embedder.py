@@ -60,8 +60,26 @@ def test_vector_is_the_plain_definition_bit_for_bit(text: str) -> None:
 
 def test_vectors_of_prose_are_the_plain_definition_bit_for_bit() -> None:
     embedder = HashingEmbedder(384)
-    words = ["Ada", "Lovelace", "wrote", "notes", "on", "the", "Analytical", "Engine", "and",
-             "Charles", "Babbage", "designed", "it", "in", "London", "harbour", "guild", "1843"]
+    words = [
+        "Ada",
+        "Lovelace",
+        "wrote",
+        "notes",
+        "on",
+        "the",
+        "Analytical",
+        "Engine",
+        "and",
+        "Charles",
+        "Babbage",
+        "designed",
+        "it",
+        "in",
+        "London",
+        "harbour",
+        "guild",
+        "1843",
+    ]
     rng = random.Random(3)
     for n in range(1, 400):
         text = " ".join(rng.choice(words) for _ in range(n % 60 + 1)) + "."

@@ -27,8 +27,16 @@ from indexer_helpers import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
-NAMES = ["Ada Lovelace", "Charles Babbage", "Mary Somerville", "Augustus De Morgan",
-         "Michael Faraday", "John Herschel", "Caroline Herschel", "George Boole"]
+NAMES = [
+    "Ada Lovelace",
+    "Charles Babbage",
+    "Mary Somerville",
+    "Augustus De Morgan",
+    "Michael Faraday",
+    "John Herschel",
+    "Caroline Herschel",
+    "George Boole",
+]
 
 
 def _version(realm: str, doc: int, version: int) -> DocumentVersion:
@@ -78,8 +86,10 @@ async def test_sigkill_at_random_points_applies_each_record_once(
         _kill(proc)
     proc = spawn_indexer(topics, pg_dsn, group)
     try:
+
         async def done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
         await wait_for(done, 180, "all records applied after restarts")
     finally:
         proc.terminate()
@@ -108,6 +118,7 @@ async def test_second_member_joins_then_first_is_killed(
 
         async def done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
         await wait_for(done, 180, "all records applied by the survivor")
     finally:
         for proc in (first, second):
@@ -136,8 +147,10 @@ async def test_sigterm_finishes_in_flight_and_leaves_the_group(
     assert len({s for s, _, _ in changes}) == applied
     proc = spawn_indexer(topics, pg_dsn, group)
     try:
+
         async def done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
         await wait_for(done, 120, "the rest applied after a clean restart")
     finally:
         proc.terminate()

@@ -35,6 +35,7 @@ ADA2 = "Ada Lovelace worked with Mary Somerville."
 async def _applied(pg_dsn: str, group: str, topics: Topics, n: int) -> None:
     async def done() -> bool:
         return await stored_position(pg_dsn, group, topics.documents) >= n
+
     await wait_for(done, 60, f"{n} records applied")
 
 
@@ -58,12 +59,18 @@ async def test_apply_noop_stale_delete_and_dead_letters(
         snap = await realm_snapshot(pg_dsn, realm)
         changes = await outbox(pg_dsn, realm)
         assert [d[2] for d in snap["documents"]] == ["indexed"]
-        assert any(r[1:4] == ("Ada Lovelace", "worked_with", "Charles Babbage")
-                   for r in snap["relations"])
+        assert any(
+            r[1:4] == ("Ada Lovelace", "worked_with", "Charles Babbage") for r in snap["relations"]
+        )
 
         # Redelivery of the same version and a stale one: nothing changes at all.
-        await publish(topics, [upsert(realm, "ada.md", ADA, source_version="2"),
-                               upsert(realm, "ada.md", ADA2, source_version="1")])
+        await publish(
+            topics,
+            [
+                upsert(realm, "ada.md", ADA, source_version="2"),
+                upsert(realm, "ada.md", ADA2, source_version="1"),
+            ],
+        )
         await _applied(pg_dsn, group, topics, 5)
         assert await realm_snapshot(pg_dsn, realm) == snap
         assert await outbox(pg_dsn, realm) == changes
@@ -81,8 +88,12 @@ async def test_apply_noop_stale_delete_and_dead_letters(
         assert not [r for r in snap3["relations"] if r[5] != "retracted"]
         kinds = [k for _, _, k in await outbox(pg_dsn, realm)]
         assert kinds[0] == "document_indexed"
-        assert {"document_replaced", "document_deleted", "relation_retracted",
-                "entity_dormant"} <= set(kinds)
+        assert {
+            "document_replaced",
+            "document_deleted",
+            "relation_retracted",
+            "entity_dormant",
+        } <= set(kinds)
 
     dead = await dead_letters(topics, 2)
     assert len(dead) == 2
@@ -129,14 +140,16 @@ async def test_two_documents_same_triple_concurrently(
 ) -> None:
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
-    docs = [upsert(realm, f"d{i}.md", "Ada Lovelace worked with Charles Babbage.")
-            for i in range(20)]
+    docs = [
+        upsert(realm, f"d{i}.md", "Ada Lovelace worked with Charles Babbage.") for i in range(20)
+    ]
     async with running_indexer(topics, pg_dsn, group, prepare_concurrency=8):
         await publish(topics, docs)
         await _applied(pg_dsn, group, topics, 20)
     snap = await realm_snapshot(pg_dsn, realm)
-    rels = [r for r in snap["relations"] if r[1:4] == ("Ada Lovelace", "worked_with",
-                                                       "Charles Babbage")]
+    rels = [
+        r for r in snap["relations"] if r[1:4] == ("Ada Lovelace", "worked_with", "Charles Babbage")
+    ]
     assert len(rels) == 1 and rels[0][6] == 20
     async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
         cur = await conn.execute(
@@ -162,6 +175,7 @@ async def test_names_beyond_ascii_resolve_to_one_entity_whatever_the_collation(
 
         async def done() -> bool:
             return indexer.applied == len(docs)
+
         await wait_for(done, 60, "every record applied")
     snap = await realm_snapshot(pg_dsn, realm)
     assert {d[1]: d[2] for d in snap["documents"]} == dict.fromkeys(

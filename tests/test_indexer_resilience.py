@@ -49,16 +49,19 @@ async def test_partition_pauses_while_postgres_is_down_and_loses_nothing(
     local_pg.ensure_vector(dsn)
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
-    first = [upsert(realm, f"a{i}.md", f"Ada Lovelace worked with Person{i} Smith.")
-             for i in range(5)]
-    second = [upsert(realm, f"b{i}.md", f"Charles Babbage worked with Person{i} Jones.")
-              for i in range(5)]
+    first = [
+        upsert(realm, f"a{i}.md", f"Ada Lovelace worked with Person{i} Smith.") for i in range(5)
+    ]
+    second = [
+        upsert(realm, f"b{i}.md", f"Charles Babbage worked with Person{i} Jones.") for i in range(5)
+    ]
     try:
         async with running_indexer(topics, dsn, group, backoff_initial=0.2, backoff_max=1.0):
             await publish(topics, first)
 
             async def first_done() -> bool:
                 return await stored_position(dsn, group, topics.documents) >= 5
+
             await wait_for(first_done, 60, "first batch")
 
             paused_before = metrics.TRANSIENT_FAILURES.labels("DatabaseUnavailable")._value.get()
@@ -76,6 +79,7 @@ async def test_partition_pauses_while_postgres_is_down_and_loses_nothing(
                     return await stored_position(dsn, group, topics.documents) >= 10
                 except psycopg.OperationalError:
                     return False
+
             await wait_for(all_done, 90, "resumed after the database returned")
         snap = await realm_snapshot(dsn, realm)
         assert sorted(d[1] for d in snap["documents"]) == sorted(
@@ -95,11 +99,19 @@ async def test_replaying_the_log_into_a_fresh_database_reproduces_graph_and_hist
     realm = unique_name("r")
     narrative = preset("narrative", embedder="hashing:64")
     batches = [
-        [upsert(realm, "d1.md", "Arthur is an ally of Mordred. Lancelot worked with Arthur.",
-                order_key="1")],
+        [
+            upsert(
+                realm,
+                "d1.md",
+                "Arthur is an ally of Mordred. Lancelot worked with Arthur.",
+                order_key="1",
+            )
+        ],
         [upsert(realm, "d2.md", "Arthur is an enemy of Mordred.", order_key="2")],
-        [upsert(realm, "d1.md", "Lancelot worked with Gawain.", order_key="1"),
-         upsert(realm, "d3.md", "Arthur is an ally of Mordred.", order_key="3")],
+        [
+            upsert(realm, "d1.md", "Lancelot worked with Gawain.", order_key="1"),
+            upsert(realm, "d3.md", "Arthur is an ally of Mordred.", order_key="3"),
+        ],
     ]
     instants: list[datetime] = []
     group = unique_name("g")
@@ -111,6 +123,7 @@ async def test_replaying_the_log_into_a_fresh_database_reproduces_graph_and_hist
 
             async def done(n: int = applied) -> bool:
                 return await stored_position(pg_dsn, group, topics.documents) >= n
+
             await wait_for(done, 60, "batch applied")
             await asyncio.sleep(0.05)
             instants.append(datetime.now(UTC))
@@ -123,8 +136,10 @@ async def test_replaying_the_log_into_a_fresh_database_reproduces_graph_and_hist
             await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         replay_group = unique_name("g")
         async with running_indexer(topics, fresh, replay_group, default_realm=narrative):
+
             async def replayed() -> bool:
                 return await stored_position(fresh, replay_group, topics.documents) >= applied
+
             await wait_for(replayed, 60, "replay")
         assert await realm_snapshot(fresh, realm) == await realm_snapshot(pg_dsn, realm)
         assert await outbox(fresh, realm) == await outbox(pg_dsn, realm)
@@ -132,8 +147,10 @@ async def test_replaying_the_log_into_a_fresh_database_reproduces_graph_and_hist
         for t in probes:
             assert await believed_at(fresh, realm, t) == await believed_at(pg_dsn, realm, t)
         # The first instant saw ally as current, the second enemy, the third ally again.
-        states = [{r[:3] for r in await believed_at(pg_dsn, realm, t) if r[4] == "current"}
-                  for t in instants]
+        states = [
+            {r[:3] for r in await believed_at(pg_dsn, realm, t) if r[4] == "current"}
+            for t in instants
+        ]
         assert ("Arthur", "ally_of", "Mordred") in states[0]
         assert ("Arthur", "enemy_of", "Mordred") in states[1]
         assert ("Arthur", "ally_of", "Mordred") in states[2]
@@ -148,13 +165,17 @@ async def test_document_without_any_valid_structure_is_failed_not_placeholder(
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
     async with running_indexer(topics, pg_dsn, group):
-        await publish(topics, [
-            upsert(realm, "ok.md", "Ada Lovelace worked with Charles Babbage."),
-            upsert(realm, "empty.md", "it was raining all day and nobody came."),
-        ])
+        await publish(
+            topics,
+            [
+                upsert(realm, "ok.md", "Ada Lovelace worked with Charles Babbage."),
+                upsert(realm, "empty.md", "it was raining all day and nobody came."),
+            ],
+        )
 
         async def done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= 2
+
         await wait_for(done, 60, "both applied")
     snap = await realm_snapshot(pg_dsn, realm)
     status = {d[1]: d[2] for d in snap["documents"]}
@@ -179,12 +200,15 @@ async def test_records_fetched_before_the_claim_are_fetched_again_after_it(
     # stored position is still under way; such a batch must not leave the partition idle.
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=2)
     realm, group = unique_name("r"), unique_name("g")
-    records = [upsert(realm, f"d{i}.md", f"Ada Lovelace worked with Person{i} Smith.")
-               for i in range(6)]
+    records = [
+        upsert(realm, f"d{i}.md", f"Ada Lovelace worked with Person{i} Smith.") for i in range(6)
+    ]
     await publish(topics, records)
     async with running_indexer(topics, pg_dsn, group, indexer_class=_SlowClaim) as indexer:
+
         async def done() -> bool:
             return indexer.applied == len(records)
+
         await wait_for(done, 30, "every record applied")
     snap = await realm_snapshot(pg_dsn, realm)
     assert sorted(d[1] for d in snap["documents"]) == sorted(f"d{i}.md" for i in range(6))

@@ -391,16 +391,33 @@ def test_nulls_mean_defaults_and_missing_lists_are_empty() -> None:
     assert parse_extraction("{}") == ExtractionOutput()
 
 
-@given(st.lists(st.text(alphabet=st.sampled_from("Ada \0Lovelace1843"), max_size=12),
-                min_size=9, max_size=9))
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from("Ada \0Lovelace1843"), max_size=12), min_size=9, max_size=9
+    )
+)
 def test_no_text_of_the_output_keeps_a_nul(texts: list[str]) -> None:
     # PostgreSQL cannot store U+0000: a model saying one must not stop a document's write.
     name, typ, desc, alias, s, p, o, vf, vt = texts
-    out = parse_extraction(json.dumps({
-        "entities": [{"name": name or "x", "type": typ, "description": desc, "aliases": [alias]}],
-        "relations": [{"subject": s or "x", "predicate": p or "x", "object": o or "x",
-                       "description": desc, "valid_from": vf, "valid_to": vt}],
-    }))
+    out = parse_extraction(
+        json.dumps(
+            {
+                "entities": [
+                    {"name": name or "x", "type": typ, "description": desc, "aliases": [alias]}
+                ],
+                "relations": [
+                    {
+                        "subject": s or "x",
+                        "predicate": p or "x",
+                        "object": o or "x",
+                        "description": desc,
+                        "valid_from": vf,
+                        "valid_to": vt,
+                    }
+                ],
+            }
+        )
+    )
     dumped = out.model_dump()
     texts_out = [v for part in dumped.values() for item in part for v in item.values()]
     assert not any("\0" in t for t in texts_out if isinstance(t, str))

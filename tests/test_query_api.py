@@ -127,11 +127,17 @@ async def test_a_realm_of_the_earlier_layout_is_upgraded_on_first_lookup(
     entities = f"realm_{realm}.entities"
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         g = await GraphHarness.create(conn, realm, RealmConfig(embedder="hashing:8"))
-        await write_doc(g, "a.md", [(
-            "Olga Åberg advised Bo Ek.",
-            [ent("Olga Åberg"), ent("Bo Ek")],
-            [rel("Olga Åberg", "advised", "Bo Ek")],
-        )])
+        await write_doc(
+            g,
+            "a.md",
+            [
+                (
+                    "Olga Åberg advised Bo Ek.",
+                    [ent("Olga Åberg"), ent("Bo Ek")],
+                    [rel("Olga Åberg", "advised", "Bo Ek")],
+                )
+            ],
+        )
         await conn.execute(f"ALTER TABLE {entities} DROP COLUMN name_key")
         await conn.execute(f"CREATE UNIQUE INDEX entities_name ON {entities} (space, lower(name))")
     async with api_client(pool) as client:
@@ -231,8 +237,11 @@ async def test_unparseable_and_oversized_bodies(
     ],
 )
 async def test_nul_in_path_or_query_text_is_422(
-    pool: AsyncConnectionPool[Any], realms: tuple[str, str], path: str,
-    params: dict[str, str], needle: str,
+    pool: AsyncConnectionPool[Any],
+    realms: tuple[str, str],
+    path: str,
+    params: dict[str, str],
+    needle: str,
 ) -> None:
     async with api_client(pool) as client:
         r = await client.get(f"/v1/realms/{realms[0]}/{path}", params=params)

@@ -47,9 +47,7 @@ async def write_some(graph: GraphHarness, start: int, count: int) -> None:
         )
 
 
-async def write_apart(
-    pg_dsn: str, graph: GraphHarness, start: int, count: int
-) -> GraphHarness:
+async def write_apart(pg_dsn: str, graph: GraphHarness, start: int, count: int) -> GraphHarness:
     """Writes on a connection of its own: a pipelined write must not share its connection
     with the test's concurrent reads. Returns the harness to write on from there (its
     position has moved on)."""

@@ -27,8 +27,9 @@ async def test_schema_with_a_wrong_embedding_width_refuses_to_open(
         info = await create_realm(conn, realm, RealmConfig(embedder="hashing:32"))
         assert (info.embedder, info.dimension) == ("hashing:32", 32)
         await conn.execute(f"DROP INDEX realm_{realm}.relations_embedding")
-        await conn.execute(f"ALTER TABLE realm_{realm}.relations ALTER COLUMN embedding"
-                           " TYPE vector(16) USING NULL")
+        await conn.execute(
+            f"ALTER TABLE realm_{realm}.relations ALTER COLUMN embedding TYPE vector(16) USING NULL"
+        )
         with pytest.raises(RealmSchemaError, match="relations.embedding is vector\\(16\\)"):
             await open_realm(conn, realm)
         await conn.execute(f"ALTER TABLE realm_{realm}.relations DROP COLUMN embedding")
@@ -112,7 +113,8 @@ async def test_realm_from_before_stored_name_keys_gets_them_on_open(
         assert await cur.fetchall() == [("Olga Åberg", "olga åberg"), ("Bo Ek", "bo ek")]
         cur = await conn.execute(
             "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'entities'"
-            " AND indexname LIKE 'entities_name%%'", (f"realm_{realm}",),
+            " AND indexname LIKE 'entities_name%%'",
+            (f"realm_{realm}",),
         )
         assert await cur.fetchall() == [("entities_name_key",)]
         with pytest.raises(psycopg.errors.UniqueViolation):
@@ -142,19 +144,24 @@ async def test_concurrent_first_records_create_one_realm(
 
 
 def test_realm_create_and_show_commands(
-    pg_dsn: str, unique_name: Callable[[str], str], tmp_path: Path,
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     realm = unique_name("r")
     config = tmp_path / "realm.json"
-    config.write_text('{"vocabulary": ["worked_with"], "exclusive_groups": '
-                      '[["ally_of", "enemy_of"]], "embedder": "hashing:48"}')
+    config.write_text(
+        '{"vocabulary": ["worked_with"], "exclusive_groups": '
+        '[["ally_of", "enemy_of"]], "embedder": "hashing:48"}'
+    )
     assert main(["realm", "create", realm, "--config", str(config), "--pg-dsn", pg_dsn]) == 0
     assert main(["realm", "show", realm, "--pg-dsn", pg_dsn]) == 0
     shown = capsys.readouterr().out
     assert '"hashing:48"' in shown and '"worked_with"' in shown
     bad = tmp_path / "bad.json"
     bad.write_text('{"embedder": "hashing:48", "unknown_key": 1}')
-    assert main(["realm", "create", unique_name("r"), "--config", str(bad),
-                 "--pg-dsn", pg_dsn]) != 0
+    assert (
+        main(["realm", "create", unique_name("r"), "--config", str(bad), "--pg-dsn", pg_dsn]) != 0
+    )
     assert main(["realm", "show", "Bad-Name", "--pg-dsn", pg_dsn]) != 0

@@ -189,8 +189,9 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
 
     async def reader() -> None:
         async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-            await conn.execute(sql.SQL("LOCK TABLE {}.outbox IN ACCESS SHARE MODE").format(
-                sql.Identifier(live)))
+            await conn.execute(
+                sql.SQL("LOCK TABLE {}.outbox IN ACCESS SHARE MODE").format(sql.Identifier(live))
+            )
             await swapping.wait()
             await asyncio.sleep(0.8)
             await conn.rollback()
@@ -200,7 +201,8 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
     registry = ModelRegistry()
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
     result = await replay_realm(
-        options(topics, pg_dsn, realm, group, lock_timeout=0.3), pipeline.prepare,
+        options(topics, pg_dsn, realm, group, lock_timeout=0.3),
+        pipeline.prepare,
         registry.embedder_for,
         on_progress=lambda p: swapping.set() if p.phase == "swapping" else None,
     )
@@ -234,8 +236,10 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
 
 
 def _doc(i: int) -> str:
-    return (f"Knight{i} Pendragon is an ally of Squire{i} Vale. "
-            f"Squire{i} Vale worked with Knight{(i + 1) % 7} Pendragon.")
+    return (
+        f"Knight{i} Pendragon is an ally of Squire{i} Vale. "
+        f"Squire{i} Vale worked with Knight{(i + 1) % 7} Pendragon."
+    )
 
 
 async def test_records_published_during_the_replay_all_reach_the_swapped_in_realm(
@@ -264,9 +268,11 @@ async def test_records_published_during_the_replay_all_reach_the_swapped_in_real
             while not stop.is_set():
                 started = asyncio.get_running_loop().time()
                 try:
-                    cur = await conn.execute(sql.SQL(
-                        "SELECT count(*) FROM {}.relations WHERE status = 'current'"
-                    ).format(sql.Identifier(live)))
+                    cur = await conn.execute(
+                        sql.SQL(
+                            "SELECT count(*) FROM {}.relations WHERE status = 'current'"
+                        ).format(sql.Identifier(live))
+                    )
                     row = await cur.fetchone()
                     assert row is not None and row[0] > 0
                 except BaseException as exc:
@@ -274,12 +280,14 @@ async def test_records_published_during_the_replay_all_reach_the_swapped_in_real
                 reads.append(asyncio.get_running_loop().time() - started)
                 await asyncio.sleep(0.01)
 
-    async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE,
-                               backoff_initial=0.05):
+    async with running_indexer(
+        topics, pg_dsn, group, default_realm=NARRATIVE, backoff_initial=0.05
+    ):
         await publish(topics, initial)
 
         async def initial_done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(initial)
+
         await wait_for(initial_done, 60, "initial documents")
 
         replayed = asyncio.Event()
@@ -299,16 +307,21 @@ async def test_records_published_during_the_replay_all_reach_the_swapped_in_real
 
         querying = asyncio.create_task(query_loop())
         publishing = asyncio.create_task(trickle())
-        result = await asyncio.wait_for(replay_realm(
-            options(topics, pg_dsn, realm, group, swap_margin=2),
-            slow_prepare, registry.embedder_for,
-        ), 120)
+        result = await asyncio.wait_for(
+            replay_realm(
+                options(topics, pg_dsn, realm, group, swap_margin=2),
+                slow_prepare,
+                registry.embedder_for,
+            ),
+            120,
+        )
         replayed.set()
         await publishing
         total = len(initial) + len(during)
 
         async def all_done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= total
+
         await wait_for(all_done, 60, "documents published during the replay")
         stop.set()
         await querying
@@ -317,8 +330,9 @@ async def test_records_published_during_the_replay_all_reach_the_swapped_in_real
     assert not failures, failures[:3]
     assert max(reads) < 2.0
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute(sql.SQL(
-            "SELECT doc_key, status FROM {}.documents").format(sql.Identifier(live)))
+        cur = await conn.execute(
+            sql.SQL("SELECT doc_key, status FROM {}.documents").format(sql.Identifier(live))
+        )
         docs = dict(await cur.fetchall())
     assert set(docs) == {r.doc_key for r in initial + during}
     assert docs["a7.md"] == "deleted"
@@ -331,7 +345,9 @@ async def test_records_published_during_the_replay_all_reach_the_swapped_in_real
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT relname FROM pg_stat_user_tables WHERE schemaname = %s"
-            " AND last_analyze IS NOT NULL ORDER BY relname", (check.schema,))
+            " AND last_analyze IS NOT NULL ORDER BY relname",
+            (check.schema,),
+        )
         assert {r[0] for r in await cur.fetchall()} >= {"relations", "entities", "mentions"}
 
 
@@ -362,13 +378,17 @@ async def test_until_builds_the_realm_as_it_stood_at_that_instant(
             await replay(topics, pg_dsn, realm, group)
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute(
-            "SELECT count(*) FROM tidegraph.realms WHERE schema_name = %s", (audit.schema,))
+            "SELECT count(*) FROM tidegraph.realms WHERE schema_name = %s", (audit.schema,)
+        )
         assert await cur.fetchone() == (0,)
 
 
 async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
-    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str],
-    llm_server: ScriptedLLMServer, make_llm_client: Callable[..., LLMClient],
+    kafka_bootstrap: str,
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+    llm_server: ScriptedLLMServer,
+    make_llm_client: Callable[..., LLMClient],
     llm_fixtures_dir: Path,
 ) -> None:
     corpus = load_corpus(llm_fixtures_dir)
@@ -387,6 +407,7 @@ async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
 
         async def done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
         await wait_for(done, 120, "corpus indexed")
     assert llm_server.calls["chat"] > 0
     snapshot = await realm_snapshot(pg_dsn, realm)
@@ -395,7 +416,8 @@ async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
     misses_before = sample("tidegraph_extraction_cache_misses_total", realm=realm)
 
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-        pg_dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True})
+        pg_dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    )
     await pool.open()
     try:
         registry = ModelRegistry(pool=pool, llm=make_llm_client(), read_through=(live,))
@@ -415,16 +437,22 @@ async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
     assert await realm_snapshot(pg_dsn, realm) == snapshot
     assert await schema_diff(pg_dsn, live, result.retired) == []
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute(sql.SQL("SELECT count(*) FROM {}.extraction_cache").format(
-            sql.Identifier(live)))
+        cur = await conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.extraction_cache").format(sql.Identifier(live))
+        )
         row = await cur.fetchone()
     assert row is not None and row[0] == len(records)  # the cache moved with the realm
 
 
 async def _cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tidegraph.infra.cli", *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "tidegraph.infra.cli",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
@@ -439,18 +467,33 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
     live = f"realm_{realm}"
     await build_live(topics, pg_dsn, realm, group)
     feed = await outbox(pg_dsn, realm)
-    env = {**os.environ, "TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap,
-           "TIDEGRAPH_PG_DSN": pg_dsn, "TIDEGRAPH_TOPIC_PREFIX": topics.prefix}
+    env = {
+        **os.environ,
+        "TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TIDEGRAPH_PG_DSN": pg_dsn,
+        "TIDEGRAPH_TOPIC_PREFIX": topics.prefix,
+    }
 
     # An unchanged rebuild kept for inspection, through the command line.
-    code, out, err = await _cli("replay", "--realm", realm, "--group", group, "--no-swap",
-                                "--shadow-name", "cli", "--json", env=env)
+    code, out, err = await _cli(
+        "replay",
+        "--realm",
+        realm,
+        "--group",
+        group,
+        "--no-swap",
+        "--shadow-name",
+        "cli",
+        "--json",
+        env=env,
+    )
     assert code == 0, err
     kept = json.loads(out)
     assert kept["schema"] == f"{live}__shadow_cli" and kept["swapped"] is False
     assert "records read" in err and "ETA" in err
-    code, out, err = await _cli("diff", "--realm", realm, "--against", kept["schema"],
-                                "--history", env=env)
+    code, out, err = await _cli(
+        "diff", "--realm", realm, "--against", kept["schema"], "--history", env=env
+    )
     assert (code, out) == (0, ""), err
     with pytest.raises(ShadowExists):
         await replay(topics, pg_dsn, realm, group, swap=False, label="cli")
@@ -464,14 +507,20 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
         info = await open_realm(conn, realm)
         assert (info.embedder, info.dimension, info.exclusive_groups) == ("hashing:32", 32, ())
         cur = await conn.execute(
-            sql.SQL("SELECT seq, idx, kind, space, belief_time, payload FROM {}.outbox"
-                    " WHERE seq > %s ORDER BY seq, idx").format(sql.Identifier(live)),
-            (feed[-1][0],))
+            sql.SQL(
+                "SELECT seq, idx, kind, space, belief_time, payload FROM {}.outbox"
+                " WHERE seq > %s ORDER BY seq, idx"
+            ).format(sql.Identifier(live)),
+            (feed[-1][0],),
+        )
         rebuild = [change_from_row(realm, tuple(r)) for r in await cur.fetchall()]
     assert [c.seq for c in rebuild] == [feed[-1][0] + 1] * len(rebuild)
     assert rebuild[0].kind == "communities_stale"
-    restored = [(c.kind, c.relation.subject, c.relation.predicate, c.relation.object)
-                for c in rebuild[1:] if c.relation is not None]
+    restored = [
+        (c.kind, c.relation.subject, c.relation.predicate, c.relation.object)
+        for c in rebuild[1:]
+        if c.relation is not None
+    ]
     assert ("relation_restored", "Arthur", "enemy_of", "Mordred") in restored
     assert result.swap.changes == len(rebuild)
     # The command line reports the difference with exit status 1.
@@ -485,12 +534,14 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
     code, _, err = await _cli("replay", "--realm", realm, "--drop", live, env=env)
     assert code == 2 and "not a shadow" in err
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s",
-                                 (kept["schema"],))
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (kept["schema"],)
+        )
         assert await cur.fetchone() == (0,)
         cur = await conn.execute(
             "SELECT count(*) FROM tidegraph.consumer_positions WHERE group_id = %s",
-            (f"tidegraph-replay:{kept['schema']}",))
+            (f"tidegraph-replay:{kept['schema']}",),
+        )
         assert await cur.fetchone() == (0,)
 
 
@@ -512,13 +563,15 @@ async def test_differences_known_before_the_lock_are_brought_up_to_date_by_key(
         for n, batch in enumerate(BATCHES):
             records = [
                 delete(realm, key) if not text else upsert(realm, key, text, order_key=order)
-                for key, text, order in batch for realm in (old, new)
+                for key, text, order in batch
+                for realm in (old, new)
             ]
             await publish(topics, records)
             sent += len(records)
 
             async def done(n: int = sent) -> bool:
                 return await stored_position(pg_dsn, group, topics.documents) >= n
+
             await wait_for(done, 60, "batch applied")
             if n == 1:
                 async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as c:
@@ -552,7 +605,8 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
         # a NUL in the title: the version fails and withdraws what the first one taught
         upsert(realm, "ada.md", "Ada Lovelace worked with Mary Somerville.", title="Notes\0"),
         upsert(realm, "meta.md", "Mary Somerville knew Ada Lovelace.").model_copy(
-            update={"metadata": {"note": "a\0b"}}),  # jsonb has no NUL either
+            update={"metadata": {"note": "a\0b"}}
+        ),  # jsonb has no NUL either
         upsert(realm, _unindexable_key(), "Charles Babbage designed the Analytical Engine."),
         delete(realm, "gone\0.md"),  # no such document can exist: a no-op
         upsert(realm, "version.md", "Ada Lovelace knew Mary Somerville.", source_version="7\0"),
@@ -565,12 +619,15 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
 
         async def all_passed() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
         await wait_for(all_passed, 60, "every record, refused ones included")
 
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute(sql.SQL(
-            "SELECT doc_key, status, error, title, source_version FROM {}.documents"
-        ).format(sql.Identifier(live)))
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT doc_key, status, error, title, source_version FROM {}.documents"
+            ).format(sql.Identifier(live))
+        )
         docs = {k: (s, e, t, v) for k, s, e, t, v in await cur.fetchall()}
     assert set(docs) == {"ada.md", "meta.md", "version.md", "text.md", "after.md"}
     assert docs["after.md"][0] == "indexed" and docs["text.md"][0] == "indexed"
@@ -606,7 +663,10 @@ async def test_a_second_claim_fences_the_replays_batch_and_its_position_stays(
         start, epoch = await positions.claim(conn, group, topic, 0, 0)
         registry = ModelRegistry()
         applier = ShadowApplier(
-            conn, info, ShadowPosition(group, topic, 0, epoch), start,
+            conn,
+            info,
+            ShadowPosition(group, topic, 0, epoch),
+            start,
             Pipeline(registry.extractor_for, registry.embedder_for).prepare,
             registry.embedder_for,
         )

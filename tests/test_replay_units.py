@@ -56,10 +56,14 @@ def test_rebuild_configuration_keeps_the_live_one_unless_told() -> None:
     base = ReplayOptions("acme", "b", "d")
     assert rebuild_config(base, live) == live
     assert rebuild_config(base, None) == base.default_config
-    changed = rebuild_config(ReplayOptions("acme", "b", "d", embedder="hashing:32",
-                                           extractor="llm"), live)
+    changed = rebuild_config(
+        ReplayOptions("acme", "b", "d", embedder="hashing:32", extractor="llm"), live
+    )
     assert (changed.vocabulary, changed.embedder, changed.extractor) == (
-        ("ally_of",), "hashing:32", "llm")
+        ("ally_of",),
+        "hashing:32",
+        "llm",
+    )
     with pytest.raises(ConfigError):
         rebuild_config(ReplayOptions("acme", "b", "d", embedder="cosine:3"), live)
 
@@ -69,8 +73,16 @@ Side = tuple[dict[str, Any], dict[str, Any]]
 
 def _rel(status: str, by: str | None = None, rid: str = "7") -> Side:
     value = {"status": status, "superseded_by": "A enemy_of B" if by else None, "weight": 1}
-    ref = {"id": rid, "subject": "A", "predicate": "ally_of", "object": "B", "negated": False,
-           "valid_from": None, "valid_to": None, "superseded_by": by}
+    ref = {
+        "id": rid,
+        "subject": "A",
+        "predicate": "ally_of",
+        "object": "B",
+        "negated": False,
+        "valid_from": None,
+        "valid_to": None,
+        "superseded_by": by,
+    }
     return value, ref
 
 
@@ -105,14 +117,22 @@ def test_relation_state_differences_become_the_writers_change_kinds(
 
 
 def test_attribute_only_differences_are_not_feed_changes() -> None:
-    weight = Difference("relation", KEY, {"status": "current", "superseded_by": None,
-                                          "weight": 1},
-                        {"status": "current", "superseded_by": None, "weight": 2},
-                        _rel("current")[1], _rel("current")[1])
-    entity = Difference("entity", ("default", "a"), {"dormant": False, "description": "x"},
-                        {"dormant": False, "description": "y"},
-                        {"id": "1", "name": "A", "type": "Person"},
-                        {"id": "2", "name": "A", "type": "Person"})
+    weight = Difference(
+        "relation",
+        KEY,
+        {"status": "current", "superseded_by": None, "weight": 1},
+        {"status": "current", "superseded_by": None, "weight": 2},
+        _rel("current")[1],
+        _rel("current")[1],
+    )
+    entity = Difference(
+        "entity",
+        ("default", "a"),
+        {"dormant": False, "description": "x"},
+        {"dormant": False, "description": "y"},
+        {"id": "1", "name": "A", "type": "Person"},
+        {"id": "2", "name": "A", "type": "Person"},
+    )
     assert feed_changes([weight, entity]) == []
 
 
@@ -120,17 +140,23 @@ def test_entity_and_document_differences() -> None:
     ref = {"id": "5", "name": "Ada", "type": "Person"}
     added = Difference("entity", ("default", "ada"), None, {"dormant": False}, None, ref)
     gone = Difference("entity", ("default", "ada"), {"dormant": False}, None, ref, None)
-    revived = Difference("entity", ("default", "ada"), {"dormant": True}, {"dormant": False},
-                         ref, ref)
+    revived = Difference(
+        "entity", ("default", "ada"), {"dormant": True}, {"dormant": False}, ref, ref
+    )
     assert [k for k, _, _ in feed_changes([added, gone, revived])] == [
-        "entity_added", "entity_dormant", "entity_revived"]
+        "entity_added",
+        "entity_dormant",
+        "entity_revived",
+    ]
     doc = {"status": "indexed", "content_hash": "sha256:1", "chunk_count": 1, "error": None}
     failed = {**doc, "status": "failed", "error": "no chunk yielded valid structure"}
-    changes = feed_changes([
-        Difference("document", ("default", "a.md"), doc, failed),
-        Difference("document", ("default", "b.md"), failed, doc),
-        Difference("document", ("default", "c.md"), doc, {**doc, "chunk_count": 2}),
-    ])
+    changes = feed_changes(
+        [
+            Difference("document", ("default", "a.md"), doc, failed),
+            Difference("document", ("default", "b.md"), failed, doc),
+            Difference("document", ("default", "c.md"), doc, {**doc, "chunk_count": 2}),
+        ]
+    )
     assert changes == [
         ("document_failed", "default", {"doc_key": "a.md", "error": failed["error"]}),
         ("document_replaced", "default", {"doc_key": "b.md"}),
@@ -138,14 +164,16 @@ def test_entity_and_document_differences() -> None:
 
 
 def test_differences_read_as_one_line_each() -> None:
-    only_b = Difference("relation", KEY, None, {"status": "current", "subject": "A",
-                                                "object": "B", "weight": 1})
-    changed = Difference("document", ("default", "a.md"), {"status": "indexed"},
-                         {"status": "failed"})
+    only_b = Difference(
+        "relation", KEY, None, {"status": "current", "subject": "A", "object": "B", "weight": 1}
+    )
+    changed = Difference(
+        "document", ("default", "a.md"), {"status": "indexed"}, {"status": "failed"}
+    )
     assert format_difference(only_b, "old", "new") == (
-        "+ relation default: A ally_of B  (only in new: status='current', weight=1)")
-    assert format_difference(changed) == (
-        "~ document default/a.md  (status: 'indexed' → 'failed')")
+        "+ relation default: A ally_of B  (only in new: status='current', weight=1)"
+    )
+    assert format_difference(changed) == ("~ document default/a.md  (status: 'indexed' → 'failed')")
 
 
 def test_progress_line_shows_records_realm_records_and_eta() -> None:

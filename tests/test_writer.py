@@ -37,15 +37,29 @@ async def graph(
 
 
 async def test_replacement_dormancy_and_revival(graph: GraphHarness) -> None:
-    await graph.upsert("a", [([ent("Ada Lovelace"), ent("Charles Babbage")],
-                              [rel("Ada Lovelace", "worked_with", "Charles Babbage")])])
+    await graph.upsert(
+        "a",
+        [
+            (
+                [ent("Ada Lovelace"), ent("Charles Babbage")],
+                [rel("Ada Lovelace", "worked_with", "Charles Babbage")],
+            )
+        ],
+    )
     assert await graph.relations() == {
         ("Ada Lovelace", "worked_with", "Charles Babbage", False, "current")
     }
     # v2 of the same document no longer mentions Babbage: the relation is retracted and
     # Babbage goes dormant; nothing is deleted.
-    await graph.upsert("a", [([ent("Ada Lovelace"), ent("Mary Somerville")],
-                              [rel("Ada Lovelace", "studied_with", "Mary Somerville")])])
+    await graph.upsert(
+        "a",
+        [
+            (
+                [ent("Ada Lovelace"), ent("Mary Somerville")],
+                [rel("Ada Lovelace", "studied_with", "Mary Somerville")],
+            )
+        ],
+    )
     assert await graph.relations() == {
         ("Ada Lovelace", "studied_with", "Mary Somerville", False, "current")
     }
@@ -61,8 +75,15 @@ async def test_replacement_dormancy_and_revival(graph: GraphHarness) -> None:
 
 
 async def test_delete_withdraws_contribution(graph: GraphHarness) -> None:
-    await graph.upsert("a", [([ent("X Corp", "Organization"), ent("Jane Roe")],
-                              [rel("Jane Roe", "works_at", "X Corp")])])
+    await graph.upsert(
+        "a",
+        [
+            (
+                [ent("X Corp", "Organization"), ent("Jane Roe")],
+                [rel("Jane Roe", "works_at", "X Corp")],
+            )
+        ],
+    )
     result = await graph.delete("a")
     assert result.status == "deleted"
     assert await graph.relations() == set()
@@ -70,8 +91,10 @@ async def test_delete_withdraws_contribution(graph: GraphHarness) -> None:
 
 
 async def test_corroboration_counts_distinct_chunks_and_never_inflates(graph: GraphHarness) -> None:
-    facts = ([ent("Ada Lovelace"), ent("Charles Babbage")],
-             [rel("Ada Lovelace", "worked_with", "Charles Babbage")])
+    facts = (
+        [ent("Ada Lovelace"), ent("Charles Babbage")],
+        [rel("Ada Lovelace", "worked_with", "Charles Babbage")],
+    )
     await graph.upsert("a", [facts, facts])
     await graph.upsert("b", [facts])
     assert (await graph.weights())[("Ada Lovelace", "worked_with", "Charles Babbage")] == 3
@@ -121,8 +144,9 @@ async def test_past_answers_never_change(graph: GraphHarness) -> None:
 
 async def test_outbox_sequence_is_gap_free(graph: GraphHarness) -> None:
     for i in range(5):
-        await graph.upsert(f"d{i}", [([ent(f"Person {i}"), ent("Hub")],
-                                      [rel(f"Person {i}", "knows", "Hub")])])
+        await graph.upsert(
+            f"d{i}", [([ent(f"Person {i}"), ent("Hub")], [rel(f"Person {i}", "knows", "Hub")])]
+        )
     seqs = sorted({s for s, _, _ in await graph.changes()})
     assert seqs == list(range(1, 6))
 
@@ -149,8 +173,9 @@ async def test_position_moves_over_an_offset_gap_but_never_back(graph: GraphHarn
 
 async def test_alias_resolution_longest_form_wins(graph: GraphHarness) -> None:
     await graph.upsert("a", [([ent("Babbage", "Concept")], [])])
-    await graph.upsert("b", [([ent("Charles Babbage", "Person", "mathematician",
-                                   aliases=("Babbage",))], [])])
+    await graph.upsert(
+        "b", [([ent("Charles Babbage", "Person", "mathematician", aliases=("Babbage",))], [])]
+    )
     ents = await graph.entities()
     assert set(ents) == {"Charles Babbage"}
     assert ents["Charles Babbage"][0] == "Person"
@@ -164,8 +189,9 @@ async def test_first_write_after_a_community_build_says_communities_are_stale(
 
     await graph.upsert("a", [([ent("Ada Lovelace")], [])])
     await graph.conn.execute(
-        sql.SQL("UPDATE {}.meta SET communities_built_at = now(), communities_stale = false")
-        .format(sql.Identifier(graph.info.schema))
+        sql.SQL(
+            "UPDATE {}.meta SET communities_built_at = now(), communities_stale = false"
+        ).format(sql.Identifier(graph.info.schema))
     )
     await graph.upsert("b", [([ent("Charles Babbage")], [])])
     await graph.upsert("c", [([ent("Mary Somerville")], [])])
@@ -187,24 +213,34 @@ async def test_stamps_a_replay_batch_draws_are_the_writers_own(
     own = await GraphHarness.create(conn, unique_name("own"), GROUPS)
     batched = await GraphHarness.create(conn, unique_name("batched"), GROUPS)
     times = [T0 + timedelta(seconds=s) for s in (10, 20, 15, 15, 30, 25, 40)]
-    names = ["Ada Lovelace", "Charles Babbage", "Mary Somerville", "Ada Lovelace",
-             "Michael Faraday", "John Herschel", "Charles Babbage"]
+    names = [
+        "Ada Lovelace",
+        "Charles Babbage",
+        "Mary Somerville",
+        "Ada Lovelace",
+        "Michael Faraday",
+        "John Herschel",
+        "Charles Babbage",
+    ]
 
     async def build_communities(graph: GraphHarness) -> None:
         await conn.execute(
-            sql.SQL("UPDATE {}.meta SET communities_built_at = now(),"
-                    " communities_stale = false").format(sql.Identifier(graph.info.schema))
+            sql.SQL(
+                "UPDATE {}.meta SET communities_built_at = now(), communities_stale = false"
+            ).format(sql.Identifier(graph.info.schema))
         )
 
     async def outcome(graph: GraphHarness) -> tuple[Any, ...]:
         schema = sql.Identifier(graph.info.schema)
-        cur = await conn.execute(sql.SQL(
-            "SELECT seq, idx, kind, belief_time FROM {}.outbox ORDER BY seq, idx"
-        ).format(schema))
+        cur = await conn.execute(
+            sql.SQL("SELECT seq, idx, kind, belief_time FROM {}.outbox ORDER BY seq, idx").format(
+                schema
+            )
+        )
         changes = await cur.fetchall()
-        cur = await conn.execute(sql.SQL(
-            "SELECT seq, last_write_at, communities_stale FROM {}.meta"
-        ).format(schema))
+        cur = await conn.execute(
+            sql.SQL("SELECT seq, last_write_at, communities_stale FROM {}.meta").format(schema)
+        )
         return tuple(changes), await cur.fetchone()
 
     for n, (t, name) in enumerate(zip(times, names, strict=True)):
@@ -218,8 +254,7 @@ async def test_stamps_a_replay_batch_draws_are_the_writers_own(
             meta = await BatchMeta.read(conn, batched.info)
             for n in batch:
                 stamp = meta.next(times[n])
-                await batched.upsert(f"d{n % 5}", [([ent(names[n])], [])], at=times[n],
-                                     stamp=stamp)
+                await batched.upsert(f"d{n % 5}", [([ent(names[n])], [])], at=times[n], stamp=stamp)
                 meta.drawn()
             await meta.store(conn, batched.info)
     mine = await outcome(own)

@@ -104,7 +104,10 @@ class Indexer:
     """Consumes ``tidegraph.documents`` and keeps realm graphs in step."""
 
     def __init__(
-        self, config: IndexerConfig, prepare: Prepare, embedder_for: EmbedderFor,
+        self,
+        config: IndexerConfig,
+        prepare: Prepare,
+        embedder_for: EmbedderFor,
         pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None,
     ) -> None:
         self.config = config
@@ -119,7 +122,10 @@ class Indexer:
         self._stop = asyncio.Event()
         self._sem = asyncio.Semaphore(config.prepare_concurrency)
         self.pool = pool or AsyncConnectionPool(
-            config.pg_dsn, min_size=1, max_size=config.pool_size, open=False,
+            config.pg_dsn,
+            min_size=1,
+            max_size=config.pool_size,
+            open=False,
             kwargs={"autocommit": True},
         )
         self.consumer: AIOKafkaConsumer | None = None
@@ -137,15 +143,23 @@ class Indexer:
         async with self.pool.connection() as conn:
             await ensure_control(conn)
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=cfg.bootstrap, acks="all", enable_idempotence=True,
-            compression_type="lz4", max_request_size=16 * 1024 * 1024,
+            bootstrap_servers=cfg.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            compression_type="lz4",
+            max_request_size=16 * 1024 * 1024,
         )
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=cfg.bootstrap, group_id=cfg.group_id,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-            max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
-            session_timeout_ms=30000, heartbeat_interval_ms=3000,
-            max_poll_interval_ms=600000, fetch_max_wait_ms=50,
+            bootstrap_servers=cfg.bootstrap,
+            group_id=cfg.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+            fetch_max_bytes=64 * 1024 * 1024,
+            session_timeout_ms=30000,
+            heartbeat_interval_ms=3000,
+            max_poll_interval_ms=600000,
+            fetch_max_wait_ms=50,
         )
         await self.producer.start()
         try:
@@ -211,8 +225,13 @@ class Indexer:
                 # The consumer fetches as soon as it is assigned a partition, before this
                 # claim; a batch taken meanwhile was dropped and left the partition paused.
                 self.consumer.resume(tp)
-                log.info("claimed %s/%d at offset %d (epoch %d)",
-                         tp.topic, tp.partition, next_offset, epoch)
+                log.info(
+                    "claimed %s/%d at offset %d (epoch %d)",
+                    tp.topic,
+                    tp.partition,
+                    next_offset,
+                    epoch,
+                )
         metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
 
     async def on_revoked(self, revoked: Sequence[TopicPartition]) -> None:
@@ -232,12 +251,15 @@ class Indexer:
             return _Item(msg, None, error=str(exc), error_class="invalid")
         if msg.key is not None and msg.key != record.realm.encode():
             return _Item(
-                msg, None, error=f"record key {msg.key!r} is not its realm {record.realm!r}",
+                msg,
+                None,
+                error=f"record key {msg.key!r} is not its realm {record.realm!r}",
                 error_class="invalid",
             )
         if not record.hash_matches():
             return _Item(
-                msg, None,
+                msg,
+                None,
                 error=f"content_hash {record.content_hash} does not match the content",
                 error_class="hash_mismatch",
             )
@@ -333,7 +355,11 @@ class Indexer:
         assert self.pool is not None
         first, last = group[0].msg, group[-1].msg
         pos = RecordPosition(
-            self.config.group_id, tp.topic, tp.partition, first.offset, owned.epoch,
+            self.config.group_id,
+            tp.topic,
+            tp.partition,
+            first.offset,
+            owned.epoch,
             datetime.fromtimestamp(first.timestamp / 1000, tz=UTC),
         )
         started = time.perf_counter()
@@ -346,13 +372,20 @@ class Indexer:
         self.applied += len(group)
 
     async def _apply(
-        self, tp: TopicPartition, owned: _Owned, item: _Item,
+        self,
+        tp: TopicPartition,
+        owned: _Owned,
+        item: _Item,
         prepared: PreparedDocument | BaseException | None,
     ) -> None:
         assert self.pool is not None
         msg = item.msg
         pos = RecordPosition(
-            self.config.group_id, tp.topic, tp.partition, msg.offset, owned.epoch,
+            self.config.group_id,
+            tp.topic,
+            tp.partition,
+            msg.offset,
+            owned.epoch,
             datetime.fromtimestamp(msg.timestamp / 1000, tz=UTC),
         )
         rec = item.record
@@ -368,17 +401,26 @@ class Indexer:
         assert info is not None
         async with self.pool.connection() as conn:
             result = await write_record(
-                conn, info, pos, self._embedder_for(info),
+                conn,
+                info,
+                pos,
+                self._embedder_for(info),
                 prepared if item.action is Action.APPLY else None,
-                space=rec.space, doc_key=rec.doc_key, content_hash=rec.content_hash,
+                space=rec.space,
+                doc_key=rec.doc_key,
+                content_hash=rec.content_hash,
                 source_version=rec.source_version,
-                on_refused=lambda exc: self._dead_letter(dataclasses.replace(
-                    item, error=f"PostgreSQL refused a value of the record: {refusal(exc)}",
-                    error_class="unstorable",
-                )),
+                on_refused=lambda exc: self._dead_letter(
+                    dataclasses.replace(
+                        item,
+                        error=f"PostgreSQL refused a value of the record: {refusal(exc)}",
+                        error_class="unstorable",
+                    )
+                ),
             )
         outcome = (
-            "unstorable" if result is None
+            "unstorable"
+            if result is None
             else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
         )
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
@@ -403,7 +445,8 @@ class Indexer:
         if info is None:
             cur = await conn.execute(
                 "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
-                " AND table_name = 'meta'", (realm_schema(realm),),
+                " AND table_name = 'meta'",
+                (realm_schema(realm),),
             )
             if await cur.fetchone() is None:
                 info = await create_realm(conn, realm, self.config.default_realm)
@@ -428,9 +471,17 @@ class Indexer:
             delay = min(cfg.backoff_max, cfg.backoff_initial * 2 ** (owned.failures - 1))
         retriable = isinstance(exc, TidegraphError) and exc.retriable
         level = logging.WARNING if retriable else logging.ERROR
-        log.log(level, "%s/%d offset %d: %s: %s; retrying in %.1fs",
-                tp.topic, tp.partition, offset, type(exc).__name__, exc, delay,
-                exc_info=not retriable)
+        log.log(
+            level,
+            "%s/%d offset %d: %s: %s; retrying in %.1fs",
+            tp.topic,
+            tp.partition,
+            offset,
+            type(exc).__name__,
+            exc,
+            delay,
+            exc_info=not retriable,
+        )
         metrics.TRANSIENT_FAILURES.labels(type(exc).__name__).inc()
         self._realms.clear()  # re-read realm state after any failure
         self.consumer.pause(tp)
@@ -469,8 +520,11 @@ def _position_runs(items: list[_Item]) -> list[list[_Item]]:
     runs: list[list[_Item]] = []
     for item in items:
         quiet = item.record is not None and item.action in (Action.NOOP, Action.STALE)
-        if quiet and runs and runs[-1][-1].record is not None and runs[-1][-1].action in (
-            Action.NOOP, Action.STALE
+        if (
+            quiet
+            and runs
+            and runs[-1][-1].record is not None
+            and runs[-1][-1].action in (Action.NOOP, Action.STALE)
         ):
             runs[-1].append(item)
         else:
@@ -486,8 +540,10 @@ class _PrepareAhead:
     """
 
     def __init__(
-        self, prepare: Callable[[_Item], Coroutine[Any, Any, PreparedDocument | BaseException]],
-        items: list[_Item], window: int,
+        self,
+        prepare: Callable[[_Item], Coroutine[Any, Any, PreparedDocument | BaseException]],
+        items: list[_Item],
+        window: int,
     ) -> None:
         self._prepare = prepare
         self._queue = [it for it in items if it.action is Action.APPLY]

@@ -130,7 +130,9 @@ _RELATIONS: LiteralString = (
     """
 SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text] AS k,
        jsonb_build_object('subject', es.name, 'object', eo.name, 'status', r.status,
-         'superseded_by', """ + _superseder("r.superseded_by") + """, 'weight', r.weight,
+         'superseded_by', """
+    + _superseder("r.superseded_by")
+    + """, 'weight', r.weight,
          'order_key', r.order_key, 'valid_from', r.valid_from, 'valid_to', r.valid_to,
          'description', r.description, 'confidence', r.confidence)
        || CASE WHEN {hist} THEN jsonb_build_object('t_created', r.t_created,
@@ -166,7 +168,8 @@ _RELATION_HISTORY: LiteralString = (
 SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text,
              h.t_created::text] AS k,
        jsonb_build_object('state', h.state, 'superseded_by', """
-    + _superseder("h.superseded_by") + """, 't_expired', h.t_expired) AS v,
+    + _superseder("h.superseded_by")
+    + """, 't_expired', h.t_expired) AS v,
        jsonb_build_object('id', r.id::text) AS ref
 """
 )
@@ -216,8 +219,14 @@ def _projection(kind: str, schema: str, history: bool, keyed: bool) -> sql.Compo
 
 
 async def diff_schemas(
-    conn: AsyncConnection[Any], a: str, b: str, *, space: str | None = None,
-    kinds: Sequence[str] | None = None, history: bool = False, keys: Keys | None = None,
+    conn: AsyncConnection[Any],
+    a: str,
+    b: str,
+    *,
+    space: str | None = None,
+    kinds: Sequence[str] | None = None,
+    history: bool = False,
+    keys: Keys | None = None,
 ) -> list[Difference]:
     """Every object that differs between schemas ``a`` and ``b``, ordered by kind and key;
     with ``keys``, only those objects (``document``, ``entity`` and ``relation`` only).
@@ -405,7 +414,8 @@ def _document_change(d: Difference) -> list[FeedChange]:
     if new is None:
         return [("document_deleted", d.space, {"doc_key": doc_key})]
     if old is not None and (old["status"], old["content_hash"]) == (
-        new["status"], new["content_hash"]
+        new["status"],
+        new["content_hash"],
     ):
         return []
     status = new["status"]
@@ -414,8 +424,9 @@ def _document_change(d: Difference) -> list[FeedChange]:
     if status == "failed":
         return [("document_failed", d.space, {"doc_key": doc_key, "error": new.get("error")})]
     replaced = old is not None and old["status"] in ("indexed", "failed")
-    return [("document_replaced" if replaced else "document_indexed", d.space,
-             {"doc_key": doc_key})]
+    return [
+        ("document_replaced" if replaced else "document_indexed", d.space, {"doc_key": doc_key})
+    ]
 
 
 def _entity_changes(d: Difference) -> list[FeedChange]:
@@ -439,9 +450,7 @@ def _entity_changes(d: Difference) -> list[FeedChange]:
 
 def _relation_changes(d: Difference) -> list[FeedChange]:
     have = ("retracted", None) if d.left is None else (d.left["status"], d.left["superseded_by"])
-    want = ("retracted", None) if d.right is None else (
-        d.right["status"], d.right["superseded_by"]
-    )
+    want = ("retracted", None) if d.right is None else (d.right["status"], d.right["superseded_by"])
     if have == want:
         return []
     ref = d.right_ref if d.right_ref is not None else d.left_ref

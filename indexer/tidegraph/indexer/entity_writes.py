@@ -99,7 +99,9 @@ async def resolve_entities(
                 and by_name[canonical][0] not in hits
             ):
                 merged = EntityRecord(
-                    current.name, merged.type, merged.description,
+                    current.name,
+                    merged.type,
+                    merged.description,
                     (*merged.aliases, merged.name),
                 )
             for other in hits:
@@ -112,9 +114,7 @@ async def resolve_entities(
         elif merged != stored[entity_id]:
             updated[entity_id] = merged
         latest[entity_id] = merged
-        forms = {
-            name_key(f) for r in (merged, fact, *hits.values()) for f in (r.name, *r.aliases)
-        }
+        forms = {name_key(f) for r in (merged, fact, *hits.values()) for f in (r.name, *r.aliases)}
         for form in forms:
             ids[form] = entity_id
             for table in (by_name, by_alias):
@@ -142,14 +142,19 @@ async def resolve_entities(
 
 
 async def _store(
-    ctx: WriteContext, space: str, bt: datetime,
-    pending: dict[int, EntityRecord], updated: dict[int, EntityRecord],
+    ctx: WriteContext,
+    space: str,
+    bt: datetime,
+    pending: dict[int, EntityRecord],
+    updated: dict[int, EntityRecord],
 ) -> dict[int, int]:
     """Insert new entities, update changed ones, record aliases; provisional id → real id."""
     temp = sorted(pending, reverse=True)
     vecs = await ctx.embeddings(
-        [render_entity(e.name, e.description) for e in [*(pending[t] for t in temp),
-                                                        *updated.values()]]
+        [
+            render_entity(e.name, e.description)
+            for e in [*(pending[t] for t in temp), *updated.values()]
+        ]
     )
     real: dict[int, int] = {}
     if temp:
@@ -160,8 +165,10 @@ async def _store(
             " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %s::jsonb[],"
             " %b::vector[]) AS u(n, k, t, d, a, e) RETURNING id, name",
             (
-                space, bt,
-                [pending[t].name for t in temp], [name_key(pending[t].name) for t in temp],
+                space,
+                bt,
+                [pending[t].name for t in temp],
+                [name_key(pending[t].name) for t in temp],
                 [pending[t].type for t in temp],
                 [pending[t].description for t in temp],
                 [Jsonb(sorted(pending[t].aliases)) for t in temp],
@@ -177,9 +184,8 @@ async def _store(
             "UPDATE {entities} SET name = %s, name_key = %s, type = %s, description = %s,"
             " aliases = %s, embedding = %b WHERE id = %s",
             [
-                (e.name, name_key(e.name), e.type, e.description, sorted(e.aliases), vec,
-                 entity_id)
-                for (entity_id, e), vec in zip(updated.items(), vecs[len(temp):], strict=True)
+                (e.name, name_key(e.name), e.type, e.description, sorted(e.aliases), vec, entity_id)
+                for (entity_id, e), vec in zip(updated.items(), vecs[len(temp) :], strict=True)
             ],
         )
     alias_rows = sorted(
@@ -229,10 +235,14 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
             s2 = k if s_id == x else int(s_id)
             o2 = k if o_id == x else int(o_id)
             ctx.touched_relations.add(int(rid))
-            other = None if s2 == o2 else await ctx.rows(
-                "SELECT id FROM {relations} WHERE space = %s AND subject_id = %s"
-                " AND predicate = %s AND object_id = %s AND negated = %s",
-                (space, s2, p, o2, n),
+            other = (
+                None
+                if s2 == o2
+                else await ctx.rows(
+                    "SELECT id FROM {relations} WHERE space = %s AND subject_id = %s"
+                    " AND predicate = %s AND object_id = %s AND negated = %s",
+                    (space, s2, p, o2, n),
+                )
             )
             if s2 != o2 and not other:
                 await ctx.run(
@@ -267,8 +277,9 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
             await ctx.run("DELETE FROM {entities} WHERE id = %s", (x,))
     if repointed:
         names = await ctx.entity_names({r[1] for r in repointed} | {r[3] for r in repointed})
-        texts = [render_relation(names[s], p, names[o], n, vf, vt)
-                 for _, s, p, o, n, vf, vt in repointed]
+        texts = [
+            render_relation(names[s], p, names[o], n, vf, vt) for _, s, p, o, n, vf, vt in repointed
+        ]
         vecs = await ctx.embeddings(texts)
         await ctx.many(
             "UPDATE {relations} SET rendered = %s, embedding = %b WHERE id = %s",

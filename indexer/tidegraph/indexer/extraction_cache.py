@@ -22,21 +22,30 @@ class PgExtractionCache:
     """``ExtractionCache`` over ``<schema>.extraction_cache`` tables."""
 
     def __init__(
-        self, pool: AsyncConnectionPool[AsyncConnection[Any]], schema: str,
+        self,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        schema: str,
         read_through: Sequence[str] = (),
     ) -> None:
         self._pool = pool
         self._schema = schema
         # One statement reads the schemas in order and stops at the first hit.
-        self._get = sql.SQL(" UNION ALL ").join(
-            sql.SQL("(SELECT output FROM {} WHERE key = %(key)s)").format(
-                sql.Identifier(s, "extraction_cache")
+        self._get = (
+            sql.SQL(" UNION ALL ")
+            .join(
+                sql.SQL("(SELECT output FROM {} WHERE key = %(key)s)").format(
+                    sql.Identifier(s, "extraction_cache")
+                )
+                for s in (schema, *read_through)
             )
-            for s in (schema, *read_through)
-        ).as_bytes(None) + b" LIMIT 1"
-        self._put = sql.SQL(
-            "INSERT INTO {} (key, output) VALUES (%s, %s) ON CONFLICT DO NOTHING"
-        ).format(sql.Identifier(schema, "extraction_cache")).as_bytes(None)
+            .as_bytes(None)
+            + b" LIMIT 1"
+        )
+        self._put = (
+            sql.SQL("INSERT INTO {} (key, output) VALUES (%s, %s) ON CONFLICT DO NOTHING")
+            .format(sql.Identifier(schema, "extraction_cache"))
+            .as_bytes(None)
+        )
 
     async def get(self, key: str) -> ExtractionOutput | None:
         async with self._pool.connection() as conn:

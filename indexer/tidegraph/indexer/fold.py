@@ -57,8 +57,9 @@ def decide(
     return Action.APPLY
 
 
-def next_state(action: Action, content_hash: str | None, source_version: str | None,
-               state: DocState | None) -> DocState | None:
+def next_state(
+    action: Action, content_hash: str | None, source_version: str | None, state: DocState | None
+) -> DocState | None:
     """The state a batch should assume after ``action`` (so later records in it decide right).
 
     A failed extraction is only known after applying; assuming ``indexed`` here is safe

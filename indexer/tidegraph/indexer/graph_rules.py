@@ -62,8 +62,9 @@ def desired_relation_states(
 ) -> dict[int, tuple[str, int | None]]:
     """``current`` or ``superseded`` (and by which relation) for every live relation."""
     assertions = [
-        Assertion(str(rid), f"{pair[0]}\x00{pair[1]}", str(pair[2]), predicate, negated,
-                  order_key or "")
+        Assertion(
+            str(rid), f"{pair[0]}\x00{pair[1]}", str(pair[2]), predicate, negated, order_key or ""
+        )
         for rid, pair, predicate, negated, order_key in live
     ]
     out: dict[int, tuple[str, int | None]] = {}
@@ -78,8 +79,12 @@ def render_entity(name: str, description: str) -> str:
 
 
 def render_relation(
-    subject: str, predicate: str, obj: str, negated: bool,
-    valid_from: str | None, valid_to: str | None,
+    subject: str,
+    predicate: str,
+    obj: str,
+    negated: bool,
+    valid_from: str | None,
+    valid_to: str | None,
 ) -> str:
     """The surface form a relation is embedded and full-text indexed from."""
     verb = predicate.replace("_", " ")

@@ -6,8 +6,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 RECORDS = Counter(
     "tidegraph_indexer_records_total",
-    "Records handled, by realm and outcome "
-    "(applied, noop, stale, deleted, failed, dead_lettered).",
+    "Records handled, by realm and outcome (applied, noop, stale, deleted, failed, dead_lettered).",
     ["realm", "outcome"],
 )
 LAG = Gauge(

@@ -45,7 +45,9 @@ class Pipeline:
     """Prepares document versions for the writer with the realm's extractor and embedder."""
 
     def __init__(
-        self, extractor_for: ExtractorFor, embedder_for: EmbedderFor,
+        self,
+        extractor_for: ExtractorFor,
+        embedder_for: EmbedderFor,
         config: PipelineConfig | None = None,
     ) -> None:
         self._extractor_for = extractor_for
@@ -74,7 +76,10 @@ class Pipeline:
         facts: list[tuple[Chunk, tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]] = []
         for chunk in chunks:
             context = build_context(
-                record.title, record.source, tuple(known), info.config.vocabulary,
+                record.title,
+                record.source,
+                tuple(known),
+                info.config.vocabulary,
                 cap=self.config.context_names,
             )
             try:
@@ -91,9 +96,11 @@ class Pipeline:
         extra = sorted(
             {render_entity(e.name, e.description) for _, es, _, _ in facts for e in es}
             | {
-                render_relation(r.subject, r.predicate, r.object, r.negated,
-                                r.valid_from, r.valid_to)
-                for _, _, rs, _ in facts for r in rs
+                render_relation(
+                    r.subject, r.predicate, r.object, r.negated, r.valid_from, r.valid_to
+                )
+                for _, _, rs, _ in facts
+                for r in rs
             }
         )
         vectors = await embedder.embed(texts + extra) if texts or extra else []
@@ -102,10 +109,16 @@ class Pipeline:
             for i, (c, es, rs, note) in enumerate(facts)
         )
         return PreparedDocument(
-            space=record.space, doc_key=record.doc_key, content_hash=record.content_hash,
-            source_version=record.source_version, order_key=record.effective_order_key,
-            title=record.title, source=record.source, metadata=dict(record.metadata),
-            chunks=prepared, vectors=dict(zip(extra, vectors[len(texts):], strict=True)),
+            space=record.space,
+            doc_key=record.doc_key,
+            content_hash=record.content_hash,
+            source_version=record.source_version,
+            order_key=record.effective_order_key,
+            title=record.title,
+            source=record.source,
+            metadata=dict(record.metadata),
+            chunks=prepared,
+            vectors=dict(zip(extra, vectors[len(texts) :], strict=True)),
         )
 
     def _accept(
@@ -114,8 +127,7 @@ class Pipeline:
         """Gates, predicate normalisation and validity normalisation of one chunk's output."""
         gated = apply_gates(output, self.config.gates)
         entities = tuple(
-            EntityFact(e.name, e.type, e.description, tuple(e.aliases))
-            for e in gated.entities
+            EntityFact(e.name, e.type, e.description, tuple(e.aliases)) for e in gated.entities
         )
         relations: list[RelationFact] = []
         for r in gated.relations:
@@ -123,10 +135,18 @@ class Pipeline:
             if not predicate:
                 continue
             valid_from, valid_to = normalize_period(r.valid_from, r.valid_to)
-            relations.append(RelationFact(
-                r.subject, predicate, r.object, r.negated or negated_by_word,
-                r.description, r.confidence, valid_from, valid_to,
-            ))
+            relations.append(
+                RelationFact(
+                    r.subject,
+                    predicate,
+                    r.object,
+                    r.negated or negated_by_word,
+                    r.description,
+                    r.confidence,
+                    valid_from,
+                    valid_to,
+                )
+            )
         note = None
         if not entities and not relations:
             reasons = sorted({str(rej.gate) for rej in gated.rejections})

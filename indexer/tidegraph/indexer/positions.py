@@ -37,8 +37,14 @@ async def claim(
 
 
 async def advance(
-    conn: AsyncConnection[Any], group_id: str, topic: str, partition: int,
-    offset: int, epoch: int, *, through: int | None = None,
+    conn: AsyncConnection[Any],
+    group_id: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    epoch: int,
+    *,
+    through: int | None = None,
 ) -> None:
     """Move the position past ``offset`` (or past ``through``, for a run of records that
     write nothing), inside the caller's transaction, or raise Fenced.

@@ -57,8 +57,12 @@ async def ensure_control(conn: AsyncConnection[Any]) -> None:
 
 
 async def create_realm(
-    conn: AsyncConnection[Any], realm: str, config: RealmConfig, *,
-    schema: str | None = None, search_indexes: bool = True,
+    conn: AsyncConnection[Any],
+    realm: str,
+    config: RealmConfig,
+    *,
+    schema: str | None = None,
+    search_indexes: bool = True,
 ) -> RealmInfo:
     """Create a realm (or a shadow schema for one) if absent; return what is pinned."""
     validate_realm(realm)
@@ -74,8 +78,13 @@ async def create_realm(
                 "INSERT INTO {}.meta (realm, embedder, dimension, extractor, config)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
             ).format(sql.Identifier(schema)),
-            (realm, config.embedder, dimension, config.extractor,
-             Jsonb(orjson.loads(config.to_json()))),
+            (
+                realm,
+                config.embedder,
+                dimension,
+                config.extractor,
+                Jsonb(orjson.loads(config.to_json())),
+            ),
         )
         if schema == realm_schema(realm):
             await conn.execute(

@@ -34,8 +34,13 @@ Pair = tuple[str, int, int]
 
 
 async def attach_relations(
-    ctx: WriteContext, doc: PreparedDocument, chunk_id: dict[int, int], ids: dict[str, int],
-    bt: datetime, *, mentions: list[tuple[int, int]],
+    ctx: WriteContext,
+    doc: PreparedDocument,
+    chunk_id: dict[int, int],
+    ids: dict[str, int],
+    bt: datetime,
+    *,
+    mentions: list[tuple[int, int]],
 ) -> set[Pair]:
     """One edge per (subject, predicate, object, negated); provenance per chunk. Returns
     the entity pairs the document's edges join, for :func:`reconcile_relations`.
@@ -68,9 +73,13 @@ async def attach_relations(
         " AS k(s, p, o, n) ON r.subject_id = k.s AND r.predicate = k.p"
         " AND r.object_id = k.o AND r.negated = k.n WHERE r.space = %(space)s",
         {
-            "mc": [m[0] for m in mentions], "me": [m[1] for m in mentions],
-            "s": [k[0] for k in keys], "p": [k[1] for k in keys],
-            "o": [k[2] for k in keys], "n": [k[3] for k in keys], "space": doc.space,
+            "mc": [m[0] for m in mentions],
+            "me": [m[1] for m in mentions],
+            "s": [k[0] for k in keys],
+            "p": [k[1] for k in keys],
+            "o": [k[2] for k in keys],
+            "n": [k[3] for k in keys],
+            "space": doc.space,
         },
     )
     if not grouped:
@@ -97,12 +106,17 @@ async def attach_relations(
         " AND r.object_id = u.o AND r.negated = u.n"
         " ON CONFLICT DO NOTHING",
         (
-            doc.doc_key, doc.order_key,
-            [x[0][0] for x in sources], [x[0][1] for x in sources],
-            [x[0][2] for x in sources], [x[0][3] for x in sources],
+            doc.doc_key,
+            doc.order_key,
+            [x[0][0] for x in sources],
+            [x[0][1] for x in sources],
+            [x[0][2] for x in sources],
+            [x[0][3] for x in sources],
             [x[1] for x in sources],
-            [x[2][0] for x in sources], [x[2][1] for x in sources],
-            [x[2][2] for x in sources], [x[2][3] for x in sources],
+            [x[2][0] for x in sources],
+            [x[2][1] for x in sources],
+            [x[2][2] for x in sources],
+            [x[2][3] for x in sources],
             doc.space,
         ),
     )
@@ -110,8 +124,11 @@ async def attach_relations(
 
 
 async def _insert_fresh(
-    ctx: WriteContext, doc: PreparedDocument, fresh: list[RelationKey],
-    said: dict[RelationKey, dict[int, RelationAttrs]], bt: datetime,
+    ctx: WriteContext,
+    doc: PreparedDocument,
+    fresh: list[RelationKey],
+    said: dict[RelationKey, dict[int, RelationAttrs]],
+    bt: datetime,
 ) -> None:
     """New edges, born retracted (no belief interval yet) with their final attributes.
 
@@ -137,18 +154,32 @@ async def _insert_fresh(
         " %b::date[], %b::int[], %b::text[], %b::vector[])"
         " AS u(s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
         (
-            doc.space, doc.order_key or "", bt,
-            [k[0] for k in fresh], [k[1] for k in fresh], [k[2] for k in fresh],
-            [k[3] for k in fresh], [a[0] for a in attrs], [a[1] for a in attrs],
-            [a[2] for a in attrs], [a[3] for a in attrs],
-            [b[0] for b in bounds], [b[1] for b in bounds],
-            [len(said[k]) for k in fresh], texts, vecs,
+            doc.space,
+            doc.order_key or "",
+            bt,
+            [k[0] for k in fresh],
+            [k[1] for k in fresh],
+            [k[2] for k in fresh],
+            [k[3] for k in fresh],
+            [a[0] for a in attrs],
+            [a[1] for a in attrs],
+            [a[2] for a in attrs],
+            [a[3] for a in attrs],
+            [b[0] for b in bounds],
+            [b[1] for b in bounds],
+            [len(said[k]) for k in fresh],
+            texts,
+            vecs,
         ),
     )
 
 
 async def reconcile_relations(
-    ctx: WriteContext, touched: set[int], bt: datetime, *, pairs_of: AbstractSet[Pair],
+    ctx: WriteContext,
+    touched: set[int],
+    bt: datetime,
+    *,
+    pairs_of: AbstractSet[Pair],
 ) -> None:
     """Weight, attributes, order, retraction and supersession on every touched pair: the
     pairs of the ``touched`` relations, and ``pairs_of``.
@@ -165,7 +196,10 @@ async def reconcile_relations(
         "  UNION SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bigint[]))"
     )
     params = (
-        sorted(touched), [p[0] for p in given], [p[1] for p in given], [p[2] for p in given],
+        sorted(touched),
+        [p[0] for p in given],
+        [p[1] for p in given],
+        [p[2] for p in given],
     )
     edges = await ctx.send(
         pairs + " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
@@ -190,8 +224,7 @@ async def reconcile_relations(
         contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
         orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
     live = [
-        (int(r[0]), (str(r[1]), int(r[2]), int(r[4])), str(r[3]), bool(r[5]),
-         orders.get(int(r[0])))
+        (int(r[0]), (str(r[1]), int(r[2]), int(r[4])), str(r[3]), bool(r[5]), orders.get(int(r[0])))
         for r in rows
         if int(r[0]) in contributions
     ]
@@ -222,15 +255,22 @@ async def reconcile_relations(
             if int(r[6]) != 0:
                 zeroed.append(rid)
         want = desired.get(rid, ("retracted", None))
-        have: State = ("retracted", None) if r[12] is None else (
-            str(r[12]), int(r[13]) if r[13] is not None else None
+        have: State = (
+            ("retracted", None)
+            if r[12] is None
+            else (str(r[12]), int(r[13]) if r[13] is not None else None)
         )
         if want == have:
             continue
         moves.append((rid, have, want, r[14]))
         ref = {
-            "id": str(rid), "subject": subject, "predicate": predicate, "object": obj,
-            "negated": negated, "valid_from": valid_from, "valid_to": valid_to,
+            "id": str(rid),
+            "subject": subject,
+            "predicate": predicate,
+            "object": obj,
+            "negated": negated,
+            "valid_from": valid_from,
+            "valid_to": valid_to,
         }
         for kind, by in _transition_kinds(have, want):
             extra = {"superseded_by": str(by)} if by is not None else {}
@@ -295,9 +335,11 @@ async def _move_history(
         " WHERE r.id = u.i",
         {
             "bt": bt,
-            "oi": [o[0] for o in opened], "os": [o[1][0] for o in opened],
+            "oi": [o[0] for o in opened],
+            "os": [o[1][0] for o in opened],
             "ob": [o[1][1] for o in opened],
-            "mi": [m[0] for m in moves], "ms": [m[2][0] for m in moves],
+            "mi": [m[0] for m in moves],
+            "ms": [m[2][0] for m in moves],
             "mb": [m[2][1] for m in moves],
         },
     )

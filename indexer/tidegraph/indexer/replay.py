@@ -103,6 +103,7 @@ __all__ = [
 
 log = logging.getLogger("tidegraph.replay")
 
+
 @dataclass(frozen=True)
 class ReplayOptions:
     """What to rebuild, from where, and how."""
@@ -159,7 +160,8 @@ def rebuild_config(options: ReplayOptions, live: RealmConfig | None) -> RealmCon
     """The rebuild's configuration: given or live (else default), overrides on top."""
     base = options.config or live or options.default_config
     overrides = {
-        k: v for k, v in (("extractor", options.extractor), ("embedder", options.embedder))
+        k: v
+        for k, v in (("extractor", options.extractor), ("embedder", options.embedder))
         if v is not None
     }
     if not overrides:
@@ -231,7 +233,10 @@ OnProgress = Callable[[ReplayProgress], None]
 
 
 async def replay_realm(
-    options: ReplayOptions, prepare: Prepare, embedder_for: EmbedderFor, *,
+    options: ReplayOptions,
+    prepare: Prepare,
+    embedder_for: EmbedderFor,
+    *,
     on_progress: OnProgress | None = None,
 ) -> ReplayResult:
     """Run a replay as described in the module docstring."""
@@ -240,7 +245,10 @@ async def replay_realm(
 
 class _Replay:
     def __init__(
-        self, options: ReplayOptions, prepare: Prepare, embedder_for: EmbedderFor,
+        self,
+        options: ReplayOptions,
+        prepare: Prepare,
+        embedder_for: EmbedderFor,
         on_progress: OnProgress | None,
     ) -> None:
         self.o = options
@@ -302,11 +310,17 @@ class _Replay:
         )
         writer = await self._write_connection()
         self.applier = ShadowApplier(
-            writer, info, ShadowPosition(group, o.topic, tp.partition, epoch), next_offset,
-            self.prepare, self.embedder_for, concurrency=o.prepare_concurrency,
+            writer,
+            info,
+            ShadowPosition(group, o.topic, tp.partition, epoch),
+            next_offset,
+            self.prepare,
+            self.embedder_for,
+            concurrency=o.prepare_concurrency,
         )
-        log.info("replaying realm %s from %s/%d into %s", o.realm, o.topic, tp.partition,
-                 info.schema)
+        log.info(
+            "replaying realm %s from %s/%d into %s", o.realm, o.topic, tp.partition, info.schema
+        )
 
         await self._run_to(await self._fixed_bound())
         for _ in range(o.bulk_rounds):
@@ -331,15 +345,24 @@ class _Replay:
         self._report("done")
         applier = self.applier
         return ReplayResult(
-            realm=o.realm, schema=self.live if outcome else info.schema,
-            built_in=info.schema, swapped=outcome is not None,
-            retired=outcome.retired if outcome else None, partition=tp.partition,
-            position=applier.next_offset, records_read=applier.counters.read,
-            realm_records=applier.counters.realm_records, written=applier.counters.written,
-            load_seconds=load_seconds, load_records=loaded[0], load_written=loaded[1],
+            realm=o.realm,
+            schema=self.live if outcome else info.schema,
+            built_in=info.schema,
+            swapped=outcome is not None,
+            retired=outcome.retired if outcome else None,
+            partition=tp.partition,
+            position=applier.next_offset,
+            records_read=applier.counters.read,
+            realm_records=applier.counters.realm_records,
+            written=applier.counters.written,
+            load_seconds=load_seconds,
+            load_records=loaded[0],
+            load_written=loaded[1],
             index_seconds=index_seconds,
-            total_seconds=time.perf_counter() - self.started, swap=outcome,
-            config_changed=self.config_changed, follow_seconds=self.follow_seconds,
+            total_seconds=time.perf_counter() - self.started,
+            swap=outcome,
+            config_changed=self.config_changed,
+            follow_seconds=self.follow_seconds,
             baseline_seconds=self.baseline_seconds,
         )
 
@@ -391,7 +414,8 @@ class _Replay:
     async def _live_exists(self, conn: AsyncConnection[Any]) -> bool:
         cur = await conn.execute(
             "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
-            " AND table_name = 'meta'", (self.live,),
+            " AND table_name = 'meta'",
+            (self.live,),
         )
         return await cur.fetchone() is not None
 
@@ -415,7 +439,10 @@ class _Replay:
         return int(row[0]) if row is not None else None
 
     async def _run_to(
-        self, bound_of: Callable[[], Awaitable[int]], *, margin: int = 0,
+        self,
+        bound_of: Callable[[], Awaitable[int]],
+        *,
+        margin: int = 0,
         within: float | None = None,
     ) -> None:
         """Apply until at most ``margin`` records remain below the bound (four times as many
@@ -451,8 +478,11 @@ class _Replay:
         notes = getattr(exc, "__notes__", [])
         where = notes[-1] if notes else f"near offset {self.applier.next_offset}"
         return ReplayApplyError(
-            self.o.realm, self.applier.position.partition, self.applier.next_offset,
-            where, f"{type(exc).__name__}: {exc}",
+            self.o.realm,
+            self.applier.position.partition,
+            self.applier.next_offset,
+            where,
+            f"{type(exc).__name__}: {exc}",
         )
 
     async def _write_connection(self) -> AsyncConnection[Any]:
@@ -517,10 +547,16 @@ class _Replay:
         if self.on_progress is None or self.applier is None:
             return
         c = self.applier.counters
-        self.on_progress(ReplayProgress(
-            self.phase, c.read, max(self.total, c.read), c.realm_records, c.written,
-            time.perf_counter() - self.started,
-        ))
+        self.on_progress(
+            ReplayProgress(
+                self.phase,
+                c.read,
+                max(self.total, c.read),
+                c.realm_records,
+                c.written,
+                time.perf_counter() - self.started,
+            )
+        )
 
     # -- indexes and swap --------------------------------------------------------------
 
@@ -543,8 +579,14 @@ class _Replay:
         conn = await self._connect()
         retired = retired_schema(o.realm, await next_label(conn, o.realm, "retired"))
         plan = SwapPlan(
-            realm=o.realm, live=self.live, shadow=info.schema, retired=retired,
-            live_group=o.live_group, replay_group=group, topic=o.topic, partition=partition,
+            realm=o.realm,
+            live=self.live,
+            shadow=info.schema,
+            retired=retired,
+            live_group=o.live_group,
+            replay_group=group,
+            topic=o.topic,
+            partition=partition,
             lock_timeout=o.lock_timeout,
         )
         assert self.applier is not None
@@ -590,7 +632,10 @@ class _Replay:
         log.info(
             "realm %s: rebuilt schema swapped in at offset %d (held %.0f ms, %d records "
             "caught up under the lock); old schema kept as %s",
-            o.realm, outcome.position, outcome.hold_seconds * 1000, outcome.catch_up_records,
+            o.realm,
+            outcome.position,
+            outcome.hold_seconds * 1000,
+            outcome.catch_up_records,
             outcome.retired,
         )
         return outcome

@@ -65,8 +65,14 @@ log = logging.getLogger("tidegraph.replay")
 ANALYSE_FIRST = 32
 """Written records before the shadow's statistics are first refreshed."""
 GROWING_TABLES = (
-    "documents", "chunks", "entities", "entity_aliases", "mentions", "relations",
-    "relation_sources", "relation_history",
+    "documents",
+    "chunks",
+    "entities",
+    "entity_aliases",
+    "mentions",
+    "relations",
+    "relation_sources",
+    "relation_history",
 )
 """Tables a write looks rows up in."""
 
@@ -132,8 +138,14 @@ class ShadowApplier:
     """Decides, prepares and writes batches of one partition into one shadow schema."""
 
     def __init__(
-        self, conn: AsyncConnection[Any], info: RealmInfo, position: ShadowPosition,
-        next_offset: int, prepare: Prepare, embedder_for: EmbedderFor, *,
+        self,
+        conn: AsyncConnection[Any],
+        info: RealmInfo,
+        position: ShadowPosition,
+        next_offset: int,
+        prepare: Prepare,
+        embedder_for: EmbedderFor,
+        *,
         concurrency: int = 8,
     ) -> None:
         self.conn = conn
@@ -159,7 +171,8 @@ class ShadowApplier:
         """Decide every record of the realm in ``msgs`` and start preparing the applies."""
         decoded = [(m, decode_for_realm(m, self.info.realm)) for m in msgs]
         unknown = {
-            (r.space, r.doc_key) for _, r in decoded
+            (r.space, r.doc_key)
+            for _, r in decoded
             if r is not None and (r.space, r.doc_key) not in self._states
         }
         if unknown:
@@ -182,9 +195,7 @@ class ShadowApplier:
             batch.prepared = asyncio.create_task(self._prepare_all(todo))
         return batch
 
-    async def _prepare_all(
-        self, todo: list[Planned]
-    ) -> dict[int, Outcome]:
+    async def _prepare_all(self, todo: list[Planned]) -> dict[int, Outcome]:
         async def one(item: Planned) -> tuple[int, Outcome]:
             async with self._sem:
                 try:
@@ -216,7 +227,8 @@ class ShadowApplier:
                 self._analysed_at = analysed_at  # the rollback took the statistics too
                 log.info(
                     "replay batch at offset %d: %s; writing it again one savepoint per record",
-                    batch.first, type(exc).__name__,
+                    batch.first,
+                    type(exc).__name__,
                 )
         if written is None:
             async with self.conn.transaction():
@@ -240,24 +252,44 @@ class ShadowApplier:
             doc = prepared.get(item.msg.offset) if item.action is Action.APPLY else None
             offset = item.msg.offset
             pos = RecordPosition(
-                self.position.group_id, self.position.topic, self.position.partition,
-                offset, self.position.epoch, log_time(item.msg),
+                self.position.group_id,
+                self.position.topic,
+                self.position.partition,
+                offset,
+                self.position.epoch,
+                log_time(item.msg),
             )
             rec = item.record
             try:
                 if savepoints:
                     result = await write_record(
-                        self.conn, self.info, pos, embedder, doc, space=rec.space,
-                        doc_key=rec.doc_key, content_hash=rec.content_hash,
-                        source_version=rec.source_version, advance=False,
-                        stamp=meta.next(pos.log_time), fresh=item.fresh,
+                        self.conn,
+                        self.info,
+                        pos,
+                        embedder,
+                        doc,
+                        space=rec.space,
+                        doc_key=rec.doc_key,
+                        content_hash=rec.content_hash,
+                        source_version=rec.source_version,
+                        advance=False,
+                        stamp=meta.next(pos.log_time),
+                        fresh=item.fresh,
                     )
                 else:
                     assert not isinstance(doc, BaseException)
                     result = await write_document(
-                        self.conn, self.info, pos, embedder, doc, space=rec.space,
-                        doc_key=rec.doc_key, source_version=rec.source_version,
-                        advance=False, stamp=meta.next(pos.log_time), fresh=item.fresh,
+                        self.conn,
+                        self.info,
+                        pos,
+                        embedder,
+                        doc,
+                        space=rec.space,
+                        doc_key=rec.doc_key,
+                        source_version=rec.source_version,
+                        advance=False,
+                        stamp=meta.next(pos.log_time),
+                        fresh=item.fresh,
                         within=True,
                     )
             except BaseException as exc:
@@ -272,7 +304,12 @@ class ShadowApplier:
         if batch.end != batch.first:
             p = self.position
             await positions.advance(
-                self.conn, p.group_id, p.topic, p.partition, batch.first, p.epoch,
+                self.conn,
+                p.group_id,
+                p.topic,
+                p.partition,
+                batch.first,
+                p.epoch,
                 through=batch.end - 1,
             )
         return written
@@ -329,8 +366,8 @@ class BatchMeta:
         if not self.changed:
             return
         await conn.execute(
-            sql.SQL(
-                "UPDATE {} SET seq = %s, last_write_at = %s, communities_stale = %s"
-            ).format(sql.Identifier(info.schema, "meta")),
+            sql.SQL("UPDATE {} SET seq = %s, last_write_at = %s, communities_stale = %s").format(
+                sql.Identifier(info.schema, "meta")
+            ),
             (self.seq, self.last_write_at, self.stale),
         )

@@ -75,8 +75,11 @@ class PartitionReader:
         self.realm = realm
         self.fetch_max_records = fetch_max_records
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", max_partition_fetch_bytes=16 * 1024 * 1024,
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=16 * 1024 * 1024,
             fetch_max_bytes=64 * 1024 * 1024,
         )
         self.tp: TopicPartition | None = None

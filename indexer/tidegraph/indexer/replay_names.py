@@ -40,7 +40,7 @@ def derived_schema(realm: str, kind: str, label: str) -> str:
     """``realm_<realm>__<kind>_<label>``; ``label`` may also be that full name."""
     prefix = f"{realm_schema(realm)}__{kind}_"
     if label.startswith(prefix):  # a full schema name was given
-        label = label[len(prefix):]
+        label = label[len(prefix) :]
     if not _LABEL.fullmatch(label):
         raise InvalidNameError(f"{kind} label", label, LABEL_PATTERN)
     name = prefix + label
@@ -78,7 +78,7 @@ async def next_label(conn: AsyncConnection[Any], realm: str, kind: str) -> str:
     cur = await conn.execute(
         "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
     )
-    used = {int(n[len(prefix):]) for (n,) in await cur.fetchall() if n[len(prefix):].isdigit()}
+    used = {int(n[len(prefix) :]) for (n,) in await cur.fetchall() if n[len(prefix) :].isdigit()}
     return str(max(used, default=0) + 1)
 
 
@@ -91,7 +91,7 @@ async def drop_copy(conn: AsyncConnection[Any], realm: str, schema: str) -> None
     Refuses anything else — the live realm above all — so a typo cannot drop a realm.
     """
     prefix = f"{realm_schema(validate_realm(realm))}__"
-    kind = schema[len(prefix):].split("_", 1)[0] if schema.startswith(prefix) else ""
+    kind = schema[len(prefix) :].split("_", 1)[0] if schema.startswith(prefix) else ""
     if kind not in _COPY_KINDS or derived_schema(realm, kind, schema) != schema:
         raise ConfigError(
             f"{schema!r} is not a shadow, audit copy or retired schema of realm {realm!r} "

@@ -267,8 +267,11 @@ async def _swap(
     notice = {
         "rebuild": {
             "retired_schema": plan.retired if live_exists else None,
-            "log_position": {"topic": plan.topic, "partition": plan.partition,
-                             "offset": shadow_position},
+            "log_position": {
+                "topic": plan.topic,
+                "partition": plan.partition,
+                "offset": shadow_position,
+            },
             "differences": len(changes),
         }
     }
@@ -279,13 +282,18 @@ async def _swap(
             " SELECT %s, i - 1, k, s, coalesce(%s, now()), p"
             " FROM unnest(%s::text[], %s::text[], %s::jsonb[]) WITH ORDINALITY AS u(k, s, p, i)"
         ).format(_t(plan.shadow, "outbox")),
-        (seq, belief, [e[0] for e in entries], [e[1] for e in entries],
-         [Jsonb(e[2]) for e in entries]),
+        (
+            seq,
+            belief,
+            [e[0] for e in entries],
+            [e[1] for e in entries],
+            [Jsonb(e[2]) for e in entries],
+        ),
     )
     await conn.execute(
-        sql.SQL(
-            "UPDATE {} SET seq = %s, last_write_at = %s, swapped_out = false"
-        ).format(_t(plan.shadow, "meta")),
+        sql.SQL("UPDATE {} SET seq = %s, last_write_at = %s, swapped_out = false").format(
+            _t(plan.shadow, "meta")
+        ),
         (seq, belief),
     )
     if live_exists:
@@ -323,8 +331,7 @@ async def _swap(
         "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s", (plan.replay_group,)
     )
     await conn.execute(
-        "INSERT INTO tidegraph.realms (realm, schema_name) VALUES (%s, %s)"
-        " ON CONFLICT DO NOTHING",
+        "INSERT INTO tidegraph.realms (realm, schema_name) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         (plan.realm, plan.live),
     )
     if not live_exists:
@@ -347,8 +354,15 @@ async def _swap(
     assert clock is not None
     hold = time.perf_counter() - started
     return SwapOutcome(
-        plan.retired if live_exists else None, shadow_position, seq, len(entries), hold, caught,
-        catch_up_seconds, diff_seconds, clock[0],
+        plan.retired if live_exists else None,
+        shadow_position,
+        seq,
+        len(entries),
+        hold,
+        caught,
+        catch_up_seconds,
+        diff_seconds,
+        clock[0],
     )
 
 

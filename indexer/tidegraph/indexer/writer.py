@@ -52,7 +52,12 @@ from tidegraph.indexer.write_context import (
 from tidegraph.schemas.names import name_key
 
 __all__ = [
-    "ChangeSet", "Stamp", "WriteResult", "advance_only", "write_document", "write_record",
+    "ChangeSet",
+    "Stamp",
+    "WriteResult",
+    "advance_only",
+    "write_document",
+    "write_record",
     "write_unstorable",
 ]
 
@@ -93,15 +98,29 @@ async def advance_only(
     """
     async with conn.transaction():
         await positions.advance(
-            conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch,
+            conn,
+            pos.group_id,
+            pos.topic,
+            pos.partition,
+            pos.offset,
+            pos.epoch,
             through=through,
         )
 
 
 async def write_document(
-    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
-    doc: PreparedDocument | None, *, space: str, doc_key: str, source_version: str | None,
-    advance: bool = True, stamp: Stamp | None = None, fresh: bool = False,
+    conn: AsyncConnection[Any],
+    info: RealmInfo,
+    pos: RecordPosition,
+    embedder: Embedder,
+    doc: PreparedDocument | None,
+    *,
+    space: str,
+    doc_key: str,
+    source_version: str | None,
+    advance: bool = True,
+    stamp: Stamp | None = None,
+    fresh: bool = False,
     within: bool = False,
 ) -> WriteResult:
     """Apply (``doc`` given) or delete (``doc`` None) one document version atomically.
@@ -122,15 +141,32 @@ async def write_document(
             await scope.enter_async_context(conn.transaction())
             await scope.enter_async_context(conn.pipeline())
         return await _write(
-            conn, info, pos, embedder, doc, space, doc_key, source_version, advance, stamp,
+            conn,
+            info,
+            pos,
+            embedder,
+            doc,
+            space,
+            doc_key,
+            source_version,
+            advance,
+            stamp,
             fresh,
         )
 
 
 async def _write(
-    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
-    doc: PreparedDocument | None, space: str, doc_key: str, source_version: str | None,
-    advance: bool, stamp: Stamp | None, fresh: bool,
+    conn: AsyncConnection[Any],
+    info: RealmInfo,
+    pos: RecordPosition,
+    embedder: Embedder,
+    doc: PreparedDocument | None,
+    space: str,
+    doc_key: str,
+    source_version: str | None,
+    advance: bool,
+    stamp: Stamp | None,
+    fresh: bool,
 ) -> WriteResult:
     """:func:`write_document` inside whatever transaction and pipeline the caller holds."""
     changes = ChangeSet(space)
@@ -163,25 +199,31 @@ async def _write(
     # The relations' reconciliation changes no mention: the entities' states are
     # asked for now, to travel with its first statements.
     states = await mention_states(ctx, old_entities | new_entities)
-    await reconcile_relations(
-        ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs
-    )
+    await reconcile_relations(ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs)
     await reconcile_entities(ctx, states, bt)
     if stamp.communities_stale:
         changes.add("communities_stale")
     await _record_document(ctx, seq, space, doc_key, status, doc, source_version, failure, bt)
     if advance:
-        await positions.advance(
-            conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch
-        )
+        await positions.advance(conn, pos.group_id, pos.topic, pos.partition, pos.offset, pos.epoch)
     return WriteResult(seq, tuple(k for k, _, _ in changes.items), status)
 
 
 async def write_record(
-    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
-    doc: PreparedDocument | BaseException | None, *, space: str, doc_key: str,
-    content_hash: str | None, source_version: str | None, on_refused: OnRefused | None = None,
-    advance: bool = True, stamp: Stamp | None = None, fresh: bool = False,
+    conn: AsyncConnection[Any],
+    info: RealmInfo,
+    pos: RecordPosition,
+    embedder: Embedder,
+    doc: PreparedDocument | BaseException | None,
+    *,
+    space: str,
+    doc_key: str,
+    content_hash: str | None,
+    source_version: str | None,
+    on_refused: OnRefused | None = None,
+    advance: bool = True,
+    stamp: Stamp | None = None,
+    fresh: bool = False,
 ) -> WriteResult | None:
     """One record as the indexer and a replay apply it: :func:`write_document`, or — when
     PostgreSQL refuses a value of the record, in the write or in its preparation (``doc``
@@ -190,8 +232,17 @@ async def write_record(
         if isinstance(doc, BaseException):
             raise doc
         return await write_document(
-            conn, info, pos, embedder, doc, space=space, doc_key=doc_key,
-            source_version=source_version, advance=advance, stamp=stamp, fresh=fresh,
+            conn,
+            info,
+            pos,
+            embedder,
+            doc,
+            space=space,
+            doc_key=doc_key,
+            source_version=source_version,
+            advance=advance,
+            stamp=stamp,
+            fresh=fresh,
         )
     except psycopg.Error as exc:
         if not is_unstorable(exc):
@@ -199,16 +250,34 @@ async def write_record(
         if on_refused is not None:
             await on_refused(exc)
         return await write_unstorable(
-            conn, info, pos, embedder, exc, space=space, doc_key=doc_key,
-            content_hash=content_hash, source_version=source_version, advance=advance,
-            stamp=stamp, fresh=fresh,
+            conn,
+            info,
+            pos,
+            embedder,
+            exc,
+            space=space,
+            doc_key=doc_key,
+            content_hash=content_hash,
+            source_version=source_version,
+            advance=advance,
+            stamp=stamp,
+            fresh=fresh,
         )
 
 
 async def write_unstorable(
-    conn: AsyncConnection[Any], info: RealmInfo, pos: RecordPosition, embedder: Embedder,
-    error: BaseException, *, space: str, doc_key: str, content_hash: str | None,
-    source_version: str | None, advance: bool = True, stamp: Stamp | None = None,
+    conn: AsyncConnection[Any],
+    info: RealmInfo,
+    pos: RecordPosition,
+    embedder: Embedder,
+    error: BaseException,
+    *,
+    space: str,
+    doc_key: str,
+    content_hash: str | None,
+    source_version: str | None,
+    advance: bool = True,
+    stamp: Stamp | None = None,
     fresh: bool = False,
 ) -> WriteResult | None:
     """Record a version PostgreSQL refused a value of (:func:`errors.is_unstorable`).
@@ -222,15 +291,33 @@ async def write_unstorable(
     if content_hash is not None:
         reason = "cannot be stored: " + refusal(error)
         refused = PreparedDocument(
-            space=space, doc_key=doc_key, content_hash=content_hash, source_version=None,
-            order_key=None, title=None, source=None, metadata={}, chunks=(), vectors={},
+            space=space,
+            doc_key=doc_key,
+            content_hash=content_hash,
+            source_version=None,
+            order_key=None,
+            title=None,
+            source=None,
+            metadata={},
+            chunks=(),
+            vectors={},
             refused=reason,
         )
         try:
             return await write_document(
-                conn, info, pos, embedder, refused, space=space, doc_key=doc_key,
-                source_version=None if source_version and "\0" in source_version
-                else source_version, advance=advance, stamp=stamp, fresh=fresh,
+                conn,
+                info,
+                pos,
+                embedder,
+                refused,
+                space=space,
+                doc_key=doc_key,
+                source_version=None
+                if source_version and "\0" in source_version
+                else source_version,
+                advance=advance,
+                stamp=stamp,
+                fresh=fresh,
             )
         except psycopg.Error as exc:
             if not is_unstorable(exc):
@@ -271,9 +358,7 @@ Withdrawal = tuple[AsyncCursor[Any], AsyncCursor[Any]]
 """The previous version's status, and what withdrawing its chunks touched."""
 
 
-async def _withdraw(
-    ctx: WriteContext, space: str, doc_key: str, stamp: Stamp | None
-) -> Withdrawal:
+async def _withdraw(ctx: WriteContext, space: str, doc_key: str, stamp: Stamp | None) -> Withdrawal:
     """Read the previous version's status, expire its live chunks at the belief instant
     just drawn (or stamped) and drop their mentions and relation provenance (read by
     :func:`_withdrawn`)."""
@@ -283,8 +368,9 @@ async def _withdraw(
     )
     instant = "(SELECT last_write_at FROM {meta})" if stamp is None else "%(bt)s"
     touched = await ctx.send(
-        "WITH expired AS (UPDATE {chunks} SET t_expired = " + instant +
-        "  WHERE space = %(space)s AND doc_key = %(key)s AND t_expired IS NULL RETURNING id),"
+        "WITH expired AS (UPDATE {chunks} SET t_expired = "
+        + instant
+        + "  WHERE space = %(space)s AND doc_key = %(key)s AND t_expired IS NULL RETURNING id),"
         " mentioned AS (DELETE FROM {mentions} WHERE chunk_id IN (SELECT id FROM expired)"
         "  RETURNING entity_id),"
         " sourced AS (DELETE FROM {relation_sources}"
@@ -318,7 +404,10 @@ async def _write_contribution(
         " FROM unnest(%b::int[], %b::text[], %s::jsonb[], %b::vector[]) AS u(o, t, m, e)"
         " RETURNING id, ordinal",
         (
-            doc.space, doc.doc_key, doc.content_hash, bt,
+            doc.space,
+            doc.doc_key,
+            doc.content_hash,
+            bt,
             [c.ordinal for c in doc.chunks],
             [c.text for c in doc.chunks],
             [Jsonb(c.metadata) for c in doc.chunks],
@@ -340,8 +429,15 @@ async def _write_contribution(
 
 
 async def _record_document(
-    ctx: WriteContext, seq: int, space: str, doc_key: str, status: str,
-    doc: PreparedDocument | None, source_version: str | None, error: str | None, bt: datetime,
+    ctx: WriteContext,
+    seq: int,
+    space: str,
+    doc_key: str,
+    status: str,
+    doc: PreparedDocument | None,
+    source_version: str | None,
+    error: str | None,
+    bt: datetime,
 ) -> None:
     """Upsert the document's state and append the write's changes to the outbox under its
     sequence, in one statement. The changes travel as one JSON document: serialised once,
@@ -364,7 +460,9 @@ async def _record_document(
         " SELECT %(seq)s, i - 1, c ->> 0, c ->> 1, %(bt)s, c -> 2"
         " FROM jsonb_array_elements(%(changes)s) WITH ORDINALITY AS u(c, i)",
         {
-            "space": space, "key": doc_key, "status": status,
+            "space": space,
+            "key": doc_key,
+            "status": status,
             "hash": doc.content_hash if doc else None,
             "version": source_version,
             "order": doc.order_key if doc else None,
@@ -373,6 +471,8 @@ async def _record_document(
             "metadata": Jsonb(doc.metadata if doc else {}),
             "error": error,
             "chunks": len(doc.chunks) if doc and status == "indexed" else 0,
-            "bt": bt, "seq": seq, "changes": Jsonb(ctx.changes.items),
+            "bt": bt,
+            "seq": seq,
+            "changes": Jsonb(ctx.changes.items),
         },
     )

@@ -47,9 +47,7 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
         async with await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=3
         ) as conn:
-            cur = await conn.execute(
-                "SELECT to_regclass('tidegraph.realms') IS NOT NULL"
-            )
+            cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
             row = await cur.fetchone()
             if row is None or not row[0]:
                 return out
@@ -57,21 +55,25 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
             for (realm,) in await cur.fetchall():
                 schema = sql.Identifier(realm_schema(realm))
                 cur = await conn.execute(
-                    sql.SQL("SELECT status, count(*) FROM {}.documents GROUP BY status")
-                    .format(schema)
+                    sql.SQL("SELECT status, count(*) FROM {}.documents GROUP BY status").format(
+                        schema
+                    )
                 )
                 counts = {str(s): int(n) for s, n in await cur.fetchall()}
                 cur = await conn.execute(
-                    sql.SQL("SELECT seq, last_write_at, embedder, extractor FROM {}.meta")
-                    .format(schema)
+                    sql.SQL("SELECT seq, last_write_at, embedder, extractor FROM {}.meta").format(
+                        schema
+                    )
                 )
                 meta = await cur.fetchone()
                 if meta is not None:
-                    out.realms.append(RealmRow(realm, counts, int(meta[0]), meta[1],
-                                               str(meta[2]), str(meta[3])))
+                    out.realms.append(
+                        RealmRow(realm, counts, int(meta[0]), meta[1], str(meta[2]), str(meta[3]))
+                    )
             cur = await conn.execute(
                 "SELECT partition, next_offset FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s", (group, topic),
+                " WHERE group_id = %s AND topic = %s",
+                (group, topic),
             )
             positions = {int(p): int(o) for p, o in await cur.fetchall()}
     except psycopg.Error as exc:

@@ -242,8 +242,12 @@ async def list_entities(
             "SELECT e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since"
             " FROM {} e WHERE {} ORDER BY e.id LIMIT %(limit)s"
         ).format(table(s, "entities"), sql.SQL(" AND ").join(conds)),
-        {"after_id": after_id, "space": space, "limit": limit,
-         "name": None if name is None else name_key(name)},
+        {
+            "after_id": after_id,
+            "space": space,
+            "limit": limit,
+            "name": None if name is None else name_key(name),
+        },
     )
     return [
         {

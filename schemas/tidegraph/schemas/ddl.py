@@ -230,9 +230,7 @@ def control_ddl() -> sql.SQL:
 def _compose(template: LiteralString, schema: str, dimension: int) -> sql.Composed:
     if not 1 <= dimension <= 16000:
         raise ValueError(f"embedding dimension {dimension} outside 1..16000")
-    return sql.SQL(template).format(
-        schema=sql.Identifier(schema), dim=sql.Literal(dimension)
-    )
+    return sql.SQL(template).format(schema=sql.Identifier(schema), dim=sql.Literal(dimension))
 
 
 def realm_ddl(schema: str, dimension: int) -> sql.Composed:
@@ -281,11 +279,11 @@ def foreign_keys_ddl(schema: str) -> sql.Composed:
     """Add (and so validate) the realm's foreign keys, as the table definitions declare
     them; for a schema whose keys :func:`drop_foreign_keys_ddl` dropped."""
     return sql.SQL("").join(
-        sql.SQL(
-            "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} (id){};\n"
-        ).format(
-            sql.Identifier(schema, table), sql.Identifier(_foreign_key_name(table, column)),
-            sql.Identifier(column), sql.Identifier(schema, target),
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} (id){};\n").format(
+            sql.Identifier(schema, table),
+            sql.Identifier(_foreign_key_name(table, column)),
+            sql.Identifier(column),
+            sql.Identifier(schema, target),
             sql.SQL(" ON DELETE CASCADE" if cascade else ""),
         )
         for table, column, target, cascade in FOREIGN_KEYS

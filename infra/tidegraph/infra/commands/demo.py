@@ -74,7 +74,8 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
         await ensure_control(conn)
         defaults = default_realm_config()
         info = await create_realm(
-            conn, args.realm,
+            conn,
+            args.realm,
             preset("narrative", extractor=defaults.extractor, embedder=defaults.embedder),
         )
     _say(f"realm {args.realm}: extractor {info.extractor}, embedder {info.embedder}")
@@ -97,15 +98,24 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
     indexer = Indexer(
         IndexerConfig(
-            bootstrap=settings.kafka_bootstrap, pg_dsn=dsn, topic=settings.documents_topic,
-            dlq_topic=settings.dlq_topic, group_id="tidegraph-demo",
+            bootstrap=settings.kafka_bootstrap,
+            pg_dsn=dsn,
+            topic=settings.documents_topic,
+            dlq_topic=settings.dlq_topic,
+            group_id="tidegraph-demo",
             default_realm=default_realm_config(),
         ),
-        pipeline.prepare, registry.embedder_for, pool,
+        pipeline.prepare,
+        registry.embedder_for,
+        pool,
     )
     indexing = asyncio.create_task(indexer.run(), name="indexer")
     serve_args = argparse.Namespace(
-        host=args.host, port=args.port, no_publisher=False, publish_realm=None, pool_size=8,
+        host=args.host,
+        port=args.port,
+        no_publisher=False,
+        publish_realm=None,
+        pool_size=8,
         log_level="warning",
     )
     stop = asyncio.Event()
@@ -133,13 +143,16 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _wait_indexed(
-    dsn: str, realm: str, expected: dict[str, str | None], limit: float,
+    dsn: str,
+    realm: str,
+    expected: dict[str, str | None],
+    limit: float,
     indexing: asyncio.Task[None],
 ) -> None:
     deadline = time.monotonic() + limit
-    query = sql.SQL(
-        "SELECT doc_key, content_hash, status FROM {} WHERE doc_key = ANY(%s)"
-    ).format(sql.Identifier(realm_schema(realm), "documents"))
+    query = sql.SQL("SELECT doc_key, content_hash, status FROM {} WHERE doc_key = ANY(%s)").format(
+        sql.Identifier(realm_schema(realm), "documents")
+    )
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         while True:
             if indexing.done():
@@ -155,9 +168,7 @@ async def _wait_indexed(
             await asyncio.sleep(0.2)
 
 
-async def _ask(
-    base: str, realm: str, *tasks: asyncio.Task[None]
-) -> dict[str, Any]:
+async def _ask(base: str, realm: str, *tasks: asyncio.Task[None]) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base, timeout=10) as client:
         for _ in range(100):
             for task in tasks:
@@ -177,8 +188,8 @@ async def _ask(
             return {
                 "question": QUESTION,
                 "relations": [
-                    f"{r['subject']} {'NOT ' if r['negated'] else ''}{r['predicate']} "
-                    f"{r['object']}" for r in body.get("relations", [])[:10]
+                    f"{r['subject']} {'NOT ' if r['negated'] else ''}{r['predicate']} {r['object']}"
+                    for r in body.get("relations", [])[:10]
                 ],
                 "chunks": [c.get("citation") for c in body.get("chunks", [])[:5]],
             }

@@ -40,10 +40,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--realm", required=True, metavar="A", help="realm or schema name")
     p.add_argument("--against", required=True, metavar="B", help="realm or schema name")
     p.add_argument("--space", help="compare one space only (default: all)")
-    p.add_argument("--history", action="store_true",
-                   help="also compare belief history: relation history, chunk belief times")
-    p.add_argument("--limit", type=int, default=200,
-                   help="print at most this many differences (default 200; 0: all)")
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="also compare belief history: relation history, chunk belief times",
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=200,
+        help="print at most this many differences (default 200; 0: all)",
+    )
     p.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     p.set_defaults(func=run)
 
@@ -55,8 +62,9 @@ async def run(args: argparse.Namespace) -> int:
         settings = load_settings(pg_dsn=args.pg_dsn)
         dsn = settings.pg_dsn.get_secret_value()
         async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
-            a, b, differences = await compare(conn, args.realm, args.against,
-                                              space=args.space, history=args.history)
+            a, b, differences = await compare(
+                conn, args.realm, args.against, space=args.space, history=args.history
+            )
     except TidegraphError as exc:
         print(f"tidegraph diff: {exc}", file=sys.stderr)
         return EXIT_TROUBLE
@@ -65,7 +73,11 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def compare(
-    conn: AsyncConnection[Any], left: str, right: str, *, space: str | None = None,
+    conn: AsyncConnection[Any],
+    left: str,
+    right: str,
+    *,
+    space: str | None = None,
     history: bool = False,
 ) -> tuple[str, str, list[Difference]]:
     """Resolve both names and compare them in one consistent snapshot."""

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("realm", help="create a realm or show its configuration")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser(
-        "create", help="create a realm with a preset or a configuration file",
+        "create",
+        help="create a realm with a preset or a configuration file",
         description="Create REALM before its first record; its embedder is fixed from then on.",
     )
     create.add_argument("realm")

@@ -52,31 +52,60 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ),
     )
     p.add_argument("--realm", required=True, help="realm to rebuild")
-    p.add_argument("--no-swap", action="store_true",
-                   help="keep the caught-up shadow under its name instead of swapping it in")
-    p.add_argument("--shadow-name", metavar="NAME",
-                   help="label of the shadow (schema realm_<R>__shadow_<NAME>); default: next "
-                        "free number")
-    p.add_argument("--until", metavar="ISO-TIME",
-                   help="build an audit copy (realm_<R>__audit_<NAME>) of the records logged "
-                        "at or before this instant; never swapped in")
-    p.add_argument("--extractor", choices=("rules", "llm"),
-                   help="extractor of the rebuild (default: the realm's)")
-    p.add_argument("--embedder", metavar="ID",
-                   help="embedder of the rebuild: hashing:<dim>, llm:<model>:<dim>, or "
-                        "hashing / llm (dimension from TIDEGRAPH_EMBED_DIMENSION)")
-    p.add_argument("--config", metavar="FILE", type=Path,
-                   help="realm configuration JSON for the rebuild (vocabulary, aliases, groups)")
-    p.add_argument("--drop", metavar="SCHEMA",
-                   help="drop a shadow, audit copy or retired schema of the realm (and its "
-                        "replay position) instead of replaying")
-    p.add_argument("--group", default="tidegraph-indexer",
-                   help="the live indexer's consumer group (default: tidegraph-indexer)")
+    p.add_argument(
+        "--no-swap",
+        action="store_true",
+        help="keep the caught-up shadow under its name instead of swapping it in",
+    )
+    p.add_argument(
+        "--shadow-name",
+        metavar="NAME",
+        help="label of the shadow (schema realm_<R>__shadow_<NAME>); default: next free number",
+    )
+    p.add_argument(
+        "--until",
+        metavar="ISO-TIME",
+        help="build an audit copy (realm_<R>__audit_<NAME>) of the records logged "
+        "at or before this instant; never swapped in",
+    )
+    p.add_argument(
+        "--extractor",
+        choices=("rules", "llm"),
+        help="extractor of the rebuild (default: the realm's)",
+    )
+    p.add_argument(
+        "--embedder",
+        metavar="ID",
+        help="embedder of the rebuild: hashing:<dim>, llm:<model>:<dim>, or "
+        "hashing / llm (dimension from TIDEGRAPH_EMBED_DIMENSION)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        type=Path,
+        help="realm configuration JSON for the rebuild (vocabulary, aliases, groups)",
+    )
+    p.add_argument(
+        "--drop",
+        metavar="SCHEMA",
+        help="drop a shadow, audit copy or retired schema of the realm (and its "
+        "replay position) instead of replaying",
+    )
+    p.add_argument(
+        "--group",
+        default="tidegraph-indexer",
+        help="the live indexer's consumer group (default: tidegraph-indexer)",
+    )
     p.add_argument("--concurrency", type=int, default=8, help="documents prepared at once")
-    p.add_argument("--fetch-records", type=int, default=500,
-                   help="records per fetch and per write transaction")
-    p.add_argument("--lock-timeout", type=float, default=5.0,
-                   help="longest wait for a lock during the swap, seconds")
+    p.add_argument(
+        "--fetch-records", type=int, default=500, help="records per fetch and per write transaction"
+    )
+    p.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=5.0,
+        help="longest wait for a lock during the swap, seconds",
+    )
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEGRAPH_KAFKA_BOOTSTRAP)")
     p.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     p.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
@@ -132,19 +161,31 @@ def build_options(args: argparse.Namespace, settings: Settings) -> ReplayOptions
     if until is not None and args.no_swap is False:
         args.no_swap = True  # an audit copy is never swapped in
     return ReplayOptions(
-        realm=args.realm, bootstrap=settings.kafka_bootstrap,
-        pg_dsn=settings.pg_dsn.get_secret_value(), topic=settings.documents_topic,
-        live_group=args.group, swap=not args.no_swap, label=args.shadow_name, until=until,
-        config=config, extractor=args.extractor, embedder=embedder,
-        default_config=default_realm_config(), fetch_records=args.fetch_records,
-        prepare_concurrency=args.concurrency, lock_timeout=args.lock_timeout,
+        realm=args.realm,
+        bootstrap=settings.kafka_bootstrap,
+        pg_dsn=settings.pg_dsn.get_secret_value(),
+        topic=settings.documents_topic,
+        live_group=args.group,
+        swap=not args.no_swap,
+        label=args.shadow_name,
+        until=until,
+        config=config,
+        extractor=args.extractor,
+        embedder=embedder,
+        default_config=default_realm_config(),
+        fetch_records=args.fetch_records,
+        prepare_concurrency=args.concurrency,
+        lock_timeout=args.lock_timeout,
     )
 
 
 async def _main(args: argparse.Namespace, settings: Settings, options: ReplayOptions) -> int:
     dsn = settings.pg_dsn.get_secret_value()
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-        dsn, min_size=1, max_size=max(2, min(options.prepare_concurrency, 8)), open=False,
+        dsn,
+        min_size=1,
+        max_size=max(2, min(options.prepare_concurrency, 8)),
+        open=False,
         kwargs={"autocommit": True},
     )
     await pool.open(wait=True, timeout=30)
@@ -153,12 +194,14 @@ async def _main(args: argparse.Namespace, settings: Settings, options: ReplayOpt
         async with pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
-                " AND table_name = 'extraction_cache'", (live,),
+                " AND table_name = 'extraction_cache'",
+                (live,),
             )
             has_live_cache = await cur.fetchone() is not None
         llm = llm_client_if_configured()
         registry = ModelRegistry(
-            pool=pool, llm=llm,
+            pool=pool,
+            llm=llm,
             read_through=(live,) if has_live_cache else (),
         )
         pipeline = Pipeline(registry.extractor_for, registry.embedder_for, PipelineConfig())
@@ -231,13 +274,22 @@ def _clock(seconds: float) -> str:
 
 def summary_json(r: ReplayResult) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "realm": r.realm, "schema": r.schema, "built_in": r.built_in, "swapped": r.swapped,
-        "retired": r.retired, "config_changed": r.config_changed,
-        "partition": r.partition, "position": r.position,
-        "records_read": r.records_read, "realm_records": r.realm_records,
-        "written": r.written, "load_seconds": round(r.load_seconds, 3),
-        "load_records": r.load_records, "load_written": r.load_written,
-        "index_seconds": round(r.index_seconds, 3), "total_seconds": round(r.total_seconds, 3),
+        "realm": r.realm,
+        "schema": r.schema,
+        "built_in": r.built_in,
+        "swapped": r.swapped,
+        "retired": r.retired,
+        "config_changed": r.config_changed,
+        "partition": r.partition,
+        "position": r.position,
+        "records_read": r.records_read,
+        "realm_records": r.realm_records,
+        "written": r.written,
+        "load_seconds": round(r.load_seconds, 3),
+        "load_records": r.load_records,
+        "load_written": r.load_written,
+        "index_seconds": round(r.index_seconds, 3),
+        "total_seconds": round(r.total_seconds, 3),
         "follow_seconds": round(r.follow_seconds, 3),
         "baseline_seconds": round(r.baseline_seconds, 3),
     }
@@ -247,7 +299,8 @@ def summary_json(r: ReplayResult) -> dict[str, Any]:
             "catch_up_records": r.swap.catch_up_records,
             "catch_up_ms": round(r.swap.catch_up_seconds * 1000, 1),
             "diff_ms": round(r.swap.diff_seconds * 1000, 1),
-            "rebuild_seq": r.swap.rebuild_seq, "changes": r.swap.changes,
+            "rebuild_seq": r.swap.rebuild_seq,
+            "changes": r.swap.changes,
             "committed_at": r.swap.committed_at.isoformat(),
         }
     return body

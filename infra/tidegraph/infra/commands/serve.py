@@ -140,7 +140,9 @@ def keyword_model(llm: Any) -> KeywordModel | None:
 
 
 async def serve(
-    args: argparse.Namespace, settings: Settings, query: QuerySettings,
+    args: argparse.Namespace,
+    settings: Settings,
+    query: QuerySettings,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until uvicorn exits (signals), or until ``stop`` is set by an embedding caller."""
@@ -184,8 +186,11 @@ async def serve(
 
         builder = asyncio.create_task(
             auto_build_loop(
-                pool, args.communities_quiet, embedder_for=ModelRegistry(llm=llm).embedder_for,
-                llm=llm, realms=args.publish_realm,
+                pool,
+                args.communities_quiet,
+                embedder_for=ModelRegistry(llm=llm).embedder_for,
+                llm=llm,
+                realms=args.publish_realm,
             ),
             name="community-builder",
         )

@@ -74,8 +74,9 @@ def run_up(args: argparse.Namespace) -> int:
         settings = load_settings(kafka_bootstrap=status.kafka_bootstrap)
         for warning in asyncio.run(ensure_topics(status.kafka_bootstrap, settings)):
             print(f"warning: {warning}", file=sys.stderr)
-        print(f"topics:    {settings.documents_topic}, {settings.changes_topic}, "
-              f"{settings.dlq_topic}")
+        print(
+            f"topics:    {settings.documents_topic}, {settings.changes_topic}, {settings.dlq_topic}"
+        )
     return 0
 
 
@@ -94,16 +95,19 @@ def run_status(args: argparse.Namespace) -> int:
     if status.ok:
         settings = load_settings(kafka_bootstrap=status.kafka_bootstrap, pg_dsn=status.pg_dsn)
         data = asyncio.run(
-            data_status(status.pg_dsn, status.kafka_bootstrap, settings.documents_topic,
-                        args.group)
+            data_status(status.pg_dsn, status.kafka_bootstrap, settings.documents_topic, args.group)
         )
     if args.json:
         body = json.loads(_as_json(status))
         if data is not None:
             body["realms"] = {
-                r.realm: {"documents": r.documents, "head_seq": r.head_seq,
-                          "last_write_at": r.last_write_at.isoformat() if r.last_write_at
-                          else None, "embedder": r.embedder, "extractor": r.extractor}
+                r.realm: {
+                    "documents": r.documents,
+                    "head_seq": r.head_seq,
+                    "last_write_at": r.last_write_at.isoformat() if r.last_write_at else None,
+                    "embedder": r.embedder,
+                    "extractor": r.extractor,
+                }
                 for r in data.realms
             }
             body["indexer_lag"] = {str(p): n for p, n in data.lag.items()}
