@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from tidegraph.indexer.communities import (
+from tidegraph.indexer.communities.detect import (
     ClusterParams,
     Entity,
     Relation,
@@ -40,17 +40,17 @@ from tidegraph.indexer.communities import (
     detect,
     partition,
 )
-from tidegraph.indexer.community_reports import (
+from tidegraph.indexer.communities.reports import (
     cluster_views,
     disambiguate_titles,
     offline_report,
     rating_scales,
 )
-from tidegraph.indexer.community_store import build_communities
-from tidegraph.indexer.hashing_embedder import HashingEmbedder
-from tidegraph.indexer.realms import create_realm, ensure_control
+from tidegraph.indexer.communities.store import build_communities
+from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.realms import create_realm, ensure_control
 
 T = TypeVar("T")
 DIM = 64

@@ -44,10 +44,10 @@ from pathlib import Path
 import httpx
 from prometheus_client import CollectorRegistry
 
-from tidegraph.indexer.interfaces import Chunk, DocumentContext
-from tidegraph.indexer.llm_client import LLMClient, LLMSettings
-from tidegraph.indexer.llm_extractor import CachingExtractor, LLMExtractor
-from tidegraph.indexer.model_metrics import ModelMetrics
+from tidegraph.indexer.extraction.interfaces import Chunk, DocumentContext
+from tidegraph.indexer.extraction.llm import CachingExtractor, LLMExtractor
+from tidegraph.indexer.models.client import LLMClient, LLMSettings
+from tidegraph.indexer.models.metrics import ModelMetrics
 from tidegraph.schemas.extraction import ExtractionOutput
 
 TARGET = 0.8

@@ -54,7 +54,7 @@ from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidegraph.connectors.topics import ensure_topic_specs
-from tidegraph.indexer.chunking import chunk_document
+from tidegraph.indexer.extraction.chunking import chunk_document
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash

@@ -4,7 +4,7 @@ publish-to-visible freshness.
 For each realm size (entities) it builds a realm of 384-dimension hashing embeddings:
 
 * ``--load writer`` (default up to 20,000 entities): every document goes through the
-  indexer's own write transaction (``tidegraph.indexer.writer.write_document``) — the same
+  indexer's own write transaction (``tidegraph.indexer.write.writer.write_document``) — the same
   statements, outbox and belief history as live indexing, minus Kafka and extraction.
 * ``--load copy`` (default above): bulk ``COPY`` of the identical graph in the writer's
   layout (chunks, entities, mentions, relations with their rendered text and embeddings,
@@ -51,18 +51,16 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from tidegraph.connectors.topics import ensure_topic_specs
-from tidegraph.indexer import positions
-from tidegraph.indexer.graph_rules import period_bounds, render_entity, render_relation
-from tidegraph.indexer.hashing_embedder import HashingEmbedder
-from tidegraph.indexer.plan import (
+from tidegraph.indexer.extraction.prepared import (
     EntityFact,
     PreparedChunk,
     PreparedDocument,
     RecordPosition,
     RelationFact,
 )
-from tidegraph.indexer.realms import create_realm, ensure_control
-from tidegraph.indexer.writer import write_document
+from tidegraph.indexer.graph.rules import period_bounds, render_entity, render_relation
+from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.indexer.write.writer import write_document
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
@@ -71,6 +69,8 @@ from tidegraph.schemas.ddl import search_index_ddl
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
+from tidegraph.store import positions
+from tidegraph.store.realms import create_realm, ensure_control
 
 REPO = Path(__file__).resolve().parents[1]
 DIM = 384

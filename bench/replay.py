@@ -47,7 +47,7 @@ import psycopg
 from aiokafka import AIOKafkaProducer
 
 from tidegraph.connectors.topics import ensure_topic_specs
-from tidegraph.indexer.rules_extractor import RulesExtractor
+from tidegraph.indexer.extraction.rules import RulesExtractor
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tidegraph.indexer.llm_client import LLMClient, LLMSettings
+from tidegraph.indexer.models.client import LLMClient, LLMSettings
 
 from llm_server import FIXTURES_DIR, ExtractionFixture, ScriptedLLMServer, load_fixtures
 

@@ -12,18 +12,18 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.indexer import positions
-from tidegraph.indexer.graph_rules import render_entity, render_relation
-from tidegraph.indexer.plan import (
+from tidegraph.indexer.extraction.prepared import (
     EntityFact,
     PreparedChunk,
     PreparedDocument,
     RecordPosition,
     RelationFact,
 )
-from tidegraph.indexer.realms import RealmInfo, create_realm, ensure_control
-from tidegraph.indexer.writer import Stamp, WriteResult, write_document
+from tidegraph.indexer.graph.rules import render_entity, render_relation
+from tidegraph.indexer.write.writer import Stamp, WriteResult, write_document
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store import positions
+from tidegraph.store.realms import RealmInfo, create_realm, ensure_control
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

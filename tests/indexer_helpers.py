@@ -25,8 +25,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from psycopg import sql
 
 from tidegraph.connectors.topics import ensure_topic_specs
-from tidegraph.indexer.consumer import Indexer, IndexerConfig
-from tidegraph.indexer.pipeline import Pipeline
+from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
+from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash

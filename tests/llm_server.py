@@ -5,7 +5,7 @@ It answers ``POST /v1/chat/completions`` and ``POST /v1/embeddings`` on a free l
 port, one thread per request (so concurrency is real and measurable):
 
 - Chat: the chunk is read from between ``<chunk>`` and ``</chunk>`` in the last user
-  message (the layout of ``tidegraph.indexer.prompts``); the fixture whose ``match``
+  message (the layout of ``tidegraph.indexer.extraction.prompts``); the fixture whose ``match``
   substring occurs in it — the longest such match — supplies the answer: its ``output``
   for a first pass, its ``glean`` (default: empty lists) when the prompt carries
   ``<already_extracted>``. No fixture matches → empty lists.

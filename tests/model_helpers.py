@@ -24,14 +24,14 @@ from prometheus_client import REGISTRY
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.consumer import Indexer
-from tidegraph.indexer.llm_client import LLMClient
-from tidegraph.indexer.pipeline import Pipeline, PipelineConfig
-from tidegraph.indexer.plan import PreparedDocument
-from tidegraph.indexer.realms import RealmInfo
+from tidegraph.indexer.consumer.indexer import Indexer
+from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
+from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.models.client import LLMClient
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.realms import RealmInfo
 
 from indexer_helpers import Topics, indexer_config, upsert
 

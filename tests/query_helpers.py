@@ -15,8 +15,13 @@ import httpx
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.plan import EntityFact, PreparedChunk, PreparedDocument, RelationFact
-from tidegraph.indexer.writer import WriteResult, write_document
+from tidegraph.indexer.extraction.prepared import (
+    EntityFact,
+    PreparedChunk,
+    PreparedDocument,
+    RelationFact,
+)
+from tidegraph.indexer.write.writer import WriteResult, write_document
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidegraph.indexer.chunking import (
+from tidegraph.indexer.extraction.chunking import (
     DEFAULT_BUDGET,
     build_context,
     chunk_document,
@@ -16,7 +16,7 @@ from tidegraph.indexer.chunking import (
     sentence_spans,
     sentence_starts,
 )
-from tidegraph.indexer.interfaces import Chunk, DocumentContext
+from tidegraph.indexer.extraction.interfaces import Chunk, DocumentContext
 
 _WORDS = (
     ["Babbage", "designed", "the", "engine", "Ada", "wrote", "notes", "on", "it", "Dr.", "C.",

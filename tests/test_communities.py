@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidegraph.indexer.communities import (
+from tidegraph.indexer.communities.detect import (
     ClusterParams,
     CommunityConfigError,
     Entity,
@@ -32,7 +32,7 @@ from tidegraph.indexer.communities import (
     leiden_available,
     resolve_method,
 )
-from tidegraph.indexer.community_reports import (
+from tidegraph.indexer.communities.reports import (
     ClusterView,
     RatingScale,
     Report,
@@ -45,8 +45,8 @@ from tidegraph.indexer.community_reports import (
     parse_model_report,
     rating_scales,
 )
-from tidegraph.indexer.llm_client import LLMClient, LLMSettings
-from tidegraph.indexer.llm_errors import LLMUnavailable
+from tidegraph.indexer.models.client import LLMClient, LLMSettings
+from tidegraph.indexer.models.errors import LLMUnavailable
 
 from llm_server import Fault, ScriptedLLMServer
 
@@ -270,7 +270,7 @@ def test_fallback_only_when_leidenalg_cannot_be_imported(
     monkeypatch.setitem(sys.modules, "leidenalg", None)  # import now raises ImportError
     assert not leiden_available()
     ids, rels = nested()
-    with caplog.at_level(logging.WARNING, logger="tidegraph.indexer.communities"):
+    with caplog.at_level(logging.WARNING, logger="tidegraph.indexer.communities.detect"):
         first = detect(ids, rels, ClusterParams(levels=2))
     assert first.method == "label_propagation"
     assert "label propagation" in caplog.text
@@ -416,7 +416,7 @@ async def test_one_failed_report_is_skipped_and_logged_largest_first(
         return await inner(view, scale, kids)
 
     ticks: list[tuple[int, int]] = []
-    with caplog.at_level(logging.WARNING, logger="tidegraph.indexer.community_reports"):
+    with caplog.at_level(logging.WARNING, logger="tidegraph.indexer.communities.reports"):
         done = await make_reports(
             views, flaky, concurrency=1, progress=lambda n, total: ticks.append((n, total))
         )

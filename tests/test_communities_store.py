@@ -17,20 +17,20 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.communities import ClusterParams
-from tidegraph.indexer.community_reports import (
+from tidegraph.indexer.communities.detect import ClusterParams
+from tidegraph.indexer.communities.reports import (
     ClusterView,
     RatingScale,
     Report,
     offline_reporter,
 )
-from tidegraph.indexer.community_store import (
+from tidegraph.indexer.communities.store import (
     BuildResult,
     auto_build_loop,
     build_communities,
     read_snapshot,
 )
-from tidegraph.indexer.hashing_embedder import HashingEmbedder
+from tidegraph.indexer.models.hashing import HashingEmbedder
 
 from graph_helpers import GraphHarness, ent, rel
 

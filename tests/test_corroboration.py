@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.indexer.corroboration import (
+from tidegraph.indexer.graph.corroboration import (
     Contribution,
     Corroboration,
     EdgeKey,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.indexer.fold import Action, DocState, decide, next_state
+from tidegraph.indexer.decide.fold import Action, DocState, decide, next_state
 
 INDEXED = DocState("indexed", "h1", "5")
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.indexer.gates import (
+from tidegraph.indexer.graph.gates import (
     DEFAULT_CONFIDENCE_FLOOR,
     Gate,
     GateConfig,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.indexer.hashing_embedder import HashingEmbedder
+from tidegraph.indexer.models.hashing import HashingEmbedder
 
 EMBEDDER = HashingEmbedder(64)
 
@@ -113,7 +113,7 @@ def test_same_vectors_in_another_process_with_another_hash_seed() -> None:
     texts = ["Charles Babbage", "Ada Lovelace worked with Charles Babbage.", ""]
     script = (
         "import json, sys\n"
-        "from tidegraph.indexer.hashing_embedder import HashingEmbedder\n"
+        "from tidegraph.indexer.models.hashing import HashingEmbedder\n"
         "print(json.dumps(HashingEmbedder(64).embed_sync(json.loads(sys.argv[1]))))\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

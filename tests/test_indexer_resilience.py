@@ -12,8 +12,7 @@ import psycopg
 import pytest
 from aiokafka import TopicPartition
 
-from tidegraph.indexer import metrics
-from tidegraph.indexer.consumer import Indexer
+from tidegraph.indexer.consumer.indexer import Indexer, metrics
 from tidegraph.infra import local_pg
 from tidegraph.schemas.realm_config import preset
 

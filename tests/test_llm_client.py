@@ -14,8 +14,8 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client import REGISTRY
 
-from tidegraph.indexer.llm_client import LLMClient, LLMSettings, _retry_after
-from tidegraph.indexer.llm_errors import (
+from tidegraph.indexer.models.client import LLMClient, LLMSettings, _retry_after
+from tidegraph.indexer.models.errors import (
     LLMBadOutput,
     LLMEndpointMisconfigured,
     LLMRequestRejected,

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from tidegraph.indexer.interfaces import Embedder
-from tidegraph.indexer.llm_client import LLMClient
-from tidegraph.indexer.llm_embedder import LLMEmbedder
-from tidegraph.indexer.llm_errors import (
+from tidegraph.indexer.extraction.interfaces import Embedder
+from tidegraph.indexer.models.client import LLMClient
+from tidegraph.indexer.models.embedder import LLMEmbedder
+from tidegraph.indexer.models.errors import (
     EmbeddingDimensionMismatch,
     LLMBadOutput,
     LLMUnavailable,

@@ -15,10 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from tidegraph.indexer.interfaces import Chunk, DocumentContext, ExtractionFailed, Extractor
-from tidegraph.indexer.llm_client import LLMClient
-from tidegraph.indexer.llm_errors import LLMEndpointMisconfigured, LLMUnavailable
-from tidegraph.indexer.llm_extractor import (
+from tidegraph.indexer.extraction.interfaces import (
+    Chunk,
+    DocumentContext,
+    ExtractionFailed,
+    Extractor,
+)
+from tidegraph.indexer.extraction.llm import (
     CachingExtractor,
     InvalidOutput,
     LLMExtractor,
@@ -26,13 +29,15 @@ from tidegraph.indexer.llm_extractor import (
     merge_outputs,
     parse_extraction,
 )
-from tidegraph.indexer.prompts import (
+from tidegraph.indexer.extraction.prompts import (
     EXTRACTION_SCHEMA,
     PROMPT_VERSION,
     VAGUE_CONNECTORS,
     extraction_messages,
     gleaning_messages,
 )
+from tidegraph.indexer.models.client import LLMClient
+from tidegraph.indexer.models.errors import LLMEndpointMisconfigured, LLMUnavailable
 from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
 
 from llm_server import Fault, ScriptedLLMServer

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tidegraph.indexer.chunking import chunk_document
-from tidegraph.indexer.llm_client import LLMClient
-from tidegraph.indexer.llm_errors import LLMUnavailable
-from tidegraph.indexer.pipeline import PipelineConfig
+from tidegraph.indexer.extraction.chunking import chunk_document
+from tidegraph.indexer.extraction.pipeline import PipelineConfig
+from tidegraph.indexer.models.client import LLMClient
+from tidegraph.indexer.models.errors import LLMUnavailable
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import RealmConfig
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.indexer.predicates import (
+from tidegraph.indexer.graph.predicates import (
     Vocabulary,
     exclusive_group_of,
     exclusive_groups_of,

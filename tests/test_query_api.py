@@ -11,10 +11,10 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.realms import create_realm
 from tidegraph.query_service.auth import ApiKeys, is_loopback, require_loopback
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.realms import create_realm
 
 from graph_helpers import GraphHarness, ent, rel
 from query_helpers import api_client, open_pool, query_data, write_doc

@@ -49,6 +49,6 @@ def test_imports_only_schemas_among_tidegraph_packages() -> None:
                 names = [node.module]
             for name in names:
                 if name.startswith("tidegraph."):
-                    assert name.startswith(("tidegraph.schemas", "tidegraph.query_service")), (
-                        f"{path.name} imports {name}"
-                    )
+                    assert name.startswith(
+                        ("tidegraph.schemas", "tidegraph.store", "tidegraph.query_service")
+                    ), f"{path.name} imports {name}"

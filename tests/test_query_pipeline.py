@@ -19,13 +19,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.topics import ensure_topic_specs
-from tidegraph.indexer.communities import ClusterParams
-from tidegraph.indexer.community_store import build_communities
-from tidegraph.indexer.hashing_embedder import HashingEmbedder
-from tidegraph.indexer.realms import create_realm, ensure_control, open_realm
+from tidegraph.indexer.communities.detect import ClusterParams
+from tidegraph.indexer.communities.store import build_communities
+from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import preset
 from tidegraph.schemas.topics import topic_specs
+from tidegraph.store.realms import create_realm, ensure_control, open_realm
 
 from query_helpers import api_client, open_pool, query_data, triples
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tidegraph.indexer.errors import EmbedderMismatch, RealmSchemaError
-from tidegraph.indexer.realms import check_embedder, create_realm, ensure_control, open_realm
 from tidegraph.infra.cli import main
 from tidegraph.schemas.ddl import FOREIGN_KEYS, drop_foreign_keys_ddl, foreign_keys_ddl
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
+from tidegraph.store.realms import check_embedder, create_realm, ensure_control, open_realm
 
 pytestmark = pytest.mark.postgres
 

@@ -18,19 +18,19 @@ import pytest
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer import positions
-from tidegraph.indexer.diff import diff_schemas, feed_changes
-from tidegraph.indexer.errors import Fenced
-from tidegraph.indexer.llm_client import LLMClient
-from tidegraph.indexer.pipeline import Pipeline
-from tidegraph.indexer.realms import create_realm, ensure_control, open_realm
-from tidegraph.indexer.replay import ReplayOptions, ReplayResult, replay_realm
-from tidegraph.indexer.replay_apply import Batch, ShadowApplier, ShadowPosition
-from tidegraph.indexer.replay_errors import ReplayBusy, ShadowExists
-from tidegraph.indexer.swap import baseline, rebuild_differences
+from tidegraph.indexer.extraction.pipeline import Pipeline
+from tidegraph.indexer.models.client import LLMClient
+from tidegraph.indexer.replay.applier import Batch, ShadowApplier, ShadowPosition
+from tidegraph.indexer.replay.diff import diff_schemas, feed_changes
+from tidegraph.indexer.replay.errors import ReplayBusy, ShadowExists
+from tidegraph.indexer.replay.rebuild import ReplayOptions, ReplayResult, replay_realm
+from tidegraph.indexer.replay.swap import baseline, rebuild_differences
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service.reads import change_from_row
 from tidegraph.schemas.realm_config import RealmConfig, preset
+from tidegraph.store import positions
+from tidegraph.store.errors import Fenced
+from tidegraph.store.realms import create_realm, ensure_control, open_realm
 
 from indexer_helpers import (
     Topics,

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from tidegraph.indexer.diff import Difference, feed_changes, format_difference
-from tidegraph.indexer.replay import (
+from tidegraph.indexer.replay.diff import Difference, feed_changes, format_difference
+from tidegraph.indexer.replay.log import partition_for_key
+from tidegraph.indexer.replay.rebuild import (
     ReplayOptions,
     ReplayProgress,
     audit_schema,
@@ -19,7 +20,6 @@ from tidegraph.indexer.replay import (
     retired_schema,
     shadow_schema,
 )
-from tidegraph.indexer.replay_log import partition_for_key
 from tidegraph.infra.commands.replay import ProgressLine, parse_until
 from tidegraph.schemas.errors import ConfigError, InvalidNameError
 from tidegraph.schemas.realm_config import RealmConfig

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidegraph.indexer.resolution import (
+from tidegraph.indexer.graph.resolution import (
     EntityRecord,
     Resolution,
     merge_records,

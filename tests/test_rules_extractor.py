@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidegraph.indexer.chunking import chunk_document
-from tidegraph.indexer.gates import Gate, apply_gates
-from tidegraph.indexer.interfaces import Chunk, DocumentContext
-from tidegraph.indexer.rules_extractor import (
+from tidegraph.indexer.extraction.chunking import chunk_document
+from tidegraph.indexer.extraction.interfaces import Chunk, DocumentContext
+from tidegraph.indexer.extraction.rules import (
     HEDGED_CONFIDENCE,
     STATED_CONFIDENCE,
     RulesExtractor,
 )
+from tidegraph.indexer.graph.gates import Gate, apply_gates
 from tidegraph.schemas.extraction import ExtractionOutput
 
 RULES = RulesExtractor()
@@ -271,7 +271,7 @@ def test_fast_enough_for_the_indexer_benchmark() -> None:
 
 
 def test_names_never_cross_a_line_break_and_more_verbs() -> None:
-    from tidegraph.indexer.rules_extractor import RulesExtractor as _Rules
+    from tidegraph.indexer.extraction.rules import RulesExtractor as _Rules
 
     out = _Rules().extract_text(
         "# Ada Lovelace\n\nAda Lovelace studied with Mary Somerville. "

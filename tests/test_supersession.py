@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidegraph.indexer.predicates import group_index
-from tidegraph.indexer.supersession import Assertion, conflicts, resolve_supersession
+from tidegraph.indexer.graph.predicates import group_index
+from tidegraph.indexer.graph.supersession import Assertion, conflicts, resolve_supersession
 
 NARRATIVE = [{"friend_of", "enemy_of", "rival_of", "ally_of", "opponent_of"}, {"works_at", "left"}]
 

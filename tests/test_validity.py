@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.indexer.validity import (
+from tidegraph.indexer.graph.validity import (
     normalize_date,
     normalize_period,
     period_end,

@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tidegraph.indexer.errors import Fenced
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.errors import Fenced
 
 from graph_helpers import T0, GraphHarness, ent, rel
 
@@ -152,7 +152,7 @@ async def test_outbox_sequence_is_gap_free(graph: GraphHarness) -> None:
 
 
 async def test_zombie_write_is_fenced(graph: GraphHarness) -> None:
-    from tidegraph.indexer import positions
+    from tidegraph.store import positions
 
     # A new owner claims the partition: the harness's epoch is now stale.
     await positions.claim(graph.conn, "test", graph.topic, 0, 0)
@@ -208,7 +208,7 @@ async def test_stamps_a_replay_batch_draws_are_the_writers_own(
     build between two batches."""
     from psycopg import sql
 
-    from tidegraph.indexer.replay_apply import BatchMeta
+    from tidegraph.indexer.replay.applier import BatchMeta
 
     own = await GraphHarness.create(conn, unique_name("own"), GROUPS)
     batched = await GraphHarness.create(conn, unique_name("batched"), GROUPS)
@@ -267,7 +267,7 @@ async def test_stamps_a_replay_batch_draws_are_the_writers_own(
 async def test_a_swapped_out_schema_refuses_writes(graph: GraphHarness) -> None:
     from psycopg import sql
 
-    from tidegraph.indexer.errors import RealmSwapped
+    from tidegraph.store.errors import RealmSwapped
 
     await graph.conn.execute(
         sql.SQL("UPDATE {}.meta SET swapped_out = true").format(sql.Identifier(graph.info.schema))

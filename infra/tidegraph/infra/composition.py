@@ -14,13 +14,13 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.extraction_cache import PgExtractionCache
-from tidegraph.indexer.hashing_embedder import HashingEmbedder
-from tidegraph.indexer.interfaces import Embedder, Extractor
-from tidegraph.indexer.realms import RealmInfo
-from tidegraph.indexer.rules_extractor import RulesExtractor
+from tidegraph.indexer.extraction.cache import PgExtractionCache
+from tidegraph.indexer.extraction.interfaces import Embedder, Extractor
+from tidegraph.indexer.extraction.rules import RulesExtractor
+from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import parse_embedder
+from tidegraph.store.realms import RealmInfo
 
 
 @dataclass
@@ -52,7 +52,7 @@ class ModelRegistry:
                         f"realm {info.realm!r} is pinned to embedder {info.embedder!r} but no "
                         "model endpoint is configured (set TIDEGRAPH_LLM_BASE_URL)"
                     )
-                from tidegraph.indexer.llm_embedder import LLMEmbedder
+                from tidegraph.indexer.models.embedder import LLMEmbedder
 
                 assert spec.model is not None
                 embedder = LLMEmbedder(
@@ -72,7 +72,7 @@ class ModelRegistry:
                         f"realm {info.realm!r} uses the model extractor but no model endpoint "
                         "is configured (set TIDEGRAPH_LLM_BASE_URL and TIDEGRAPH_LLM_MODEL)"
                     )
-                from tidegraph.indexer.llm_extractor import CachingExtractor, LLMExtractor
+                from tidegraph.indexer.extraction.llm import CachingExtractor, LLMExtractor
 
                 inner = LLMExtractor(self.llm, realm=info.realm, gleaning=self.gleaning)
                 cache = PgExtractionCache(self.pool, info.schema, self.read_through)

@@ -42,7 +42,7 @@ def llm_client_if_configured() -> Any:
     """An ``LLMClient`` when ``TIDEGRAPH_LLM_BASE_URL`` or ``OPENAI_API_KEY`` is set, else None."""
     if not (os.environ.get("TIDEGRAPH_LLM_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
         return None
-    from tidegraph.indexer.llm_client import LLMClient, load_llm_settings
+    from tidegraph.indexer.models.client import LLMClient, load_llm_settings
 
     return LLMClient(load_llm_settings())
 

@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from tidegraph.query_service.errors import RealmNotFound, Unavailable
 from tidegraph.schemas.names import REALM_PATTERN
 from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.schemas.upgrades import NameKeyConflict, add_name_keys, has_name_keys
+from tidegraph.store.upgrades import NameKeyConflict, add_name_keys, has_name_keys
 
 Query = LiteralString | sql.Composed
 """What may be executed: literal SQL, or SQL composed from identifiers and literals."""

@@ -18,15 +18,15 @@ from typing import Any
 import orjson
 import psycopg
 
-from tidegraph.indexer.communities import ClusterParams
-from tidegraph.indexer.community_reports import model_reporter
-from tidegraph.indexer.community_store import BuildResult, build_communities
-from tidegraph.indexer.realms import open_realm
+from tidegraph.indexer.communities.detect import ClusterParams
+from tidegraph.indexer.communities.reports import model_reporter
+from tidegraph.indexer.communities.store import BuildResult, build_communities
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.schemas.errors import TransientError
 from tidegraph.schemas.names import validate_realm, validate_space
 from tidegraph.schemas.settings import load_settings
+from tidegraph.store.realms import open_realm
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -25,9 +25,8 @@ from psycopg_pool import AsyncConnectionPool
 from tidegraph.connectors.bulk import Input, publish_paths, read_inputs
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.topics import ensure_topics
-from tidegraph.indexer.consumer import Indexer, IndexerConfig
-from tidegraph.indexer.pipeline import Pipeline
-from tidegraph.indexer.realms import create_realm, ensure_control
+from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
+from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.commands import serve as serve_command
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
@@ -36,6 +35,7 @@ from tidegraph.schemas.errors import TidegraphError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import preset
 from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.store.realms import create_realm, ensure_control
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[4] / "examples" / "corpus"
 QUESTION = "Who worked with Charles Babbage, and what did he design?"

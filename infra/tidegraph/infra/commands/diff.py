@@ -18,7 +18,12 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from tidegraph.indexer.diff import Difference, diff_schemas, format_difference, resolve_schema
+from tidegraph.indexer.replay.diff import (
+    Difference,
+    diff_schemas,
+    format_difference,
+    resolve_schema,
+)
 from tidegraph.schemas.errors import TidegraphError
 from tidegraph.schemas.names import validate_space
 from tidegraph.schemas.settings import load_settings

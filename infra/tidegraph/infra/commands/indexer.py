@@ -11,8 +11,8 @@ from prometheus_client import start_http_server
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.consumer import Indexer, IndexerConfig
-from tidegraph.indexer.pipeline import Pipeline, PipelineConfig
+from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
+from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
 from tidegraph.schemas.settings import load_settings

@@ -9,12 +9,12 @@ from typing import Any
 
 import psycopg
 
-from tidegraph.indexer.errors import RealmSchemaError
-from tidegraph.indexer.realms import create_realm, ensure_control, open_realm
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.settings import load_settings
+from tidegraph.store.errors import RealmSchemaError
+from tidegraph.store.realms import create_realm, ensure_control, open_realm
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -3,7 +3,7 @@
 The rebuild reads the realm's partition from the beginning into a shadow schema, through
 the same pipeline and writer as the indexer, while the live realm keeps serving; then it
 swaps the shadow in, holding the live realm only for that transaction (see
-``tidegraph.indexer.replay``). Extraction reads the shadow's cache and then the live
+``tidegraph.indexer.replay.rebuild``). Extraction reads the shadow's cache and then the live
 realm's, so rebuilding an unchanged configuration calls no model for extraction.
 
 ``--no-swap`` keeps the shadow under its name for inspection (compare it with
@@ -24,8 +24,8 @@ from typing import Any, TextIO
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.pipeline import Pipeline, PipelineConfig
-from tidegraph.indexer.replay import (
+from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
+from tidegraph.indexer.replay.rebuild import (
     ReplayOptions,
     ReplayProgress,
     ReplayResult,

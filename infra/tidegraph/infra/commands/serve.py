@@ -93,7 +93,7 @@ def embedder_factory(llm: Any) -> EmbedderFactory:
     def build(realm: str, pinned: str) -> QueryEmbedder:
         spec = parse_embedder(pinned)
         if spec.kind == "hashing":
-            from tidegraph.indexer.hashing_embedder import HashingEmbedder
+            from tidegraph.indexer.models.hashing import HashingEmbedder
 
             return HashingEmbedder(spec.dimension)
         if llm is None:
@@ -101,7 +101,7 @@ def embedder_factory(llm: Any) -> EmbedderFactory:
                 f"realm {realm!r} is pinned to {pinned!r} and no model endpoint is "
                 "configured (set TIDEGRAPH_LLM_BASE_URL)"
             )
-        from tidegraph.indexer.llm_embedder import LLMEmbedder
+        from tidegraph.indexer.models.embedder import LLMEmbedder
 
         return LLMEmbedder(llm, dimension=spec.dimension, realm=realm, model=spec.model)
 
@@ -181,7 +181,7 @@ async def serve(
         task = asyncio.create_task(publisher.run(), name="change-publisher")
     builder: asyncio.Task[None] | None = None
     if getattr(args, "communities_quiet", 0.0) > 0:
-        from tidegraph.indexer.community_store import auto_build_loop
+        from tidegraph.indexer.communities.store import auto_build_loop
         from tidegraph.infra.composition import ModelRegistry
 
         builder = asyncio.create_task(

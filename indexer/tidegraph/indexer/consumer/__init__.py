@@ -1,0 +1,1 @@
+"""The live driver: a Kafka consumer group applying document versions record by record."""

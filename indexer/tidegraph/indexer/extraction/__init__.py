@@ -1,0 +1,1 @@
+"""Preparation: a document version turned into chunks, gated structure and embeddings."""

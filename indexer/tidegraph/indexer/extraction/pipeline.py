@@ -1,0 +1,161 @@
+"""The prepare phase: one document version → chunks, gated structure and embeddings.
+
+Runs concurrently across documents (the consumer bounds it); within a document, chunks are
+extracted in order so each sees the canonical names found before it (paper §4.1). Nothing
+here writes to the graph: the result is a :class:`PreparedDocument` the writer applies.
+Transient failures (model endpoint down) propagate and pause the partition; a chunk the
+extractor cannot turn into valid output is recorded on the chunk, never papered over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidegraph.indexer.extraction.chunking import build_context, chunk_document
+from tidegraph.indexer.extraction.interfaces import Chunk, Embedder, ExtractionFailed, Extractor
+from tidegraph.indexer.extraction.prepared import (
+    EntityFact,
+    PreparedChunk,
+    PreparedDocument,
+    RelationFact,
+)
+from tidegraph.indexer.graph.gates import GateConfig, apply_gates
+from tidegraph.indexer.graph.predicates import Vocabulary
+from tidegraph.indexer.graph.rules import render_entity, render_relation
+from tidegraph.indexer.graph.validity import normalize_period
+from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.extraction import ExtractionOutput
+from tidegraph.store.realms import RealmInfo
+
+ExtractorFor = Callable[[RealmInfo], Extractor]
+EmbedderFor = Callable[[RealmInfo], Embedder]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Chunking and gating parameters (part of what a replay with changes re-extracts)."""
+
+    chunk_chars: int = 2000
+    """Character budget per chunk."""
+    overlap_chars: int = 200
+    """Overlap carried into the next chunk, resumed at a sentence boundary."""
+    context_names: int = 50
+    """Canonical names threaded through a document's chunks, at most."""
+    gates: GateConfig = field(default_factory=GateConfig)
+    """Validation gate settings."""
+
+
+class Pipeline:
+    """Prepares document versions for the writer with the realm's extractor and embedder."""
+
+    def __init__(
+        self,
+        extractor_for: ExtractorFor,
+        embedder_for: EmbedderFor,
+        config: PipelineConfig | None = None,
+    ) -> None:
+        self._extractor_for = extractor_for
+        self._embedder_for = embedder_for
+        self.config = config or PipelineConfig()
+        self._vocabularies: dict[tuple[str, bytes], Vocabulary] = {}
+
+    def _vocabulary(self, info: RealmInfo) -> Vocabulary:
+        key = (info.schema, info.config.to_json())  # a swapped-in realm may change it
+        vocab = self._vocabularies.get(key)
+        if vocab is None:
+            vocab = Vocabulary(info.config.vocabulary, info.config.predicate_aliases)
+            self._vocabularies[key] = vocab
+        return vocab
+
+    async def prepare(self, record: DocumentVersion, info: RealmInfo) -> PreparedDocument:
+        assert record.content is not None and record.content_hash is not None
+        extractor = self._extractor_for(info)
+        embedder = self._embedder_for(info)
+        vocab = self._vocabulary(info)
+        # A NUL reads as a space (text pulled out of binary formats carries strays):
+        # PostgreSQL text cannot hold one, and the same length keeps every offset.
+        text = record.content.replace("\0", " ")
+        chunks = chunk_document(text, self.config.chunk_chars, self.config.overlap_chars)
+        known: dict[str, None] = {}
+        facts: list[tuple[Chunk, tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]] = []
+        for chunk in chunks:
+            context = build_context(
+                record.title,
+                record.source,
+                tuple(known),
+                info.config.vocabulary,
+                cap=self.config.context_names,
+            )
+            try:
+                output = await extractor.extract(chunk, context)
+            except ExtractionFailed as exc:
+                facts.append((chunk, (), (), exc.reason))
+                continue
+            entities, relations, note = self._accept(output, vocab)
+            for e in entities:
+                known.setdefault(e.name, None)
+            facts.append((chunk, entities, relations, note))
+
+        texts = [c.text for c, _, _, _ in facts]
+        extra = sorted(
+            {render_entity(e.name, e.description) for _, es, _, _ in facts for e in es}
+            | {
+                render_relation(
+                    r.subject, r.predicate, r.object, r.negated, r.valid_from, r.valid_to
+                )
+                for _, _, rs, _ in facts
+                for r in rs
+            }
+        )
+        vectors = await embedder.embed(texts + extra) if texts or extra else []
+        prepared = tuple(
+            PreparedChunk(c.ordinal, c.text, vectors[i], es, rs, note, dict(c.metadata))
+            for i, (c, es, rs, note) in enumerate(facts)
+        )
+        return PreparedDocument(
+            space=record.space,
+            doc_key=record.doc_key,
+            content_hash=record.content_hash,
+            source_version=record.source_version,
+            order_key=record.effective_order_key,
+            title=record.title,
+            source=record.source,
+            metadata=dict(record.metadata),
+            chunks=prepared,
+            vectors=dict(zip(extra, vectors[len(texts) :], strict=True)),
+        )
+
+    def _accept(
+        self, output: ExtractionOutput, vocab: Vocabulary
+    ) -> tuple[tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]:
+        """Gates, predicate normalisation and validity normalisation of one chunk's output."""
+        gated = apply_gates(output, self.config.gates)
+        entities = tuple(
+            EntityFact(e.name, e.type, e.description, tuple(e.aliases)) for e in gated.entities
+        )
+        relations: list[RelationFact] = []
+        for r in gated.relations:
+            predicate, negated_by_word = vocab.canonical(r.predicate)
+            if not predicate:
+                continue
+            valid_from, valid_to = normalize_period(r.valid_from, r.valid_to)
+            relations.append(
+                RelationFact(
+                    r.subject,
+                    predicate,
+                    r.object,
+                    r.negated or negated_by_word,
+                    r.description,
+                    r.confidence,
+                    valid_from,
+                    valid_to,
+                )
+            )
+        note = None
+        if not entities and not relations:
+            reasons = sorted({str(rej.gate) for rej in gated.rejections})
+            note = "no valid structure"
+            if reasons:
+                note += f" (rejected by: {', '.join(reasons)})"
+        return entities, tuple(relations), note

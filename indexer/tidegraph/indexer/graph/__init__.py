@@ -1,0 +1,1 @@
+"""The graph's pure rules: gates, normalisation, resolution, corroboration, supersession."""

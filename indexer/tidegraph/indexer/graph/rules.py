@@ -1,0 +1,98 @@
+"""The write-path rules the writer applies inside its transaction.
+
+A small surface over the pure rule modules (resolution, corroboration, supersession,
+validity), shaped for what the writer holds: database ids and rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import date
+
+from tidegraph.indexer.graph.corroboration import Contribution, corroborate
+from tidegraph.indexer.graph.resolution import EntityRecord, merge_records
+from tidegraph.indexer.graph.supersession import Assertion, resolve_supersession
+from tidegraph.indexer.graph.validity import period_end, period_start
+
+__all__ = [
+    "EntityRecord",
+    "RelationAttrs",
+    "desired_relation_states",
+    "merge_entity",
+    "merge_relation_attrs",
+    "period_bounds",
+    "render_entity",
+    "render_relation",
+]
+
+
+def merge_entity(a: EntityRecord, b: EntityRecord) -> EntityRecord:
+    """Paper §4.6: longer surface form canonical, specific type kept, longer description."""
+    return merge_records((a, b))
+
+
+RelationAttrs = tuple[str, float, str | None, str | None]
+"""(description, confidence, valid_from, valid_to) of an edge."""
+
+
+def merge_relation_attrs(contributions: Iterable[tuple[str, RelationAttrs]]) -> RelationAttrs:
+    """An edge's attributes from its live (chunk id, attributes) contributions."""
+    merged = corroborate(
+        Contribution(chunk, d, c, vf, vt) for chunk, (d, c, vf, vt) in contributions
+    )
+    if merged is None:
+        raise ValueError("an edge with no contribution has no attributes")
+    return merged.description, merged.confidence, merged.valid_from, merged.valid_to
+
+
+def period_bounds(valid_from: str | None, valid_to: str | None) -> tuple[date | None, date | None]:
+    """Padded dates so 1625 orders below 1625-06-01 (paper §5.1)."""
+    return (
+        period_start(valid_from) if valid_from else None,
+        period_end(valid_to) if valid_to else None,
+    )
+
+
+LiveRelation = tuple[int, tuple[str, int, int], str, bool, str | None]
+"""(relation id, (space, subject id, object id), predicate, negated, latest source order)."""
+
+
+def desired_relation_states(
+    live: Iterable[LiveRelation], groups: Sequence[frozenset[str]]
+) -> dict[int, tuple[str, int | None]]:
+    """``current`` or ``superseded`` (and by which relation) for every live relation."""
+    assertions = [
+        Assertion(
+            str(rid), f"{pair[0]}\x00{pair[1]}", str(pair[2]), predicate, negated, order_key or ""
+        )
+        for rid, pair, predicate, negated, order_key in live
+    ]
+    out: dict[int, tuple[str, int | None]] = {}
+    for rid, by in resolve_supersession(assertions, groups).items():
+        out[int(rid)] = ("current", None) if by is None else ("superseded", int(by))
+    return out
+
+
+def render_entity(name: str, description: str) -> str:
+    """The text an entity is embedded from."""
+    return f"{name}: {description}" if description else name
+
+
+def render_relation(
+    subject: str,
+    predicate: str,
+    obj: str,
+    negated: bool,
+    valid_from: str | None,
+    valid_to: str | None,
+) -> str:
+    """The surface form a relation is embedded and full-text indexed from."""
+    verb = predicate.replace("_", " ")
+    text = f"{subject} {'NOT ' if negated else ''}{verb} {obj}"
+    if valid_from and valid_to:
+        text += f" [valid {valid_from} to {valid_to}]"
+    elif valid_from:
+        text += f" [from {valid_from}]"
+    elif valid_to:
+        text += f" [until {valid_to}]"
+    return text

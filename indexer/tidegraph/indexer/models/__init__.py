@@ -1,0 +1,1 @@
+"""Model endpoints: the OpenAI-compatible client, its errors and metrics, and the embedders."""

@@ -1,0 +1,1 @@
+"""Rebuilding a realm from the documents topic into a shadow schema, then swapping it in."""

@@ -1,0 +1,480 @@
+"""Compare two realm schemas by names, and say what changed as change-feed entries.
+
+Ids are local to a schema (a rebuild numbers rows afresh, rolled-back writes leave gaps in
+the live one), so nothing here compares ids: documents are keyed by ``(space, doc_key)``,
+entities by ``(space, name_key)``, relations by ``(space, subject key, predicate,
+object key, negated)``, and a superseded relation names its superseder the same way.
+
+Each kind is projected on both sides to ``(key text[], value jsonb, ref jsonb)`` and the
+two projections are joined inside PostgreSQL, so only differing rows cross the wire. The
+same query serves ``tidegraph diff`` and the replay swap (which must compute what the
+rebuild changed while the live realm is held, so it has to be cheap). ``ref`` carries what
+a change-feed entry needs (ids, display names) and is never compared.
+
+``history=True`` adds the belief record: every ``relation_history`` interval and every
+chunk's ``t_created``/``t_expired`` (chunks keyed with their document version's hash: two
+versions logged in the same millisecond share a belief instant), plus the belief stamps on
+entities and documents. A
+replay of an unchanged configuration reproduces those exactly (DESIGN invariant 6).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, LiteralString
+
+from psycopg import AsyncConnection, sql
+
+from tidegraph.schemas.names import REALM_PATTERN, realm_schema
+from tidegraph.store.errors import RealmSchemaError
+
+__all__ = [
+    "KINDS",
+    "Difference",
+    "changed_since",
+    "diff_schemas",
+    "feed_changes",
+    "format_difference",
+    "merge_keys",
+    "patch",
+    "resolve_schema",
+]
+
+KINDS: tuple[str, ...] = ("document", "entity", "relation")
+"""What ``diff_schemas`` compares by default, in report order."""
+HISTORY_KINDS: tuple[str, ...] = ("relation_history", "chunk")
+"""Added with ``history=True``."""
+
+_REALM = re.compile(REALM_PATTERN)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One object that is not the same on both sides."""
+
+    kind: str
+    """``document``, ``entity``, ``relation``, ``relation_history`` or ``chunk``."""
+    key: tuple[str, ...]
+    """The object's identity by names (see the module docstring)."""
+    left: dict[str, Any] | None
+    """Compared fields on side A; ``None`` when only B has it."""
+    right: dict[str, Any] | None
+    """Compared fields on side B; ``None`` when only A has it."""
+    left_ref: dict[str, Any] | None = None
+    """Ids and names on side A (not compared)."""
+    right_ref: dict[str, Any] | None = None
+    """Ids and names on side B (not compared)."""
+
+    @property
+    def space(self) -> str:
+        return self.key[0]
+
+
+# Each projection yields (k text[], v jsonb, ref jsonb) for schema {s}: a SELECT list and
+# two FROM clauses, one over the whole schema (%(space)s filters when not NULL) and one over
+# given keys (%(k0)s … arrays, one per key part) that reaches rows through the unique
+# indexes, so comparing a handful of objects costs a handful of index probes (entity ids
+# are resolved first — OFFSET 0 keeps the planner from walking every relation of a
+# subject instead of probing the relation's unique key).
+# {hist} switches belief stamps on (a boolean literal).
+
+_DOCUMENTS: LiteralString = """
+SELECT ARRAY[d.space, d.doc_key] AS k,
+       jsonb_build_object('status', d.status, 'content_hash', d.content_hash,
+         'source_version', d.source_version, 'order_key', d.order_key, 'title', d.title,
+         'chunk_count', d.chunk_count, 'error', d.error)
+       || CASE WHEN {hist} THEN jsonb_build_object('indexed_at', d.indexed_at)
+          ELSE '{{}}'::jsonb END AS v,
+       jsonb_build_object('doc_key', d.doc_key, 'error', d.error) AS ref
+"""
+_DOCUMENTS_ALL: LiteralString = """
+FROM {s}.documents d WHERE %(space)s::text IS NULL OR d.space = %(space)s
+"""
+_DOCUMENTS_KEYED: LiteralString = """
+FROM unnest(%(k0)s::text[], %(k1)s::text[]) AS key(sp, dk)
+JOIN {s}.documents d ON d.space = key.sp AND d.doc_key = key.dk
+"""
+
+_ENTITIES: LiteralString = """
+SELECT ARRAY[e.space, e.name_key] AS k,
+       jsonb_build_object('name', e.name, 'type', e.type, 'description', e.description,
+         'aliases', (SELECT coalesce(jsonb_agg(a ORDER BY a), '[]') FROM unnest(e.aliases) a),
+         'dormant', e.dormant_since IS NOT NULL)
+       || CASE WHEN {hist} THEN jsonb_build_object('created_at', e.created_at,
+            'dormant_since', e.dormant_since) ELSE '{{}}'::jsonb END AS v,
+       jsonb_build_object('id', e.id::text, 'name', e.name, 'type', e.type) AS ref
+"""
+_ENTITIES_ALL: LiteralString = """
+FROM {s}.entities e WHERE %(space)s::text IS NULL OR e.space = %(space)s
+"""
+_ENTITIES_KEYED: LiteralString = """
+FROM unnest(%(k0)s::text[], %(k1)s::text[]) AS key(sp, ln)
+JOIN {s}.entities e ON e.space = key.sp AND e.name_key = key.ln
+"""
+
+
+def _superseder(by: LiteralString) -> LiteralString:
+    """The superseding relation named by its names (an index probe, only when set)."""
+    return (
+        "CASE WHEN " + by + " IS NULL THEN NULL ELSE (SELECT concat_ws(' ', xs.name,"
+        " x.predicate, xo.name, CASE WHEN x.negated THEN '(denied)' END)"
+        " FROM {s}.relations x JOIN {s}.entities xs ON xs.id = x.subject_id"
+        " JOIN {s}.entities xo ON xo.id = x.object_id WHERE x.id = " + by + ") END"
+    )
+
+
+_RELATIONS: LiteralString = (
+    """
+SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text] AS k,
+       jsonb_build_object('subject', es.name, 'object', eo.name, 'status', r.status,
+         'superseded_by', """
+    + _superseder("r.superseded_by")
+    + """, 'weight', r.weight,
+         'order_key', r.order_key, 'valid_from', r.valid_from, 'valid_to', r.valid_to,
+         'description', r.description, 'confidence', r.confidence)
+       || CASE WHEN {hist} THEN jsonb_build_object('t_created', r.t_created,
+            't_expired', r.t_expired) ELSE '{{}}'::jsonb END AS v,
+       jsonb_build_object('id', r.id::text, 'subject', es.name, 'predicate', r.predicate,
+         'object', eo.name, 'negated', r.negated, 'valid_from', r.valid_from,
+         'valid_to', r.valid_to, 'superseded_by', r.superseded_by::text) AS ref
+"""
+)
+_RELATIONS_ALL: LiteralString = """
+FROM {s}.relations r
+JOIN {s}.entities es ON es.id = r.subject_id
+JOIN {s}.entities eo ON eo.id = r.object_id
+WHERE %(space)s::text IS NULL OR r.space = %(space)s
+"""
+_RELATIONS_KEYED: LiteralString = """
+FROM (
+  SELECT key.sp, key.p, key.n::boolean AS n, ks.id AS sid, ko.id AS oid
+  FROM unnest(%(k0)s::text[], %(k1)s::text[], %(k2)s::text[], %(k3)s::text[], %(k4)s::text[])
+    AS key(sp, sn, p, obn, n)
+  JOIN {s}.entities ks ON ks.space = key.sp AND ks.name_key = key.sn
+  JOIN {s}.entities ko ON ko.space = key.sp AND ko.name_key = key.obn
+  OFFSET 0
+) AS key
+JOIN {s}.relations r ON r.space = key.sp AND r.subject_id = key.sid AND r.predicate = key.p
+  AND r.object_id = key.oid AND r.negated = key.n
+JOIN {s}.entities es ON es.id = r.subject_id
+JOIN {s}.entities eo ON eo.id = r.object_id
+"""
+
+_RELATION_HISTORY: LiteralString = (
+    """
+SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text,
+             h.t_created::text] AS k,
+       jsonb_build_object('state', h.state, 'superseded_by', """
+    + _superseder("h.superseded_by")
+    + """, 't_expired', h.t_expired) AS v,
+       jsonb_build_object('id', r.id::text) AS ref
+"""
+)
+_RELATION_HISTORY_ALL: LiteralString = """
+FROM {s}.relation_history h
+JOIN {s}.relations r ON r.id = h.relation_id
+JOIN {s}.entities es ON es.id = r.subject_id
+JOIN {s}.entities eo ON eo.id = r.object_id
+WHERE %(space)s::text IS NULL OR r.space = %(space)s
+"""
+
+_CHUNKS: LiteralString = """
+SELECT ARRAY[c.space, c.doc_key, c.ordinal::text, c.t_created::text, c.content_hash] AS k,
+       jsonb_build_object('text_md5', md5(c.text), 't_expired', c.t_expired) AS v,
+       jsonb_build_object('id', c.id::text) AS ref
+"""
+_CHUNKS_ALL: LiteralString = """
+FROM {s}.chunks c WHERE %(space)s::text IS NULL OR c.space = %(space)s
+"""
+
+_PROJECTIONS: dict[str, tuple[LiteralString, LiteralString, LiteralString | None]] = {
+    "document": (_DOCUMENTS, _DOCUMENTS_ALL, _DOCUMENTS_KEYED),
+    "entity": (_ENTITIES, _ENTITIES_ALL, _ENTITIES_KEYED),
+    "relation": (_RELATIONS, _RELATIONS_ALL, _RELATIONS_KEYED),
+    "relation_history": (_RELATION_HISTORY, _RELATION_HISTORY_ALL, None),
+    "chunk": (_CHUNKS, _CHUNKS_ALL, None),
+}
+
+_JOIN: LiteralString = """
+WITH a AS ({a}), b AS ({b})
+SELECT coalesce(a.k, b.k), a.v, b.v, a.ref, b.ref
+FROM a FULL JOIN b ON a.k = b.k
+WHERE a.v IS DISTINCT FROM b.v
+ORDER BY 1
+"""
+
+Keys = Mapping[str, Collection[tuple[str, ...]]]
+"""Objects by kind and key (see :class:`Difference`), to compare only those."""
+
+
+def _projection(kind: str, schema: str, history: bool, keyed: bool) -> sql.Composed:
+    select, whole, by_key = _PROJECTIONS[kind]
+    source = by_key if keyed else whole
+    if source is None:
+        raise ValueError(f"{kind} cannot be compared by keys")
+    return sql.SQL(select + source).format(s=sql.Identifier(schema), hist=sql.Literal(history))
+
+
+async def diff_schemas(
+    conn: AsyncConnection[Any],
+    a: str,
+    b: str,
+    *,
+    space: str | None = None,
+    kinds: Sequence[str] | None = None,
+    history: bool = False,
+    keys: Keys | None = None,
+) -> list[Difference]:
+    """Every object that differs between schemas ``a`` and ``b``, ordered by kind and key;
+    with ``keys``, only those objects (``document``, ``entity`` and ``relation`` only).
+
+    Reads each kind in one statement; call inside a REPEATABLE READ transaction when both
+    sides may be written meanwhile and a consistent answer matters.
+    """
+    chosen = tuple(kinds) if kinds is not None else KINDS + (HISTORY_KINDS if history else ())
+    unknown = [k for k in chosen if k not in _PROJECTIONS]
+    if unknown:
+        raise ValueError(f"unknown kinds {unknown}; expected some of {sorted(_PROJECTIONS)}")
+    out: list[Difference] = []
+    for kind in chosen:
+        params: dict[str, Any] = {"space": space}
+        if keys is not None:
+            wanted = sorted(keys.get(kind, ()))
+            if not wanted:
+                continue
+            params.update({f"k{i}": [k[i] for k in wanted] for i in range(len(wanted[0]))})
+        query = sql.SQL(_JOIN).format(
+            a=_projection(kind, a, history, keys is not None),
+            b=_projection(kind, b, history, keys is not None),
+        )
+        cur = await conn.execute(query, params)
+        for key, left, right, left_ref, right_ref in await cur.fetchall():
+            out.append(Difference(kind, tuple(key), left, right, left_ref, right_ref))
+    return out
+
+
+async def changed_since(conn: AsyncConnection[Any], schema: str, since: datetime) -> Keys:
+    """Objects whose feed-visible state (document status, entity presence and dormancy,
+    relation belief state) may have changed at or after belief instant ``since``.
+
+    Every such change is a change-feed entry in the same transaction (DESIGN invariant 7),
+    so the outbox names them all; ids are turned into today's names, since a name may
+    have changed after the entry was written.
+    """
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT space, payload->>'doc_key', payload->'entity'->>'id',"
+            " payload->'relation'->>'id' FROM {} WHERE belief_time >= %s"
+        ).format(sql.Identifier(schema, "outbox")),
+        (since,),
+    )
+    documents: set[tuple[str, ...]] = set()
+    entity_ids: set[int] = set()
+    relation_ids: set[int] = set()
+    for space, doc_key, entity_id, relation_id in await cur.fetchall():
+        if doc_key is not None:
+            documents.add((space, doc_key))
+        if entity_id is not None:
+            entity_ids.add(int(entity_id))
+        if relation_id is not None:
+            relation_ids.add(int(relation_id))
+    cur = await conn.execute(
+        sql.SQL("SELECT space, name_key FROM {} WHERE id = ANY(%s)").format(
+            sql.Identifier(schema, "entities")
+        ),
+        (sorted(entity_ids),),
+    )
+    entities = {tuple(r) for r in await cur.fetchall()}
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT r.space, es.name_key, r.predicate, eo.name_key, r.negated::text"
+            " FROM {r} r JOIN {e} es ON es.id = r.subject_id JOIN {e} eo ON eo.id = r.object_id"
+            " WHERE r.id = ANY(%s)"
+        ).format(r=sql.Identifier(schema, "relations"), e=sql.Identifier(schema, "entities")),
+        (sorted(relation_ids),),
+    )
+    relations = {tuple(r) for r in await cur.fetchall()}
+    return {"document": documents, "entity": entities, "relation": relations}
+
+
+def merge_keys(*sets: Keys) -> dict[str, set[tuple[str, ...]]]:
+    """The union of key sets, by kind."""
+    out: dict[str, set[tuple[str, ...]]] = {}
+    for keys in sets:
+        for kind, found in keys.items():
+            out.setdefault(kind, set()).update(found)
+    return out
+
+
+def patch(
+    earlier: Iterable[Difference], keys: Keys, fresh: Iterable[Difference]
+) -> list[Difference]:
+    """``earlier`` with every object in ``keys`` replaced by its ``fresh`` comparison."""
+    kept = [d for d in earlier if d.key not in keys.get(d.kind, ())]
+    order = {kind: i for i, kind in enumerate(KINDS + HISTORY_KINDS)}
+    return sorted([*kept, *fresh], key=lambda d: (order[d.kind], d.key))
+
+
+async def resolve_schema(conn: AsyncConnection[Any], name: str) -> str:
+    """The schema ``name`` designates: realm ``name``'s schema, else a schema so named
+    (a shadow, audit copy or retired realm) — either must hold a realm's ``meta`` table."""
+    candidates = [name]
+    if _REALM.fullmatch(name):
+        candidates.insert(0, realm_schema(name))
+    cur = await conn.execute(
+        "SELECT table_schema FROM information_schema.tables"
+        " WHERE table_name = 'meta' AND table_schema = ANY(%s)",
+        (candidates,),
+    )
+    found = {str(r[0]) for r in await cur.fetchall()}
+    for schema in candidates:
+        if schema in found:
+            return schema
+    raise RealmSchemaError(
+        f"{name!r} is neither a realm nor a realm-shaped schema (a shadow, audit or retired "
+        "copy) in this database"
+    )
+
+
+# -- presentation ----------------------------------------------------------------------
+
+
+def _describe_key(d: Difference) -> str:
+    k = d.key
+    side = d.right or d.left or {}
+    if d.kind == "document":
+        return f"document {k[0]}/{k[1]}"
+    if d.kind == "entity":
+        return f"entity {k[0]}/{side.get('name', k[1])}"
+    if d.kind in ("relation", "relation_history"):
+        subject, obj = side.get("subject", k[1]), side.get("object", k[3])
+        neg = " NOT" if k[4] == "true" else ""
+        text = f"relation {k[0]}: {subject}{neg} {k[2]} {obj}"
+        return text + (f" @ {k[5]}" if d.kind == "relation_history" else "")
+    return f"chunk {k[0]}/{k[1]}#{k[2]} @ {k[3]} ({k[4]})"
+
+
+def format_difference(d: Difference, a_label: str = "A", b_label: str = "B") -> str:
+    """One line: what differs, ``a → b`` per field, or which side alone has it."""
+    head = _describe_key(d)
+    if d.left is None:
+        return f"+ {head}  (only in {b_label}: {_brief(d.right)})"
+    if d.right is None:
+        return f"- {head}  (only in {a_label}: {_brief(d.left)})"
+    fields = sorted(set(d.left) | set(d.right))
+    changed = [
+        f"{f}: {d.left.get(f)!r} → {d.right.get(f)!r}"
+        for f in fields
+        if d.left.get(f) != d.right.get(f)
+    ]
+    return f"~ {head}  ({'; '.join(changed)})"
+
+
+def _brief(v: dict[str, Any] | None) -> str:
+    if not v:
+        return ""
+    keep = ("status", "state", "dormant", "weight", "type", "content_hash", "t_expired")
+    return ", ".join(f"{k}={v[k]!r}" for k in keep if k in v)
+
+
+# -- the change feed -------------------------------------------------------------------
+
+FeedChange = tuple[str, str, dict[str, Any]]
+"""``(kind, space, payload)`` as the writer appends to the outbox."""
+
+
+def feed_changes(differences: Iterable[Difference]) -> list[FeedChange]:
+    """What a consumer of the old realm's feed must be told to hold the rebuilt graph.
+
+    ``left`` is the old graph, ``right`` the rebuilt one. Only what the feed can say is
+    said: document status, entity presence and dormancy, relation belief state. Changed
+    descriptions, weights or periods have no change kind and are left to the rebuild
+    notice itself. Ids are the rebuilt realm's, except for an object the rebuild no
+    longer has at all (then the retired schema's id, which nothing resolves any more).
+    """
+    docs: list[FeedChange] = []
+    entities: list[FeedChange] = []
+    relations: list[FeedChange] = []
+    for d in differences:
+        if d.kind == "document":
+            docs.extend(_document_change(d))
+        elif d.kind == "entity":
+            entities.extend(_entity_changes(d))
+        elif d.kind == "relation":
+            relations.extend(_relation_changes(d))
+    return docs + entities + relations
+
+
+def _document_change(d: Difference) -> list[FeedChange]:
+    old, new = d.left, d.right
+    doc_key = d.key[1]
+    if new is None:
+        return [("document_deleted", d.space, {"doc_key": doc_key})]
+    if old is not None and (old["status"], old["content_hash"]) == (
+        new["status"],
+        new["content_hash"],
+    ):
+        return []
+    status = new["status"]
+    if status == "deleted":
+        return [("document_deleted", d.space, {"doc_key": doc_key})]
+    if status == "failed":
+        return [("document_failed", d.space, {"doc_key": doc_key, "error": new.get("error")})]
+    replaced = old is not None and old["status"] in ("indexed", "failed")
+    return [
+        ("document_replaced" if replaced else "document_indexed", d.space, {"doc_key": doc_key})
+    ]
+
+
+def _entity_changes(d: Difference) -> list[FeedChange]:
+    ref = d.right_ref if d.right is not None else d.left_ref
+    assert ref is not None
+    entity = {"id": ref["id"], "name": ref["name"], "type": ref["type"]}
+    if d.left is None and d.right is not None:
+        out = [("entity_added", d.space, {"entity": entity})]
+        if d.right["dormant"]:
+            out.append(("entity_dormant", d.space, {"entity": entity}))
+        return out
+    if d.right is None:
+        assert d.left is not None
+        return [] if d.left["dormant"] else [("entity_dormant", d.space, {"entity": entity})]
+    assert d.left is not None
+    if d.left["dormant"] == d.right["dormant"]:
+        return []
+    kind = "entity_dormant" if d.right["dormant"] else "entity_revived"
+    return [(kind, d.space, {"entity": entity})]
+
+
+def _relation_changes(d: Difference) -> list[FeedChange]:
+    have = ("retracted", None) if d.left is None else (d.left["status"], d.left["superseded_by"])
+    want = ("retracted", None) if d.right is None else (d.right["status"], d.right["superseded_by"])
+    if have == want:
+        return []
+    ref = d.right_ref if d.right_ref is not None else d.left_ref
+    assert ref is not None
+    relation = {
+        k: ref[k]
+        for k in ("id", "subject", "predicate", "object", "negated", "valid_from", "valid_to")
+    }
+    by = ref.get("superseded_by") if d.right_ref is not None else None
+    out: list[FeedChange] = []
+    for kind in _transition(have[0], want[0]):
+        payload: dict[str, Any] = {"relation": relation}
+        if kind == "relation_superseded":
+            payload["superseded_by"] = by
+        out.append((kind, d.space, payload))
+    return out
+
+
+def _transition(have: str, want: str) -> list[str]:
+    """Change kinds for a relation moving between belief states (as the writer names them)."""
+    if want == "retracted":
+        return ["relation_retracted"]
+    if want == "current":
+        return ["relation_restored" if have == "superseded" else "relation_added"]
+    if have == "retracted":
+        return ["relation_added", "relation_superseded"]
+    return ["relation_superseded"]

@@ -1,0 +1,403 @@
+"""Swapping a caught-up shadow in for the live realm: one transaction, the realm held briefly.
+
+Steps, all in one PostgreSQL transaction on the swap's own connection:
+
+1. take the live realm's lock — the ``meta`` row, ``FOR UPDATE`` — which is the lock every
+   write of the realm takes first (``writer.begin``), so from here on no record of the
+   realm is applied to the old schema; the hold is timed from this step;
+2. read the live consumer group's stored position for the realm's partition: every record
+   the live realm reflects lies below it, because positions commit with the graph;
+3. let the replay apply the shadow up to exactly that position (on its own connection);
+4. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
+   a comparison made before the lock (:func:`baseline`), with the objects either side
+   changed since — the change feeds name them — compared again through the indexes;
+5. hand the old realm's change feed and extraction cache to the shadow: both tables move
+   (``ALTER TABLE … SET SCHEMA``, no copy), the shadow's extraction results are merged into
+   the moved cache first, the shadow's own outbox (the history of building it) is dropped;
+6. append one commit to the moved outbox under the next sequence number after the old
+   head: ``communities_stale`` first (its payload carries a ``rebuild`` object), then the
+   changes of step 4 in feed form; the shadow's ``meta.seq`` continues from there;
+7. mark the old ``meta`` swapped out, rename the old schema to its retired name and the
+   shadow to ``realm_<realm>``; give the retired schema empty ``outbox`` and
+   ``extraction_cache`` tables so it stays a complete realm for inspection;
+8. drop the replay's position row, record the realm in ``tidegraph.realms``; commit.
+
+Why the feed stays gap-free (DESIGN invariant 7): the outbox a reader or the publisher pages
+through is the same table before and after, and the rebuild commit becomes visible
+atomically at ``head + 1``. ``publisher_positions.published_seq`` therefore stays valid and
+is not touched. A realm that had no live schema (a lost database) gets a publisher position
+just below the rebuild notice, so the rebuilt history is not published a second time (its
+consumers saw the original) but the notice is.
+
+What a feed consumer sees is that one commit, ``seq = head + 1``, stamped with the later of
+the two sides' latest belief instants (no wall clock, so the feed stays reproducible):
+
+* ``communities_stale`` at index 0 — the rebuild notice. Communities are not carried over
+  (their members are entity ids of the old schema), so they are stale in the plainest
+  sense. Its outbox payload holds ``rebuild``: the retired schema, the log position the
+  rebuild reflects and the number of differences; ``GraphChange`` v1 has no field for it,
+  so on the changes topic the notice is a ``communities_stale`` heading a commit that names
+  no document first (a writer's commit always starts with its document's change);
+* then, for every object whose feed-visible state differs: ``document_indexed`` /
+  ``_replaced`` / ``_failed`` / ``_deleted``; ``entity_added`` / ``_dormant`` /
+  ``_revived``; ``relation_added`` / ``_superseded`` / ``_retracted`` / ``_restored`` —
+  exactly the kinds the writer would have emitted moving the old state to the new one.
+  A consumer that applied the old feed and applies this commit holds the rebuilt graph.
+  Changed descriptions, weights or periods have no change kind and are not announced.
+
+Entity and relation ids are the rebuilt schema's: a rebuild numbers rows afresh, so ids
+seen before the notice do not resolve after it (names do).
+
+A live indexer blocked on the ``meta`` row at step 1 wakes up after the commit, sees
+``swapped_out`` on the row it was waiting for, rolls back and retries (``RealmSwapped`` is
+retriable); the retry resolves ``realm_<realm>`` afresh, i.e. to the rebuilt schema. Reads
+never block: renaming a schema takes no table lock; moving the outbox waits only for the
+reads of it in flight (bounded by ``lock_timeout``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.types.json import Jsonb
+
+from tidegraph.indexer.replay.diff import (
+    KINDS,
+    Difference,
+    changed_since,
+    diff_schemas,
+    feed_changes,
+    merge_keys,
+    patch,
+)
+from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
+from tidegraph.store.locks import lock_realm_schema
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    """What to swap."""
+
+    realm: str
+    live: str
+    """The live schema, ``realm_<realm>``."""
+    shadow: str
+    """The caught-up shadow."""
+    retired: str
+    """Name the live schema is given."""
+    live_group: str
+    """The live indexer's consumer group."""
+    replay_group: str
+    """The replay's own position row, dropped at the swap."""
+    topic: str
+    partition: int
+    lock_timeout: float = 5.0
+    """Longest wait for a lock inside the swap, seconds."""
+
+
+@dataclass(frozen=True)
+class SwapOutcome:
+    """What the swap did."""
+
+    retired: str | None
+    """Retired schema (``None`` when there was no live realm)."""
+    position: int
+    """Offset both realms had reached: the live indexer continues from here."""
+    rebuild_seq: int
+    """Sequence number of the rebuild commit in the change feed."""
+    changes: int
+    """Changes in that commit (the notice included)."""
+    hold_seconds: float
+    """From taking the live realm's lock to commit."""
+    catch_up_records: int
+    """Records applied to the shadow while the realm was held."""
+    catch_up_seconds: float
+    """Part of the hold spent applying them."""
+    diff_seconds: float
+    """Part of the hold spent working out what the rebuild changed."""
+    committed_at: datetime
+    """Database clock just before the commit (when the rebuilt realm became live)."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the rebuild changed, worked out before the lock (a full comparison is too slow
+    to run while the live realm is held)."""
+
+    differences: list[Difference]
+    """Old graph against shadow, both read in one snapshot."""
+    since: datetime
+    """The earlier of the two sides' latest belief instants in that snapshot: whatever
+    either side writes afterwards is stamped at or after it."""
+
+
+async def baseline(conn: AsyncConnection[Any], live: str, shadow: str) -> Baseline | None:
+    """Compare the old graph and the shadow in one snapshot; ``None`` when either is empty."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        await conn.execute("SET LOCAL work_mem = '64MB'")
+        stamps: list[datetime] = []
+        for schema in (live, shadow):
+            cur = await conn.execute(
+                sql.SQL("SELECT last_write_at FROM {}").format(_t(schema, "meta"))
+            )
+            row = await cur.fetchone()
+            if row is None or row[0] is None:
+                return None
+            stamps.append(row[0])
+        differences = await diff_schemas(conn, live, shadow, kinds=KINDS)
+    return Baseline(differences, min(stamps))
+
+
+async def rebuild_differences(
+    conn: AsyncConnection[Any], live: str, shadow: str, base: Baseline | None
+) -> list[Difference]:
+    """The old graph against the shadow now: the baseline, with every object either side
+    changed since compared again (by key, through the indexes), else a full comparison."""
+    if base is None:
+        return await diff_schemas(conn, live, shadow, kinds=KINDS)
+    dirty = merge_keys(
+        await changed_since(conn, live, base.since), await changed_since(conn, shadow, base.since)
+    )
+    fresh = await diff_schemas(conn, live, shadow, kinds=KINDS, keys=dirty)
+    return patch(base.differences, dirty, fresh)
+
+
+CatchUp = Callable[[int | None], Awaitable[tuple[int, int]]]
+"""``catch_up(bound)`` → (shadow position, records applied): apply the shadow up to
+``bound`` (``None``: the end of the log) and return where it stands."""
+
+
+def _t(schema: str, table: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+
+
+async def _exists(conn: AsyncConnection[Any], schema: str) -> bool:
+    cur = await conn.execute(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'meta'",
+        (schema,),
+    )
+    return await cur.fetchone() is not None
+
+
+async def swap_in(
+    conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp, base: Baseline | None = None
+) -> SwapOutcome:
+    """Run the swap transaction (module docstring); raise :class:`SwapRefused` to abort.
+
+    ``base`` (see :func:`baseline`) keeps step 4 short: only what changed since is compared.
+    """
+    try:
+        async with conn.transaction():
+            return await _swap(conn, plan, catch_up, base)
+    except psycopg.errors.LockNotAvailable as exc:
+        raise SwapLockTimeout(
+            f"realm {plan.realm!r}: a lock needed for the swap was not granted within "
+            f"{plan.lock_timeout:g}s ({exc.diag.message_primary}); nothing was changed"
+        ) from None
+
+
+async def _swap(
+    conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp, base: Baseline | None
+) -> SwapOutcome:
+    await conn.execute(
+        sql.SQL("SET LOCAL lock_timeout = {}").format(
+            sql.Literal(f"{int(plan.lock_timeout * 1000)}ms")
+        )
+    )
+    await lock_realm_schema(conn, plan.live)
+    live_exists = await _exists(conn, plan.live)
+    started = time.perf_counter()
+    old_seq, old_last = 0, None
+    if live_exists:
+        cur = await conn.execute(
+            sql.SQL("SELECT seq, last_write_at, swapped_out FROM {} FOR UPDATE").format(
+                _t(plan.live, "meta")
+            )
+        )
+        row = await cur.fetchone()
+        started = time.perf_counter()
+        if row is None or row[2]:
+            raise SwapRefused(
+                f"realm {plan.realm!r}: {plan.live}.meta is missing or already swapped out; "
+                "another replay replaced the realm meanwhile"
+            )
+        old_seq, old_last = int(row[0]), row[1]
+
+    cur = await conn.execute(
+        "SELECT next_offset FROM tidegraph.consumer_positions"
+        " WHERE group_id = %s AND topic = %s AND partition = %s",
+        (plan.live_group, plan.topic, plan.partition),
+    )
+    pos_row = await cur.fetchone()
+    live_position = int(pos_row[0]) if pos_row is not None else None
+    caught_from = time.perf_counter()
+    shadow_position, caught = await catch_up(live_position)
+    catch_up_seconds = time.perf_counter() - caught_from
+    if live_position is not None and shadow_position != live_position:
+        raise SwapRefused(
+            f"realm {plan.realm!r}: the shadow stands at offset {shadow_position} but the "
+            f"live group {plan.live_group!r} at {live_position}; refusing to swap"
+        )
+
+    cur = await conn.execute(
+        sql.SQL("SELECT seq, last_write_at FROM {}").format(_t(plan.shadow, "meta"))
+    )
+    shadow_row = await cur.fetchone()
+    assert shadow_row is not None
+    shadow_seq, shadow_last = int(shadow_row[0]), shadow_row[1]
+    changes: list[tuple[str, str, dict[str, Any]]] = []
+    diff_from = time.perf_counter()
+    if live_exists:
+        differences = await rebuild_differences(conn, plan.live, plan.shadow, base)
+        changes = feed_changes(differences)
+    diff_seconds = time.perf_counter() - diff_from
+    if live_exists:
+        await _hand_over(conn, plan)
+    # The feed continues the old head; with no old realm, the shadow's own history is the
+    # feed (nothing was published from it) and the notice follows it.
+    seq = (old_seq if live_exists else shadow_seq) + 1
+    belief = _latest(old_last, shadow_last)
+    notice = {
+        "rebuild": {
+            "retired_schema": plan.retired if live_exists else None,
+            "log_position": {
+                "topic": plan.topic,
+                "partition": plan.partition,
+                "offset": shadow_position,
+            },
+            "differences": len(changes),
+        }
+    }
+    entries = [("communities_stale", "default", notice), *changes]
+    await conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (seq, idx, kind, space, belief_time, payload)"
+            " SELECT %s, i - 1, k, s, coalesce(%s, now()), p"
+            " FROM unnest(%s::text[], %s::text[], %s::jsonb[]) WITH ORDINALITY AS u(k, s, p, i)"
+        ).format(_t(plan.shadow, "outbox")),
+        (
+            seq,
+            belief,
+            [e[0] for e in entries],
+            [e[1] for e in entries],
+            [Jsonb(e[2]) for e in entries],
+        ),
+    )
+    await conn.execute(
+        sql.SQL("UPDATE {} SET seq = %s, last_write_at = %s, swapped_out = false").format(
+            _t(plan.shadow, "meta")
+        ),
+        (seq, belief),
+    )
+    if live_exists:
+        await conn.execute(
+            sql.SQL("UPDATE {} SET swapped_out = true").format(_t(plan.live, "meta"))
+        )
+        await conn.execute(
+            sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
+                sql.Identifier(plan.live), sql.Identifier(plan.retired)
+            )
+        )
+    await conn.execute(
+        sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
+            sql.Identifier(plan.shadow), sql.Identifier(plan.live)
+        )
+    )
+    if live_exists:
+        for table in ("outbox", "extraction_cache"):
+            await conn.execute(
+                sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
+                    _t(plan.retired, table), _t(plan.live, table)
+                )
+            )
+        await conn.execute(
+            sql.SQL("COMMENT ON SCHEMA {} IS {}").format(
+                sql.Identifier(plan.retired),
+                sql.Literal(
+                    f"tidegraph: realm {plan.realm} before the rebuild swapped in at "
+                    f"offset {shadow_position} of {plan.topic}/{plan.partition}; its change "
+                    f"feed and extraction cache moved on with {plan.live} (feed seq {seq})"
+                ),
+            )
+        )
+    await conn.execute(
+        "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s", (plan.replay_group,)
+    )
+    await conn.execute(
+        "INSERT INTO tidegraph.realms (realm, schema_name) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (plan.realm, plan.live),
+    )
+    if not live_exists:
+        await conn.execute(
+            "INSERT INTO tidegraph.publisher_positions (realm, published_seq) VALUES (%s, %s)"
+            " ON CONFLICT (realm) DO NOTHING",
+            (plan.realm, seq - 1),
+        )
+    if live_position is None:
+        # No live indexer has consumed the partition yet: it starts where the rebuild
+        # ends, rather than from the beginning, which would apply every record again.
+        await conn.execute(
+            "INSERT INTO tidegraph.consumer_positions"
+            " (group_id, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING",
+            (plan.live_group, plan.topic, plan.partition, shadow_position),
+        )
+    cur = await conn.execute("SELECT clock_timestamp()")
+    clock = await cur.fetchone()
+    assert clock is not None
+    hold = time.perf_counter() - started
+    return SwapOutcome(
+        plan.retired if live_exists else None,
+        shadow_position,
+        seq,
+        len(entries),
+        hold,
+        caught,
+        catch_up_seconds,
+        diff_seconds,
+        clock[0],
+    )
+
+
+async def premerge_cache(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
+    """Move the shadow's extraction results into the live cache ahead of the swap, so the
+    merge under the lock (step 5) only has what was extracted since. The shadow still
+    reads them there (its cache reads fall through to the live realm's)."""
+    cur = await conn.execute(
+        sql.SQL(
+            "WITH moved AS (DELETE FROM {} RETURNING key, output, created_at)"
+            " INSERT INTO {} (key, output, created_at) SELECT * FROM moved"
+            " ON CONFLICT (key) DO NOTHING"
+        ).format(_t(shadow, "extraction_cache"), _t(live, "extraction_cache"))
+    )
+    return cur.rowcount
+
+
+async def _hand_over(conn: AsyncConnection[Any], plan: SwapPlan) -> None:
+    """Step 5: the old feed and cache move to the shadow; the shadow's results merge in."""
+    await conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (key, output, created_at) SELECT key, output, created_at FROM {}"
+            " ON CONFLICT (key) DO NOTHING"
+        ).format(_t(plan.live, "extraction_cache"), _t(plan.shadow, "extraction_cache"))
+    )
+    for table in ("extraction_cache", "outbox"):
+        await conn.execute(sql.SQL("DROP TABLE {}").format(_t(plan.shadow, table)))
+        await conn.execute(
+            sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(
+                _t(plan.live, table), sql.Identifier(plan.shadow)
+            )
+        )
+
+
+def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
+    if a is None or b is None:
+        return a or b
+    return max(a, b)

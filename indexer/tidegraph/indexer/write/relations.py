@@ -1,0 +1,357 @@
+"""Relation statements of a write: edges and provenance, then belief-time reconciliation.
+
+An edge row is written with everything its first contributions say (weight, order,
+attributes), so reconciliation normally only moves its belief state; that update touches
+no indexed column, and the table keeps free space on each page (``fillfactor``), so it
+stays a heap-only update that never re-inserts the embedding into the vector index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from datetime import datetime
+from typing import Any
+
+from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.graph.rules import (
+    RelationAttrs,
+    desired_relation_states,
+    merge_relation_attrs,
+    period_bounds,
+    render_relation,
+)
+from tidegraph.indexer.write.context import WriteContext
+from tidegraph.schemas.names import name_key
+
+RelationKey = tuple[int, str, int, bool]
+"""(subject id, predicate, object id, negated): one edge per key (corroboration)."""
+State = tuple[str, int | None]
+"""Belief state and the relation superseding it."""
+
+
+Pair = tuple[str, int, int]
+"""(space, subject id, object id): the unit reconciliation works on."""
+
+
+async def attach_relations(
+    ctx: WriteContext,
+    doc: PreparedDocument,
+    chunk_id: dict[int, int],
+    ids: dict[str, int],
+    bt: datetime,
+    *,
+    mentions: list[tuple[int, int]],
+) -> set[Pair]:
+    """One edge per (subject, predicate, object, negated); provenance per chunk. Returns
+    the entity pairs the document's edges join, for :func:`reconcile_relations`.
+
+    The document's ``mentions`` (chunk id, entity id) are inserted by the statement that
+    looks its edges up: one statement less per write.
+
+    Attributes of an existing edge are not touched here: :func:`reconcile_relations`
+    recomputes them from every live contribution, this document's included. Provenance
+    finds its edge by key, so nothing waits for the ids of the edges inserted here.
+    """
+    grouped: dict[RelationKey, dict[int, list[RelationAttrs]]] = {}
+    for c in doc.chunks:
+        for r in c.relations:
+            key = (ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], r.negated)
+            if key[0] == key[2]:
+                continue  # both ends resolved to one entity: a self-loop asserts nothing
+            by_chunk = grouped.setdefault(key, {})
+            by_chunk.setdefault(chunk_id[c.ordinal], []).append(
+                (r.description, r.confidence, r.valid_from, r.valid_to)
+            )
+    if not grouped and not mentions:
+        return set()
+    keys = sorted(grouped)
+    lookup = await ctx.send(
+        "WITH mentioned AS (INSERT INTO {mentions} (chunk_id, entity_id)"
+        "  SELECT * FROM unnest(%(mc)b::bigint[], %(me)b::bigint[]) ON CONFLICT DO NOTHING)"
+        " SELECT r.subject_id, r.predicate, r.object_id, r.negated FROM {relations} r"
+        " JOIN unnest(%(s)b::bigint[], %(p)b::text[], %(o)b::bigint[], %(n)b::bool[])"
+        " AS k(s, p, o, n) ON r.subject_id = k.s AND r.predicate = k.p"
+        " AND r.object_id = k.o AND r.negated = k.n WHERE r.space = %(space)s",
+        {
+            "mc": [m[0] for m in mentions],
+            "me": [m[1] for m in mentions],
+            "s": [k[0] for k in keys],
+            "p": [k[1] for k in keys],
+            "o": [k[2] for k in keys],
+            "n": [k[3] for k in keys],
+            "space": doc.space,
+        },
+    )
+    if not grouped:
+        return set()  # the mentions are written all the same; nothing waits for them
+    existing = {(int(s), p, int(o), bool(n)) for s, p, o, n in await ctx.fetch(lookup)}
+    said: dict[RelationKey, dict[int, RelationAttrs]] = {
+        key: {
+            cid: merge_relation_attrs((str(cid), a) for a in attrs)
+            for cid, attrs in grouped[key].items()
+        }
+        for key in keys
+    }
+    fresh = [k for k in keys if k not in existing]
+    if fresh:
+        await _insert_fresh(ctx, doc, fresh, said, bt)
+    sources = [(key, cid, a) for key in keys for cid, a in sorted(said[key].items())]
+    await ctx.run(
+        "INSERT INTO {relation_sources} (relation_id, chunk_id, doc_key, order_key, description,"
+        " confidence, valid_from, valid_to)"
+        " SELECT r.id, u.c, %s, %s, u.d, u.f, u.vf, u.vt FROM unnest(%b::bigint[], %b::text[],"
+        " %b::bigint[], %b::bool[], %b::bigint[], %b::text[], %b::real[], %b::text[],"
+        " %b::text[]) AS u(s, p, o, n, c, d, f, vf, vt)"
+        " JOIN {relations} r ON r.space = %s AND r.subject_id = u.s AND r.predicate = u.p"
+        " AND r.object_id = u.o AND r.negated = u.n"
+        " ON CONFLICT DO NOTHING",
+        (
+            doc.doc_key,
+            doc.order_key,
+            [x[0][0] for x in sources],
+            [x[0][1] for x in sources],
+            [x[0][2] for x in sources],
+            [x[0][3] for x in sources],
+            [x[1] for x in sources],
+            [x[2][0] for x in sources],
+            [x[2][1] for x in sources],
+            [x[2][2] for x in sources],
+            [x[2][3] for x in sources],
+            doc.space,
+        ),
+    )
+    return {(doc.space, k[0], k[2]) for k in keys}
+
+
+async def _insert_fresh(
+    ctx: WriteContext,
+    doc: PreparedDocument,
+    fresh: list[RelationKey],
+    said: dict[RelationKey, dict[int, RelationAttrs]],
+    bt: datetime,
+) -> None:
+    """New edges, born retracted (no belief interval yet) with their final attributes.
+
+    Weight, order and attributes are what reconciliation computes from the provenance
+    written next — the distinct chunks of this document, its order key — so it finds
+    nothing to update but the belief state.
+    """
+    names = await ctx.entity_names({k[0] for k in fresh} | {k[2] for k in fresh})
+    attrs = [merge_relation_attrs((str(c), a) for c, a in said[k].items()) for k in fresh]
+    texts = [
+        render_relation(names[k[0]], k[1], names[k[2]], k[3], a[2], a[3])
+        for k, a in zip(fresh, attrs, strict=True)
+    ]
+    vecs = await ctx.embeddings(texts)
+    bounds = [period_bounds(a[2], a[3]) for a in attrs]
+    await ctx.run(
+        "INSERT INTO {relations} (space, subject_id, predicate, object_id, negated,"
+        " description, confidence, valid_from, valid_to, valid_from_d,"
+        " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
+        " SELECT %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'retracted', %s,"
+        " r, e FROM unnest(%b::bigint[], %b::text[], %b::bigint[],"
+        " %b::bool[], %b::text[], %b::real[], %b::text[], %b::text[], %b::date[],"
+        " %b::date[], %b::int[], %b::text[], %b::vector[])"
+        " AS u(s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
+        (
+            doc.space,
+            doc.order_key or "",
+            bt,
+            [k[0] for k in fresh],
+            [k[1] for k in fresh],
+            [k[2] for k in fresh],
+            [k[3] for k in fresh],
+            [a[0] for a in attrs],
+            [a[1] for a in attrs],
+            [a[2] for a in attrs],
+            [a[3] for a in attrs],
+            [b[0] for b in bounds],
+            [b[1] for b in bounds],
+            [len(said[k]) for k in fresh],
+            texts,
+            vecs,
+        ),
+    )
+
+
+async def reconcile_relations(
+    ctx: WriteContext,
+    touched: set[int],
+    bt: datetime,
+    *,
+    pairs_of: AbstractSet[Pair],
+) -> None:
+    """Weight, attributes, order, retraction and supersession on every touched pair: the
+    pairs of the ``touched`` relations, and ``pairs_of``.
+
+    Everything is recomputed from live provenance, so a withdrawn chunk takes its
+    description, confidence and stated period with it.
+    """
+    if not touched and not pairs_of:
+        return
+    given = sorted(pairs_of)
+    pairs = (
+        "WITH pairs AS (SELECT space, subject_id, object_id FROM {relations}"
+        "  WHERE id = ANY(%s)"
+        "  UNION SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bigint[]))"
+    )
+    params = (
+        sorted(touched),
+        [p[0] for p in given],
+        [p[1] for p in given],
+        [p[2] for p in given],
+    )
+    edges = await ctx.send(
+        pairs + " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
+        "  r.weight, r.order_key, r.description, r.confidence, r.valid_from,"
+        "  r.valid_to, h.state, h.superseded_by, h.t_created, r.rendered"
+        " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
+        " LEFT JOIN {relation_history} h ON h.relation_id = r.id AND h.t_expired IS NULL"
+        " ORDER BY r.id",
+        params,
+    )
+    sources = await ctx.send(
+        pairs + " SELECT s.relation_id, s.chunk_id, s.order_key, s.description, s.confidence,"
+        "  s.valid_from, s.valid_to"
+        " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
+        " JOIN {relation_sources} s ON s.relation_id = r.id",
+        params,
+    )
+    rows = await ctx.fetch(edges)
+    contributions: dict[int, list[tuple[str, RelationAttrs]]] = {}
+    orders: dict[int, str] = {}
+    for rid, cid, order_key, d, c, vf, vt in await ctx.fetch(sources):
+        contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
+        orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
+    live = [
+        (int(r[0]), (str(r[1]), int(r[2]), int(r[4])), str(r[3]), bool(r[5]), orders.get(int(r[0])))
+        for r in rows
+        if int(r[0]) in contributions
+    ]
+    desired = desired_relation_states(live, ctx.info.exclusive_groups)
+    names = await ctx.entity_names({int(r[2]) for r in rows} | {int(r[4]) for r in rows})
+    attr_updates: list[tuple[Any, ...]] = []
+    text_updates: list[tuple[int, str]] = []
+    zeroed: list[int] = []
+    moves: list[tuple[int, State, State, datetime | None]] = []
+    for r in rows:
+        rid, space = int(r[0]), str(r[1])
+        subject, obj = names[int(r[2])], names[int(r[4])]
+        predicate, negated = str(r[3]), bool(r[5])
+        mine = contributions.get(rid)
+        if mine:
+            weight, order_key = len(mine), orders[rid]
+            attrs = merge_relation_attrs(mine)
+            stored = (int(r[6]), r[7], r[8], float(r[9]), r[10], r[11])
+            if (weight, order_key, *attrs) != stored:
+                lo, hi = period_bounds(attrs[2], attrs[3])
+                attr_updates.append((weight, order_key, *attrs, lo, hi, rid))
+                text = render_relation(subject, predicate, obj, negated, attrs[2], attrs[3])
+                if text != r[15]:
+                    text_updates.append((rid, text))
+            valid_from, valid_to = attrs[2], attrs[3]
+        else:
+            valid_from, valid_to = r[10], r[11]
+            if int(r[6]) != 0:
+                zeroed.append(rid)
+        want = desired.get(rid, ("retracted", None))
+        have: State = (
+            ("retracted", None)
+            if r[12] is None
+            else (str(r[12]), int(r[13]) if r[13] is not None else None)
+        )
+        if want == have:
+            continue
+        moves.append((rid, have, want, r[14]))
+        ref = {
+            "id": str(rid),
+            "subject": subject,
+            "predicate": predicate,
+            "object": obj,
+            "negated": negated,
+            "valid_from": valid_from,
+            "valid_to": valid_to,
+        }
+        for kind, by in _transition_kinds(have, want):
+            extra = {"superseded_by": str(by)} if by is not None else {}
+            ctx.changes.add(kind, space, relation=ref, **extra)
+    if attr_updates:
+        await ctx.run(
+            "UPDATE {relations} r SET weight = u.w, order_key = u.k, description = u.d,"
+            " confidence = u.c, valid_from = u.f, valid_to = u.t,"
+            " valid_from_d = u.fd, valid_to_d = u.td"
+            " FROM unnest(%b::int[], %b::text[], %b::text[], %b::float8[], %b::text[],"
+            " %b::text[], %b::date[], %b::date[], %b::bigint[])"
+            " AS u(w, k, d, c, f, t, fd, td, i) WHERE r.id = u.i",
+            [list(column) for column in zip(*attr_updates, strict=True)],
+        )
+    if text_updates:
+        vecs = await ctx.embeddings([t for _, t in text_updates])
+        await ctx.run(
+            "UPDATE {relations} r SET rendered = u.t, embedding = u.e"
+            " FROM unnest(%b::text[], %b::vector[], %b::bigint[]) AS u(t, e, i)"
+            " WHERE r.id = u.i",
+            ([t for _, t in text_updates], vecs, [rid for rid, _ in text_updates]),
+        )
+    if zeroed:
+        await ctx.run("UPDATE {relations} SET weight = 0 WHERE id = ANY(%s)", (zeroed,))
+    if moves:
+        await _move_history(ctx, moves, bt)
+
+
+async def _move_history(
+    ctx: WriteContext, moves: list[tuple[int, State, State, datetime | None]], bt: datetime
+) -> None:
+    """Close each moved relation's open belief interval, open the new one, set its state.
+
+    An interval opened by this very transaction is deleted rather than closed, so the
+    history never holds an empty interval.
+    """
+    closing = [(rid, since) for rid, have, _, since in moves if have[0] != "retracted"]
+    dropped = [rid for rid, since in closing if since == bt]
+    expired = [rid for rid, since in closing if since != bt]
+    opened = [(rid, want) for rid, _, want, _ in moves if want[0] != "retracted"]
+    if dropped:
+        await ctx.run(
+            "DELETE FROM {relation_history} WHERE relation_id = ANY(%s) AND t_created = %s",
+            (dropped, bt),
+        )
+    if expired:
+        await ctx.run(
+            "UPDATE {relation_history} SET t_expired = %s"
+            " WHERE relation_id = ANY(%s) AND t_expired IS NULL",
+            (bt, expired),
+        )
+    # The new intervals open with the edges' state update, in one statement (another
+    # table; the intervals closed above are closed by then).
+    await ctx.run(
+        "WITH opened AS (INSERT INTO {relation_history}"
+        "  (relation_id, state, superseded_by, t_created)"
+        "  SELECT i, s, b, %(bt)s FROM unnest(%(oi)b::bigint[], %(os)b::text[],"
+        "  %(ob)b::bigint[]) AS u(i, s, b))"
+        " UPDATE {relations} r SET status = u.s, superseded_by = u.b,"
+        " t_expired = CASE WHEN u.s = 'current' THEN NULL ELSE %(bt)s END"
+        " FROM unnest(%(mi)b::bigint[], %(ms)b::text[], %(mb)b::bigint[]) AS u(i, s, b)"
+        " WHERE r.id = u.i",
+        {
+            "bt": bt,
+            "oi": [o[0] for o in opened],
+            "os": [o[1][0] for o in opened],
+            "ob": [o[1][1] for o in opened],
+            "mi": [m[0] for m in moves],
+            "ms": [m[2][0] for m in moves],
+            "mb": [m[2][1] for m in moves],
+        },
+    )
+
+
+def _transition_kinds(have: State, want: State) -> list[tuple[str, int | None]]:
+    """Change kinds for a relation moving between belief states."""
+    h, w = have[0], want[0]
+    if w == "retracted":
+        return [("relation_retracted", None)]
+    if w == "current":
+        return [("relation_restored" if h == "superseded" else "relation_added", None)]
+    if h == "retracted":
+        return [("relation_added", None), ("relation_superseded", want[1])]
+    return [("relation_superseded", want[1])]

@@ -1,0 +1,72 @@
+"""In-place upgrades of realms created with an earlier table layout.
+
+Both the indexer and the query service open realms, and either may be the first to meet
+an older one after an upgrade, so the steps live here and are safe to run concurrently:
+each takes the realm's write lock and re-checks under it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, sql
+
+from tidegraph.schemas.names import name_key
+from tidegraph.store.locks import lock_realm_schema
+
+
+class NameKeyConflict(Exception):
+    """Two entities of one space differ only in letter case outside ASCII."""
+
+
+async def has_name_keys(conn: AsyncConnection[Any], schema: str) -> bool:
+    """Whether the realm's entities carry the stored name key."""
+    cur = await conn.execute(
+        "SELECT 1 FROM information_schema.columns"
+        " WHERE table_schema = %s AND table_name = 'entities' AND column_name = 'name_key'",
+        (schema,),
+    )
+    return await cur.fetchone() is not None
+
+
+async def add_name_keys(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before entities carried a stored name key its keys.
+
+    The old unique index used SQL ``lower()``, whose reach depends on the collation; the
+    keys are computed by :func:`name_key`, as every write computes them now.
+    """
+    entities = sql.Identifier(schema, "entities")
+    try:
+        async with conn.transaction():
+            await lock_realm_schema(conn, schema)
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS name_key text").format(entities)
+            )
+            cur = await conn.execute(
+                sql.SQL("SELECT id, name FROM {} WHERE name_key IS NULL").format(entities)
+            )
+            rows = await cur.fetchall()
+            await conn.execute(
+                sql.SQL(
+                    "UPDATE {} e SET name_key = u.k FROM unnest(%s::bigint[], %s::text[])"
+                    " AS u(i, k) WHERE e.id = u.i"
+                ).format(entities),
+                ([i for i, _ in rows], [name_key(n) for _, n in rows]),
+            )
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ALTER COLUMN name_key SET NOT NULL").format(entities)
+            )
+            await conn.execute(
+                sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(schema, "entities_name"))
+            )
+            await conn.execute(
+                sql.SQL(
+                    "CREATE UNIQUE INDEX IF NOT EXISTS entities_name_key ON {} (space, name_key)"
+                ).format(entities)
+            )
+    except psycopg.errors.UniqueViolation as exc:
+        raise NameKeyConflict(
+            f"two entities of {schema} differ only in letter case outside ASCII"
+            f" ({exc.diag.message_detail}); rebuild the realm with `tidegraph replay`"
+        ) from exc
