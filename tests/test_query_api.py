@@ -11,8 +11,6 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.query_service.auth import ApiKeys, is_loopback, require_loopback
-from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store.realms import create_realm
 
@@ -149,20 +147,6 @@ async def test_a_realm_of_the_earlier_layout_is_upgraded_on_first_lookup(
         assert [x["object"] for x in r.json()["relations"]] == ["Bo Ek"]
         data = await query_data(client, realm, query="Who did Olga Åberg advise?")
         assert "Olga Åberg" in [e["name"] for e in data["entities"]]
-
-
-def test_key_parsing_and_loopback_rule() -> None:
-    keys = ApiKeys.parse(" k1 = a , b ; k2=* ")
-    assert [(g.key, sorted(g.realms)) for g in keys.grants] == [("k1", ["a", "b"]), ("k2", ["*"])]
-    for bad in ("k1", "=a", "k1=", "k1=Bad-Name", "k=a;k=b"):
-        with pytest.raises(ConfigError):
-            ApiKeys.parse(bad)
-    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
-    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
-    with pytest.raises(ConfigError, match="TIDEGRAPH_API_KEYS"):
-        require_loopback("0.0.0.0", ApiKeys())
-    require_loopback("0.0.0.0", keys)
-    require_loopback("127.0.0.1", ApiKeys())
 
 
 @pytest.mark.parametrize(

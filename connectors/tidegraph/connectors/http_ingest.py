@@ -14,7 +14,6 @@ the send timeout (the producer reconnects on the next request).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -26,11 +25,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tidegraph.connectors.api_keys import ApiKeys
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
 from tidegraph.schemas._validation import RecordValidationError
+from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 from tidegraph.schemas.errors import InvalidNameError
 from tidegraph.schemas.hashing import content_hash
@@ -134,30 +133,20 @@ def _unavailable(exc: DeliveryError) -> IngestError:
     return IngestError(503, "kafka_unavailable", str(exc), **{"Retry-After": "5"})
 
 
-def _is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def _authorize(request: Request, realm: str, keys: ApiKeys) -> None:
-    if not keys.configured:
-        client = request.client.host if request.client else None
-        if not _is_loopback(client):
+    if not keys.enabled:
+        if not is_loopback(request.client.host if request.client else None):
             raise IngestError(403, "forbidden", "no API keys configured: loopback clients only")
         return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(request.headers.get("authorization"))
+    if token is None:
         raise IngestError(
             401, "unauthorized", "missing bearer key", **{"WWW-Authenticate": "Bearer"}
         )
-    realms = keys.realms_of(token.strip())
-    if realms is None:
+    grant = keys.grant_of(token)
+    if grant is None:
         raise IngestError(401, "unauthorized", "unknown API key", **{"WWW-Authenticate": "Bearer"})
-    if not keys.allows(token.strip(), realm):
+    if not grant.allows(realm):
         raise IngestError(403, "forbidden", f"this key may not write to realm {realm!r}")
 
 

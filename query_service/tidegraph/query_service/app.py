@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidegraph.query_service import channels, reads
-from tidegraph.query_service.auth import ApiKeys
+from tidegraph.query_service.auth import authorize
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import (
     RealmCatalog,
@@ -69,6 +69,7 @@ from tidegraph.query_service.retrieval import (
     search,
 )
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
+from tidegraph.schemas.api_keys import ApiKeys
 from tidegraph.schemas.errors import ConfigError, ContractError, TidegraphError
 from tidegraph.schemas.names import validate_space
 
@@ -132,7 +133,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
 
     async def realm_meta(conn: AsyncConnection[Any], realm: str, auth: str | None) -> RealmMeta:
-        keys.authorize(auth, realm)
+        authorize(keys, auth, realm)
         return await catalog.get(conn, realm)
 
     def embedder_for(meta: RealmMeta) -> QueryEmbedder:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import signal
 import sys
 from pathlib import Path
 
 from tidegraph.connectors import pgoutput
-from tidegraph.connectors.api_keys import parse_api_keys
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
@@ -21,6 +19,7 @@ from tidegraph.infra.commands._connector_args import (
     prepare_topics,
     settings_from,
 )
+from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm, validate_space
 
@@ -152,15 +151,6 @@ def _register_http(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     http.set_defaults(func=run_http)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def run_http(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -171,12 +161,8 @@ def run_http(args: argparse.Namespace) -> int:
         max_document_bytes=args.max_document_bytes, send_timeout=args.send_timeout
     )
     secret = connector_settings.api_keys
-    keys = parse_api_keys(secret.get_secret_value() if secret else None)
-    if not keys.configured and not _loopback(args.host):
-        raise ConfigError(
-            f"refusing to listen on {args.host} without API keys: set TIDEGRAPH_API_KEYS "
-            "or listen on a loopback address"
-        )
+    keys = ApiKeys.parse(secret.get_secret_value() if secret else None)
+    require_loopback(args.host, keys)
     asyncio.run(prepare_topics(args, settings, connector_settings))
     producer = DocumentProducer.from_settings(
         settings, max_document_bytes=connector_settings.max_document_bytes

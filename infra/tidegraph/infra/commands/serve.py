@@ -19,7 +19,6 @@ from prometheus_client import CollectorRegistry
 
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.query_service.app import Deps, create_app
-from tidegraph.query_service.auth import ApiKeys, require_loopback
 from tidegraph.query_service.config import QuerySettings, load_query_settings
 from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
@@ -31,6 +30,7 @@ from tidegraph.query_service.keywords import (
 )
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.synthesis import ChatModel
+from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.schemas.settings import Settings, load_settings
