@@ -13,7 +13,7 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from psycopg import sql
 
-from tidegraph.schemas.names import realm_schema
+from tidegraph.store.realms import list_realms
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,8 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
         async with await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=3
         ) as conn:
-            cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
-            row = await cur.fetchone()
-            if row is None or not row[0]:
-                return out
-            cur = await conn.execute("SELECT realm FROM tidegraph.realms ORDER BY realm")
-            for (realm,) in await cur.fetchall():
-                schema = sql.Identifier(realm_schema(realm))
+            for realm, name in await list_realms(conn):
+                schema = sql.Identifier(name)
                 cur = await conn.execute(
                     sql.SQL("SELECT status, count(*) FROM {}.documents GROUP BY status").format(
                         schema

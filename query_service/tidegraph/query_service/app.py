@@ -33,9 +33,6 @@ from tidegraph.query_service.auth import authorize
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import (
     RealmCatalog,
-    RealmMeta,
-    is_transient,
-    realm_problems,
     unavailable,
 )
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder, checked
@@ -72,6 +69,8 @@ from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_pr
 from tidegraph.schemas.api_keys import ApiKeys
 from tidegraph.schemas.errors import ConfigError, ContractError, TidegraphError
 from tidegraph.schemas.names import validate_space
+from tidegraph.store.errors import is_transient
+from tidegraph.store.realms import RealmInfo, realm_problems
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +131,11 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
 
-    async def realm_meta(conn: AsyncConnection[Any], realm: str, auth: str | None) -> RealmMeta:
+    async def realm_meta(conn: AsyncConnection[Any], realm: str, auth: str | None) -> RealmInfo:
         authorize(keys, auth, realm)
         return await catalog.get(conn, realm)
 
-    def embedder_for(meta: RealmMeta) -> QueryEmbedder:
+    def embedder_for(meta: RealmInfo) -> QueryEmbedder:
         key = (meta.realm, meta.embedder)
         if key not in embedders:
             try:

@@ -37,6 +37,7 @@ from psycopg import AsyncConnection, sql
 from tidegraph.query_service.db import table
 from tidegraph.query_service.metrics import PublisherMetrics
 from tidegraph.query_service.reads import OUTBOX_COLUMNS, change_from_row
+from tidegraph.store.realms import list_realms
 
 log = logging.getLogger(__name__)
 
@@ -226,11 +227,7 @@ class ChangePublisher:
         return list(await cur.fetchall())
 
     async def _realms(self, conn: AsyncConnection[Any]) -> dict[str, str]:
-        try:
-            cur = await conn.execute("SELECT realm, schema_name FROM tidegraph.realms")
-        except psycopg.errors.UndefinedTable:
-            return {}
-        found = {str(r): str(s) for r, s in await cur.fetchall()}
+        found = dict(await list_realms(conn))
         if self.only is not None:
             found = {r: s for r, s in found.items() if r in self.only}
         return dict(sorted(found.items()))

@@ -16,9 +16,10 @@ import orjson
 from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.channels import Scope, edge_filter, parameters
-from tidegraph.query_service.db import RealmMeta, table
+from tidegraph.query_service.db import table
 from tidegraph.schemas.changes import GraphChange, change_id
 from tidegraph.schemas.names import ANY_SPACE, name_key
+from tidegraph.store.realms import RealmInfo
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ OUTBOX_COLUMNS = sql.SQL("seq, idx, kind, space, belief_time, payload")
 
 async def changes_page(
     conn: AsyncConnection[Any],
-    meta: RealmMeta,
+    meta: RealmInfo,
     *,
     after_seq: int | None,
     since: datetime | None,
@@ -109,7 +110,7 @@ async def changes_page(
 
 
 async def document_state(
-    conn: AsyncConnection[Any], meta: RealmMeta, space: str, doc_key: str
+    conn: AsyncConnection[Any], meta: RealmInfo, space: str, doc_key: str
 ) -> dict[str, Any] | None:
     """The contract's document status object, or ``None`` when unknown."""
     cur = await conn.execute(
@@ -139,7 +140,7 @@ async def document_state(
 
 async def list_relations(
     conn: AsyncConnection[Any],
-    meta: RealmMeta,
+    meta: RealmInfo,
     scope: Scope,
     *,
     subject: str | None,
@@ -215,7 +216,7 @@ async def list_relations(
 
 async def list_entities(
     conn: AsyncConnection[Any],
-    meta: RealmMeta,
+    meta: RealmInfo,
     *,
     name: str | None,
     space: str,

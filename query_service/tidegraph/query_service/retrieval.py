@@ -40,7 +40,6 @@ from psycopg import AsyncConnection
 
 from tidegraph.query_service import channels
 from tidegraph.query_service.channels import Scope
-from tidegraph.query_service.db import RealmMeta
 from tidegraph.query_service.embedding import QueryEmbedder, check_vectors
 from tidegraph.query_service.fusion import Fused, quota_interleave, rrf
 from tidegraph.query_service.keywords import (
@@ -50,6 +49,7 @@ from tidegraph.query_service.keywords import (
     websearch_text,
 )
 from tidegraph.schemas.names import name_key
+from tidegraph.store.realms import RealmInfo
 
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
 MODES: tuple[Mode, ...] = ("mix", "local", "global", "hybrid", "naive", "bypass")
@@ -208,7 +208,7 @@ async def prepare(
 
 async def retrieve(
     conn: AsyncConnection[Any],
-    realm: RealmMeta,
+    realm: RealmInfo,
     embedder: QueryEmbedder,
     params: RetrievalParams,
     limits: RetrievalLimits = RetrievalLimits(),
@@ -223,7 +223,7 @@ async def retrieve(
 
 async def search(
     conn: AsyncConnection[Any],
-    realm: RealmMeta,
+    realm: RealmInfo,
     prepared: PreparedQuery | None,
     params: RetrievalParams,
     limits: RetrievalLimits = RetrievalLimits(),

@@ -89,3 +89,8 @@ def classify_db_error(exc: BaseException) -> BaseException:
         if sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:
             return DatabaseUnavailable(f"database busy ({sqlstate}): {exc}")
     return exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a database error means "unavailable now" rather than a bug."""
+    return isinstance(classify_db_error(exc), DatabaseUnavailable)

@@ -1,4 +1,5 @@
-"""Realm schemas: created on first use, verified on every open (paper §3.5, invariant 10)."""
+"""The realm catalogue: realm schemas created on first use, found, listed and verified on
+every open (paper §3.5, DESIGN invariant 10). Every package asks these questions here."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tidegraph.schemas.ddl import (
     realm_ddl,
     search_index_ddl,
 )
-from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.schemas.names import REALM_PATTERN, realm_schema, validate_realm
+from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.locks import lock_realm_schema
 from tidegraph.store.upgrades import NameKeyConflict, add_name_keys
@@ -46,6 +47,7 @@ class RealmInfo:
 
 
 _DIM = re.compile(r"^vector\((\d+)\)$")
+_REALM = re.compile(REALM_PATTERN)
 
 
 async def ensure_control(conn: AsyncConnection[Any]) -> None:
@@ -95,16 +97,45 @@ async def create_realm(
     return await open_realm(conn, realm, schema=schema)
 
 
+async def realm_exists(conn: AsyncConnection[Any], schema: str) -> bool:
+    """Whether ``schema`` holds a realm (its ``meta`` table): a live realm, a shadow, an
+    audit copy or a retired one."""
+    cur = await conn.execute(
+        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = 'meta' AND c.relkind = 'r'",
+        (schema,),
+    )
+    return await cur.fetchone() is not None
+
+
+async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
+    """(realm, schema) of every registered realm, by name; empty before the control schema
+    exists."""
+    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
+    row = await cur.fetchone()
+    if not row or not row[0]:
+        return []
+    cur = await conn.execute("SELECT realm, schema_name FROM tidegraph.realms ORDER BY realm")
+    return [(str(a), str(b)) for a, b in await cur.fetchall()]
+
+
+async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None:
+    """A registered realm, opened (and upgraded if need be); ``None`` when there is none
+    (an invalid name included)."""
+    if _REALM.fullmatch(realm) is None:
+        return None
+    schema = realm_schema(realm)
+    if not await realm_exists(conn, schema):
+        return None
+    return await open_realm(conn, realm)
+
+
 async def open_realm(
     conn: AsyncConnection[Any], realm: str, *, schema: str | None = None
 ) -> RealmInfo:
     """Load a realm's pinned configuration and verify every embedding column's width."""
     schema = schema or realm_schema(realm)
-    cur = await conn.execute(
-        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'meta'",
-        (schema,),
-    )
-    if await cur.fetchone() is None:
+    if not await realm_exists(conn, schema):
         raise RealmSchemaError(f"realm {realm!r} does not exist (no schema {schema!r})")
     cur = await conn.execute(
         sql.SQL("SELECT embedder, dimension, extractor, config FROM {}.meta").format(
@@ -165,3 +196,61 @@ def check_embedder(info: RealmInfo, embedder_id: str) -> None:
     """Writing or querying with another embedder than the pinned one fails loudly."""
     if embedder_id != info.embedder:
         raise EmbedderMismatch(info.realm, info.embedder, embedder_id)
+
+
+async def realm_problems(conn: AsyncConnection[Any]) -> tuple[int, list[str]]:
+    """(number of realms, why some cannot serve), in three statements whatever the number
+    of realms: each needs a meta row whose embedder agrees with its dimension, and every
+    embedding column at that dimension."""
+    realms = await list_realms(conn)
+    if not realms:
+        return 0, []
+    schemas = [s for _, s in realms]
+    cur = await conn.execute(
+        "SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod)"
+        " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped"
+        " AND (a.attname = 'embedding' OR (c.relname = 'meta' AND a.attname = 'dimension'))",
+        (schemas,),
+    )
+    types: dict[str, dict[tuple[str, str], str]] = {}
+    for n, t, c, ty in await cur.fetchall():
+        types.setdefault(str(n), {})[(str(t), str(c))] = str(ty)
+    with_meta = [s for s in schemas if ("meta", "dimension") in types.get(s, {})]
+    metas: dict[str, tuple[str, int, str]] = {}
+    if with_meta:
+        union = sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {}, embedder, dimension, extractor FROM {}").format(
+                sql.Literal(s), sql.Identifier(s, "meta")
+            )
+            for s in with_meta
+        )
+        cur = await conn.execute(union)
+        metas = {str(s): (str(e), int(d), str(x)) for s, e, d, x in await cur.fetchall()}
+    problems = []
+    for realm, schema in realms:
+        problem = _problem(realm, schema, metas.get(schema), types.get(schema, {}))
+        if problem:
+            problems.append(problem)
+    return len(realms), problems
+
+
+def _problem(
+    realm: str, schema: str, meta: tuple[str, int, str] | None, types: dict[tuple[str, str], str]
+) -> str | None:
+    if meta is None:
+        return f"realm {realm!r}: schema {schema!r} has no meta row"
+    embedder, dimension, extractor = meta
+    try:
+        spec = parse_embedder(embedder)
+    except ValueError as exc:
+        return f"realm {realm!r}: {exc}"
+    if spec.dimension != dimension:
+        return f"realm {realm!r}: embedder {embedder} disagrees with dimension {dimension}"
+    info = RealmInfo(realm, schema, embedder, dimension, extractor)
+    try:
+        verify_embedding_columns(info, types)
+    except RealmSchemaError as exc:
+        return str(exc)
+    return None

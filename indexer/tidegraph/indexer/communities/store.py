@@ -70,7 +70,7 @@ from tidegraph.schemas.errors import ConfigError, TidegraphError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
 from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.store.errors import RealmSwapped
-from tidegraph.store.realms import RealmInfo, check_embedder, open_realm
+from tidegraph.store.realms import RealmInfo, check_embedder, list_realms, open_realm
 
 __all__ = [
     "BuildResult",
@@ -543,12 +543,9 @@ async def auto_build_loop(
     while True:
         try:
             async with pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT realm, schema_name FROM tidegraph.realms"
-                    " WHERE %(all)s OR realm = ANY(%(some)s) ORDER BY realm",
-                    {"all": realms is None, "some": list(realms or ())},
-                )
-                for realm, schema in await cur.fetchall():
+                for realm, schema in await list_realms(conn):
+                    if realms is not None and realm not in realms:
+                        continue
                     await _maybe_build(
                         conn,
                         realm,

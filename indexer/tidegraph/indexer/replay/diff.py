@@ -30,6 +30,7 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.schemas.names import REALM_PATTERN, realm_schema
 from tidegraph.store.errors import RealmSchemaError
+from tidegraph.store.realms import realm_exists
 
 __all__ = [
     "KINDS",
@@ -324,14 +325,8 @@ async def resolve_schema(conn: AsyncConnection[Any], name: str) -> str:
     candidates = [name]
     if _REALM.fullmatch(name):
         candidates.insert(0, realm_schema(name))
-    cur = await conn.execute(
-        "SELECT table_schema FROM information_schema.tables"
-        " WHERE table_name = 'meta' AND table_schema = ANY(%s)",
-        (candidates,),
-    )
-    found = {str(r[0]) for r in await cur.fetchall()}
     for schema in candidates:
-        if schema in found:
+        if await realm_exists(conn, schema):
             return schema
     raise RealmSchemaError(
         f"{name!r} is neither a realm nor a realm-shaped schema (a shadow, audit or retired "

@@ -86,7 +86,13 @@ from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
 from tidegraph.store.errors import Fenced, classify_db_error
-from tidegraph.store.realms import RealmInfo, create_realm, ensure_control, open_realm
+from tidegraph.store.realms import (
+    RealmInfo,
+    create_realm,
+    ensure_control,
+    open_realm,
+    realm_exists,
+)
 
 __all__ = [
     "ReplayOptions",
@@ -369,7 +375,7 @@ class _Replay:
     # -- setup -------------------------------------------------------------------------
 
     async def _live_info(self, conn: AsyncConnection[Any]) -> RealmInfo | None:
-        if not await self._live_exists(conn):
+        if not await realm_exists(conn, self.live):
             return None
         return await open_realm(conn, self.o.realm)
 
@@ -410,14 +416,6 @@ class _Replay:
             return self.until_bound
         live = await self._live_position(self.applier.conn)
         return live if live is not None else await self.reader.log_end()
-
-    async def _live_exists(self, conn: AsyncConnection[Any]) -> bool:
-        cur = await conn.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
-            " AND table_name = 'meta'",
-            (self.live,),
-        )
-        return await cur.fetchone() is not None
 
     async def _fixed_bound(self) -> Callable[[], Awaitable[int]]:
         """The bound as it is now, held still: a phase that must end does not chase."""
@@ -613,7 +611,7 @@ class _Replay:
 
         base = None
         baseline_started = time.perf_counter()
-        if await self._live_exists(conn):
+        if await realm_exists(conn, self.live):
             await premerge_cache(conn, self.live, info.schema)
             base = await baseline(conn, self.live, info.schema)
         self.baseline_seconds = time.perf_counter() - baseline_started

@@ -78,6 +78,7 @@ from tidegraph.indexer.replay.diff import (
 )
 from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
 from tidegraph.store.locks import lock_realm_schema
+from tidegraph.store.realms import realm_exists
 
 
 @dataclass(frozen=True)
@@ -178,14 +179,6 @@ def _t(schema: str, table: str) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
-async def _exists(conn: AsyncConnection[Any], schema: str) -> bool:
-    cur = await conn.execute(
-        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'meta'",
-        (schema,),
-    )
-    return await cur.fetchone() is not None
-
-
 async def swap_in(
     conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp, base: Baseline | None = None
 ) -> SwapOutcome:
@@ -212,7 +205,7 @@ async def _swap(
         )
     )
     await lock_realm_schema(conn, plan.live)
-    live_exists = await _exists(conn, plan.live)
+    live_exists = await realm_exists(conn, plan.live)
     started = time.perf_counter()
     old_seq, old_last = 0, None
     if live_exists:

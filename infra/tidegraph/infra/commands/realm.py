@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
@@ -14,7 +13,7 @@ from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import create_realm, ensure_control, open_realm
+from tidegraph.store.realms import create_realm, ensure_control, open_realm, realm_exists
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,7 +51,7 @@ async def _create(args: argparse.Namespace) -> int:
     dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await ensure_control(conn)
-        if await _exists(conn, realm):
+        if await realm_exists(conn, realm_schema(realm)):
             info = await open_realm(conn, realm)
             if info.embedder != config.embedder:
                 raise ConfigError(
@@ -70,16 +69,8 @@ async def _show(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        if not await _exists(conn, realm):
+        if not await realm_exists(conn, realm_schema(realm)):
             raise RealmSchemaError(f"realm {realm!r} does not exist")
         info = await open_realm(conn, realm)
     sys.stdout.write(info.config.to_json().decode() + "\n")
     return 0
-
-
-async def _exists(conn: psycopg.AsyncConnection[Any], realm: str) -> bool:
-    cur = await conn.execute(
-        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'meta'",
-        (realm_schema(realm),),
-    )
-    return await cur.fetchone() is not None

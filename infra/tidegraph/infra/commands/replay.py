@@ -39,6 +39,7 @@ from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.store.realms import realm_exists
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -192,12 +193,7 @@ async def _main(args: argparse.Namespace, settings: Settings, options: ReplayOpt
     try:
         live = realm_schema(options.realm)
         async with pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
-                " AND table_name = 'extraction_cache'",
-                (live,),
-            )
-            has_live_cache = await cur.fetchone() is not None
+            has_live_cache = await realm_exists(conn, live)
         llm = llm_client_if_configured()
         registry = ModelRegistry(
             pool=pool,
