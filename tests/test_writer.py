@@ -199,16 +199,16 @@ async def test_first_write_after_a_community_build_says_communities_are_stale(
     assert kinds.count("communities_stale") == 1
 
 
-async def test_stamps_a_replay_batch_draws_are_the_writers_own(
+async def test_the_batch_sequencer_draws_what_the_live_one_draws(
     conn: psycopg.AsyncConnection[Any], unique_name: Callable[[str], str]
 ) -> None:
-    """A replay batch reads the meta row once, draws each write's sequence, belief instant
-    and staleness notice itself and stores the row once: the realm must end exactly as
-    when each write draws its own, with the log's clock stepping back and a community
-    build between two batches."""
+    """The sequencer contract: a batch reads the meta row once, draws each write's
+    sequence, belief instant and staleness notice in memory and stores the row once; the
+    realm must end exactly as when the database draws for each write, with the log's clock
+    stepping back and a community build between two batches."""
     from psycopg import sql
 
-    from tidegraph.indexer.replay.applier import BatchMeta
+    from tidegraph.indexer.write.sequencer import BatchSequencer
 
     own = await GraphHarness.create(conn, unique_name("own"), GROUPS)
     batched = await GraphHarness.create(conn, unique_name("batched"), GROUPS)
@@ -251,12 +251,13 @@ async def test_stamps_a_replay_batch_draws_are_the_writers_own(
         if batch.start == 4:
             await build_communities(batched)
         async with conn.transaction():
-            meta = await BatchMeta.read(conn, batched.info)
+            sequencer = await BatchSequencer.open(conn, batched.info)
+            opened = sequencer.meta
             for n in batch:
-                stamp = meta.next(times[n])
-                await batched.upsert(f"d{n % 5}", [([ent(names[n])], [])], at=times[n], stamp=stamp)
-                meta.drawn()
-            await meta.store(conn, batched.info)
+                await batched.upsert(
+                    f"d{n % 5}", [([ent(names[n])], [])], at=times[n], sequencer=sequencer
+                )
+            await sequencer.close(conn, opened)
     mine = await outcome(own)
     assert mine == await outcome(batched)
     kinds = [k for _, _, k, _ in mine[0]]
