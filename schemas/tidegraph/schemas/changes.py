@@ -26,8 +26,8 @@ from pydantic import (
     model_validator,
 )
 
-from tidegraph.schemas._validation import RecordValidationError, load_object, problems_from
 from tidegraph.schemas.documents import RFC3339_PATTERN, format_utc
+from tidegraph.schemas._validation import RecordValidationError, load_object, problems_from
 from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPACE_PATTERN
 
 CHANGE_SCHEMA: Final = "tidegraph.change.v1"
@@ -44,6 +44,7 @@ class ChangeKind(StrEnum):
     ENTITY_ADDED = "entity_added"
     ENTITY_DORMANT = "entity_dormant"
     ENTITY_REVIVED = "entity_revived"
+    ENTITY_UPDATED = "entity_updated"
     RELATION_ADDED = "relation_added"
     RELATION_SUPERSEDED = "relation_superseded"
     RELATION_RETRACTED = "relation_retracted"
@@ -76,6 +77,14 @@ class EntityRef(BaseModel):
     id: str = Field(description="Stable entity id within the realm.")
     name: str = Field(description="Canonical name.")
     type: str = Field(description="Entity type (`Concept` when unspecified).")
+    description: str | None = Field(
+        None,
+        description="Description as the entity now holds it; present on `entity_added` and"
+        " `entity_updated` (every attribute is reported, not only the changed ones).",
+    )
+    aliases: list[str] | None = Field(
+        None, description="Aliases, sorted; present on `entity_added` and `entity_updated`."
+    )
 
 
 class RelationRef(BaseModel):
@@ -140,6 +149,17 @@ class GraphChange(BaseModel):
     relation: RelationRef | None = None
     superseded_by: str | None = Field(None, description="Id of the superseding relation.")
     error: str | None = Field(None, description="Why a document failed (document_failed).")
+    merged_into: str | None = Field(
+        None,
+        description="On `entity_dormant`: id of the entity that absorbed this one (a merge); its"
+        " relations now belong to that entity.",
+    )
+    rebuild: dict[str, Any] | None = Field(
+        None,
+        description="On the `communities_stale` notice of a replay swap: the retired schema, the"
+        " log position (`topic`, `partition`, `offset`) the rebuilt realm reflects, and how"
+        " many differences the changes after it report.",
+    )
 
     @field_validator("space", mode="before")
     @classmethod

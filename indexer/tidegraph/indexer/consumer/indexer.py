@@ -43,9 +43,8 @@ from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
 from tidegraph.indexer.write.units import RecordUnit
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas.errors import RecordValidationError, TidegraphError
 from tidegraph.schemas.names import realm_schema
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import holds, positions

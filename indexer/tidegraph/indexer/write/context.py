@@ -22,6 +22,7 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.adapt import PyFormat
 
 from tidegraph.indexer.extraction.interfaces import Embedder
+from tidegraph.schemas.changes import ChangeKind
 from tidegraph.store.realms import RealmInfo
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -55,9 +56,9 @@ class ChangeSet:
     """Changes of one transaction, in the order they happened."""
 
     space: str
-    items: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    items: list[tuple[ChangeKind, str, dict[str, Any]]] = field(default_factory=list)
 
-    def add(self, kind: str, space: str | None = None, **payload: Any) -> None:
+    def add(self, kind: ChangeKind, space: str | None = None, **payload: Any) -> None:
         self.items.append((kind, space or self.space, payload))
 
 

@@ -21,6 +21,7 @@ from tidegraph.indexer.graph.rules import (
     render_relation,
 )
 from tidegraph.indexer.write.context import WriteContext
+from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
 
 RelationKey = tuple[int, str, int, bool]
@@ -345,13 +346,14 @@ async def _move_history(
     )
 
 
-def _transition_kinds(have: State, want: State) -> list[tuple[str, int | None]]:
+def _transition_kinds(have: State, want: State) -> list[tuple[ChangeKind, int | None]]:
     """Change kinds for a relation moving between belief states."""
     h, w = have[0], want[0]
     if w == "retracted":
-        return [("relation_retracted", None)]
+        return [(ChangeKind.RELATION_RETRACTED, None)]
     if w == "current":
-        return [("relation_restored" if h == "superseded" else "relation_added", None)]
+        restored = h == "superseded"
+        return [(ChangeKind.RELATION_RESTORED if restored else ChangeKind.RELATION_ADDED, None)]
     if h == "retracted":
-        return [("relation_added", None), ("relation_superseded", want[1])]
-    return [("relation_superseded", want[1])]
+        return [(ChangeKind.RELATION_ADDED, None), (ChangeKind.RELATION_SUPERSEDED, want[1])]
+    return [(ChangeKind.RELATION_SUPERSEDED, want[1])]
