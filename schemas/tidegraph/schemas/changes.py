@@ -26,8 +26,8 @@ from pydantic import (
     model_validator,
 )
 
-from tidegraph.schemas.documents import RFC3339_PATTERN, format_utc
 from tidegraph.schemas._validation import RecordValidationError, load_object, problems_from
+from tidegraph.schemas.documents import RFC3339_PATTERN, format_utc
 from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPACE_PATTERN
 
 CHANGE_SCHEMA: Final = "tidegraph.change.v1"
