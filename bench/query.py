@@ -236,7 +236,7 @@ async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
                 (chunk,),
                 {},
             )
-            version = Version("default", doc.key, prepared, None, UNKNOWN)
+            version = Version("default", doc.key, prepared, None, UNKNOWN, n)
             async with unit.transaction(conn, info, n, Position(n + 1)) as sequencer:
                 stamp = await sequencer.draw(conn, T0 + timedelta(seconds=n))
                 await apply_version(conn, info, embedder, version, stamp)

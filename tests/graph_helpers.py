@@ -114,7 +114,7 @@ class GraphHarness:
         """Write one version at the next offset, appended to the log one second after the
         last one (or at ``at``)."""
         self.clock = at if at is not None else self.clock + timedelta(seconds=1)
-        version = Version(space, doc_key, doc, None, UNKNOWN)
+        version = Version(space, doc_key, doc, None, UNKNOWN, self.offset)
         unit = RecordUnit(self.claim)
         async with unit.transaction(
             self.conn, self.info, self.offset, Position(self.offset + 1)

@@ -69,6 +69,12 @@ def change_id(realm: str, seq: int, index: int) -> str:
     return f"{realm}:{seq}:{index}"
 
 
+def _absent(value: object) -> bool:
+    """Fields added to ``tidegraph.change.v1`` after its first release are left out when
+    they do not apply, so earlier payloads read exactly as before."""
+    return value is None
+
+
 class EntityRef(BaseModel):
     """The entity a change is about."""
 
@@ -79,11 +85,14 @@ class EntityRef(BaseModel):
     type: str = Field(description="Entity type (`Concept` when unspecified).")
     description: str | None = Field(
         None,
+        exclude_if=_absent,
         description="Description as the entity now holds it; present on `entity_added` and"
         " `entity_updated` (every attribute is reported, not only the changed ones).",
     )
     aliases: list[str] | None = Field(
-        None, description="Aliases, sorted; present on `entity_added` and `entity_updated`."
+        None,
+        exclude_if=_absent,
+        description="Aliases, sorted; present on `entity_added` and `entity_updated`.",
     )
 
 
@@ -93,6 +102,13 @@ class RelationRef(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     id: str = Field(description="Stable relation id within the realm.")
+    subject_id: str | None = Field(
+        None,
+        exclude_if=_absent,
+        description="Id of the subject entity (an `entity_dormant` with `merged_into` moves"
+        " the relations of the absorbed entity to the absorbing one).",
+    )
+    object_id: str | None = Field(None, exclude_if=_absent, description="Id of the object entity.")
     subject: str = Field(description="Canonical name of the subject entity.")
     predicate: str = Field(description="Normalised predicate.")
     object: str = Field(description="Canonical name of the object entity.")

@@ -142,7 +142,8 @@ SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text] AS
          'description', r.description, 'confidence', r.confidence)
        || CASE WHEN {hist} THEN jsonb_build_object('t_created', r.t_created,
             't_expired', r.t_expired) ELSE '{{}}'::jsonb END AS v,
-       jsonb_build_object('id', r.id::text, 'subject', es.name, 'predicate', r.predicate,
+       jsonb_build_object('id', r.id::text, 'subject_id', r.subject_id::text,
+         'object_id', r.object_id::text, 'subject', es.name, 'predicate', r.predicate,
          'object', eo.name, 'negated', r.negated, 'valid_from', r.valid_from,
          'valid_to', r.valid_to, 'superseded_by', r.superseded_by::text) AS ref
 """
@@ -466,8 +467,18 @@ def _relation_changes(d: Difference) -> list[FeedChange]:
     ref = d.right_ref if d.right_ref is not None else d.left_ref
     assert ref is not None
     relation = {
-        k: ref[k]
-        for k in ("id", "subject", "predicate", "object", "negated", "valid_from", "valid_to")
+        k: ref.get(k)
+        for k in (
+            "id",
+            "subject_id",
+            "object_id",
+            "subject",
+            "predicate",
+            "object",
+            "negated",
+            "valid_from",
+            "valid_to",
+        )
     }
     by = ref.get("superseded_by") if d.right_ref is not None else None
     out: list[FeedChange] = []

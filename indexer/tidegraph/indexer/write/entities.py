@@ -160,14 +160,15 @@ async def _store(
     real: dict[int, int] = {}
     if temp:
         rows = await ctx.rows(
-            "INSERT INTO {entities} (space, name, name_key, type, description, aliases,"
-            " embedding, created_at) SELECT %s, n, k, t, d,"
+            "INSERT INTO {entities} (id, space, name, name_key, type, description, aliases,"
+            " embedding, created_at) SELECT i, %s, n, k, t, d,"
             " ARRAY(SELECT jsonb_array_elements_text(a)), e, %s"
-            " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %s::jsonb[],"
-            " %b::vector[]) AS u(n, k, t, d, a, e) RETURNING id, name",
+            " FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::text[],"
+            " %s::jsonb[], %b::vector[]) AS u(i, n, k, t, d, a, e) RETURNING id, name",
             (
                 space,
                 bt,
+                ctx.new_ids(len(temp)),
                 [pending[t].name for t in temp],
                 [name_key(pending[t].name) for t in temp],
                 [pending[t].type for t in temp],

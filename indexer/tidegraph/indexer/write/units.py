@@ -65,6 +65,7 @@ def version_of(decision: Decision, doc: PreparedDocument | None) -> Version:
         doc if decision.action is Action.APPLY else None,
         state.source_version if state is not None else None,
         decision.previous,
+        decision.offset,
     )
 
 
@@ -101,7 +102,7 @@ async def _write_guarded(
         if not is_unstorable(exc):
             raise
         await on_refused(decision, exc)
-        deleted = Version(rec.space, rec.doc_key, None, None, decision.previous)
+        deleted = Version(rec.space, rec.doc_key, None, None, decision.previous, decision.offset)
         fallback = refused_version(deleted, rec.content_hash, refusal(exc))
     if fallback is not None:
         try:
@@ -140,10 +141,11 @@ class RecordUnit:
         self, conn: AsyncConnection[Any], info: RealmInfo, at: int, now: Position
     ) -> AsyncIterator[Sequencer]:
         """One record's transaction and pipeline, with the sequencer its stamp is drawn
-        from; the position moves from ``at`` to ``now`` before it commits."""
+        from; the position moves from ``at`` to ``now`` in it, first."""
         async with conn.transaction(), conn.pipeline():
-            yield LiveSequencer(info)
+            # Fenced first: a zombie writes nothing, not even rows another owner wrote.
             await positions.advance(conn, self.claim, at, now)
+            yield LiveSequencer(info)
 
     async def settle(
         self,
@@ -155,9 +157,9 @@ class RecordUnit:
         """Move the position from the record at ``at`` to ``now`` over records that write
         nothing (no-op, stale, dead-lettered, other realms'), keeping their versions."""
         async with conn.transaction():
+            await positions.advance(conn, self.claim, at, now)
             for info, decision in quiet:
                 await remember(conn, info, decision)
-            await positions.advance(conn, self.claim, at, now)
 
     async def apply(
         self,
@@ -229,6 +231,7 @@ class BatchUnit:
         *,
         guarded: bool,
     ) -> int:
+        await positions.advance(conn, self.claim, at, now)  # fenced before anything is written
         sequencer = await BatchSequencer.open(conn, self.info)
         opened = sequencer.meta
 
@@ -275,5 +278,4 @@ class BatchUnit:
             if self.after_write is not None:
                 await self.after_write(conn, written)
         await sequencer.close(conn, opened)
-        await positions.advance(conn, self.claim, at, now)
         return written

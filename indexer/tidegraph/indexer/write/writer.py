@@ -82,6 +82,8 @@ class Version:
     previous: DocState | None | Unknown
     """The document's state before: ``None`` when the realm never held it (nothing to
     withdraw), :data:`UNKNOWN` when the caller did not decide against stored state."""
+    offset: int
+    """The record's log offset, which the ids of the rows it creates derive from."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,9 @@ async def apply_version(
     await ensure_vector_types(conn)
     space, doc_key, doc = version.space, version.doc_key, version.doc
     changes = ChangeSet(space)
-    ctx = WriteContext(conn, info, embedder, changes, dict(doc.vectors) if doc else {})
+    ctx = WriteContext(
+        conn, info, embedder, changes, dict(doc.vectors) if doc else {}, offset=version.offset
+    )
     bt = stamp.belief_time
     if version.previous is None:
         previous, old_entities, old_relations = None, set[int](), set[int]()
@@ -192,7 +196,9 @@ def refused_version(version: Version, content_hash: str | None, reason: str) -> 
         vectors={},
         refused="cannot be stored: " + reason,
     )
-    return Version(version.space, version.doc_key, refused, version.source_version, UNKNOWN)
+    return Version(
+        version.space, version.doc_key, refused, version.source_version, UNKNOWN, version.offset
+    )
 
 
 Withdrawal = tuple[AsyncCursor[Any], AsyncCursor[Any]]
@@ -236,16 +242,17 @@ async def _write_contribution(
     """Chunks, entities, mentions, relations and provenance of a new version; returns the
     entities mentioned and the pairs related."""
     inserted = await ctx.send(
-        "INSERT INTO {chunks} (space, doc_key, ordinal, text, content_hash, metadata,"
+        "INSERT INTO {chunks} (id, space, doc_key, ordinal, text, content_hash, metadata,"
         " embedding, t_created)"
-        " SELECT %s, %s, o, t, %s, m, e, %s"
-        " FROM unnest(%b::int[], %b::text[], %s::jsonb[], %b::vector[]) AS u(o, t, m, e)"
-        " RETURNING id, ordinal",
+        " SELECT i, %s, %s, o, t, %s, m, e, %s"
+        " FROM unnest(%b::bigint[], %b::int[], %b::text[], %s::jsonb[], %b::vector[])"
+        " AS u(i, o, t, m, e) RETURNING id, ordinal",
         (
             doc.space,
             doc.doc_key,
             doc.content_hash,
             bt,
+            ctx.new_ids(len(doc.chunks)),
             [c.ordinal for c in doc.chunks],
             [c.text for c in doc.chunks],
             [Jsonb(c.metadata) for c in doc.chunks],
