@@ -8,12 +8,14 @@ project's own embedded server (``tidegraph up`` into ``.tidegraph/test``). Which
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector_async
+from psycopg import sql
 
 from tidegraph.infra import local_pg
 
@@ -45,3 +47,28 @@ async def pg_conn(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[An
         yield conn
     finally:
         await conn.close()
+
+
+@contextmanager
+def database_of_its_own(pg_dsn: str, name: str) -> Iterator[str]:
+    """DSN of a new database ``name`` on the session server (with ``vector``), dropped on
+    exit: for assertions about everything a database holds, which other tests' realms
+    would spoil."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = psycopg.conninfo.make_conninfo(pg_dsn, dbname=name)
+    try:
+        local_pg.ensure_vector(dsn)
+        yield dsn
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def own_database(pg_dsn: str, unique_name: Callable[[str], str]) -> Iterator[str]:
+    """A database of this test's own (see :func:`database_of_its_own`)."""
+    with database_of_its_own(pg_dsn, unique_name("db")) as dsn:
+        yield dsn

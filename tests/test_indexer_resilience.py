@@ -92,7 +92,7 @@ async def test_partition_pauses_while_postgres_is_down_and_loses_nothing(
 
 
 async def test_replaying_the_log_into_a_fresh_database_reproduces_graph_and_history(
-    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+    kafka_bootstrap: str, pg_dsn: str, own_database: str, unique_name: Callable[[str], str]
 ) -> None:
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=2)
     realm = unique_name("r")
@@ -126,36 +126,26 @@ async def test_replaying_the_log_into_a_fresh_database_reproduces_graph_and_hist
             await wait_for(done, 60, "batch applied")
             await asyncio.sleep(0.05)
             instants.append(datetime.now(UTC))
-    fresh_db = unique_name("db")
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        await conn.execute(f"CREATE DATABASE {fresh_db}")
-    fresh = psycopg.conninfo.make_conninfo(pg_dsn, dbname=fresh_db)
-    try:
-        async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
-            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        replay_group = unique_name("g")
-        async with running_indexer(topics, fresh, replay_group, default_realm=narrative):
+    fresh = own_database
+    replay_group = unique_name("g")
+    async with running_indexer(topics, fresh, replay_group, default_realm=narrative):
 
-            async def replayed() -> bool:
-                return await stored_position(fresh, replay_group, topics.documents) >= applied
+        async def replayed() -> bool:
+            return await stored_position(fresh, replay_group, topics.documents) >= applied
 
-            await wait_for(replayed, 60, "replay")
-        assert await realm_snapshot(fresh, realm) == await realm_snapshot(pg_dsn, realm)
-        assert await outbox(fresh, realm) == await outbox(pg_dsn, realm)
-        probes = [*instants, instants[0] - timedelta(seconds=30)]
-        for t in probes:
-            assert await believed_at(fresh, realm, t) == await believed_at(pg_dsn, realm, t)
-        # The first instant saw ally as current, the second enemy, the third ally again.
-        states = [
-            {r[:3] for r in await believed_at(pg_dsn, realm, t) if r[4] == "current"}
-            for t in instants
-        ]
-        assert ("Arthur", "ally_of", "Mordred") in states[0]
-        assert ("Arthur", "enemy_of", "Mordred") in states[1]
-        assert ("Arthur", "ally_of", "Mordred") in states[2]
-    finally:
-        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-            await conn.execute(f"DROP DATABASE IF EXISTS {fresh_db} WITH (FORCE)")
+        await wait_for(replayed, 60, "replay")
+    assert await realm_snapshot(fresh, realm) == await realm_snapshot(pg_dsn, realm)
+    assert await outbox(fresh, realm) == await outbox(pg_dsn, realm)
+    probes = [*instants, instants[0] - timedelta(seconds=30)]
+    for t in probes:
+        assert await believed_at(fresh, realm, t) == await believed_at(pg_dsn, realm, t)
+    # The first instant saw ally as current, the second enemy, the third ally again.
+    states = [
+        {r[:3] for r in await believed_at(pg_dsn, realm, t) if r[4] == "current"} for t in instants
+    ]
+    assert ("Arthur", "ally_of", "Mordred") in states[0]
+    assert ("Arthur", "enemy_of", "Mordred") in states[1]
+    assert ("Arthur", "ally_of", "Mordred") in states[2]
 
 
 async def test_document_without_any_valid_structure_is_failed_not_placeholder(

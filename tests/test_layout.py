@@ -9,6 +9,9 @@ served (query_service).
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,3 +70,152 @@ def test_the_indexer_shows_its_architecture_in_folders() -> None:
     folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")}
     assert {"consumer", "decide", "extraction", "write", "replay", "graph", "models"} <= folders
     assert [p.name for p in root.glob("*.py")] == ["__init__.py"]
+
+
+# What each package offers to the others, pinned: a name added or removed here is a
+# decision about the package's interface, not a side effect of an edit.
+PUBLIC = {
+    "tidegraph.indexer.communities": {
+        "BuildResult",
+        "ClusterParams",
+        "CommunityConfigError",
+        "Hierarchy",
+        "Report",
+        "auto_build_loop",
+        "build_communities",
+        "detect",
+        "leiden_available",
+        "make_reports",
+        "model_reporter",
+        "offline_reporter",
+        "partition",
+        "read_snapshot",
+        "resolve_method",
+    },
+    "tidegraph.indexer.consumer": {
+        "Indexer",
+        "IndexerConfig",
+    },
+    "tidegraph.indexer.decide": {
+        "Action",
+        "Decision",
+        "DocState",
+        "Logged",
+        "Planner",
+        "decide",
+        "next_state",
+    },
+    "tidegraph.indexer.extraction": {
+        "Chunk",
+        "DEFAULT_BUDGET",
+        "DocumentContext",
+        "Embedder",
+        "EntityFact",
+        "ExtractionFailed",
+        "Extractor",
+        "PgExtractionCache",
+        "Pipeline",
+        "PipelineConfig",
+        "PrepareAhead",
+        "PreparedChunk",
+        "PreparedDocument",
+        "RelationFact",
+        "RulesExtractor",
+        "chunk_document",
+    },
+    "tidegraph.indexer.graph": {
+        "Assertion",
+        "Corroboration",
+        "EntityRecord",
+        "Gate",
+        "GateConfig",
+        "Resolution",
+        "Vocabulary",
+        "apply_gates",
+        "corroborate",
+        "desired_relation_states",
+        "edge_key",
+        "normalize_date",
+        "normalize_period",
+        "normalize_predicate",
+        "render_entity",
+        "render_relation",
+        "resolve_chunk",
+        "resolve_supersession",
+        "valid_at",
+    },
+    "tidegraph.indexer.models": {
+        "EmbeddingDimensionMismatch",
+        "HashingEmbedder",
+        "LLMBadOutput",
+        "LLMEndpointMisconfigured",
+        "LLMError",
+        "LLMRequestRejected",
+        "LLMUnavailable",
+        "ModelMetrics",
+        "model_metrics",
+    },
+    "tidegraph.indexer.replay": {
+        "Difference",
+        "ReplayBusy",
+        "ReplayOptions",
+        "ReplayProgress",
+        "ReplayResult",
+        "ShadowApplier",
+        "ShadowExists",
+        "diff_schemas",
+        "format_difference",
+        "rebuild_differences",
+        "replay_realm",
+    },
+    "tidegraph.indexer.write": {
+        "Backoff",
+        "BatchSequencer",
+        "BatchUnit",
+        "LiveSequencer",
+        "RecordFailed",
+        "RecordUnit",
+        "Sequencer",
+        "Stamp",
+        "UNKNOWN",
+        "Verdict",
+        "Version",
+        "WriteResult",
+        "apply_version",
+        "verdict",
+    },
+    "tidegraph.store": {
+        "Claim",
+        "EmbedderMismatch",
+        "Fenced",
+        "Hold",
+        "Position",
+        "RealmInfo",
+        "RealmSchemaError",
+        "RealmSwapped",
+        "classify_db_error",
+        "create_realm",
+        "ensure_control",
+        "find_realm",
+        "is_transient",
+        "list_realms",
+        "lock_realm_schema",
+        "open_realm",
+        "realm_exists",
+    },
+}
+
+
+def test_each_package_re_exports_exactly_its_pinned_public_names() -> None:
+    for name, expected in PUBLIC.items():
+        package = importlib.import_module(name)
+        assert set(package.__all__) == expected, name
+        assert len(package.__all__) == len(expected), f"{name}: a name listed twice"
+        missing = [n for n in expected if not hasattr(package, n)]
+        assert not missing, f"{name} does not define {missing}"
+
+
+def test_importing_the_packages_does_not_load_the_model_client() -> None:
+    code = f"import sys; import {', '.join(PUBLIC)}; print('openai' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

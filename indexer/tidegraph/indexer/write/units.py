@@ -91,13 +91,16 @@ async def _write_guarded(
     stamp's sequencer), recording a refused value as described in the module docstring;
     ``None`` when nothing but the highest version seen could be kept."""
     rec = decision.record
-    try:
-        if isinstance(outcome, BaseException):
-            raise outcome
-        version = version_of(decision, outcome)
+
+    async def write(version: Version) -> WriteResult:
         async with scope() as sequencer:
             stamp = await sequencer.draw(conn, decision.logged.log_time)
             return await apply_version(conn, info, embedder, version, stamp)
+
+    try:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return await write(version_of(decision, outcome))
     except psycopg.Error as exc:
         if not is_unstorable(exc):
             raise
@@ -106,9 +109,7 @@ async def _write_guarded(
         fallback = refused_version(deleted, rec.content_hash, refusal(exc))
     if fallback is not None:
         try:
-            async with scope() as sequencer:
-                stamp = await sequencer.draw(conn, decision.logged.log_time)
-                return await apply_version(conn, info, embedder, fallback, stamp)
+            return await write(fallback)
         except psycopg.Error as exc:
             if not is_unstorable(exc):
                 raise
