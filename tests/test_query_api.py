@@ -13,7 +13,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store.realms import create_realm
+from tidegraph.store.realms import create_realm, ensure_control
 
 from graph_helpers import GraphHarness, ent, rel
 from query_helpers import api_client, open_pool, query_data, write_doc
@@ -337,6 +337,7 @@ async def test_readiness_names_the_realm_that_is_not_servable(own_database: str)
         api_client(pool) as client,
     ):
         assert (await client.get("/readyz")).status_code == 200
+        await ensure_control(conn)
         info = await create_realm(conn, "fine", RealmConfig(embedder="hashing:8"))
         await create_realm(conn, "also_fine", RealmConfig(embedder="hashing:8"))
         assert (await client.get("/readyz")).status_code == 200
