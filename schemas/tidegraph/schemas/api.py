@@ -1,9 +1,12 @@
 """Request and response bodies of the HTTP API, as the OpenAPI document describes them.
 
+They live in ``schemas`` (no I/O, no web framework) because two sides use them: the query
+service documents and validates with them, and :mod:`tidegraph.client` returns them.
+
 Requests are validated here (unknown fields refused, unknown ``mode`` a 422, no NUL
 characters anywhere since PostgreSQL text cannot hold them); limits that depend on the
-service configuration (``top_k``, ``hops``, query length) are checked by the app against
-:class:`~tidegraph.query_service.config.QuerySettings`. Responses are serialised straight
+service configuration (``top_k``, ``hops``, query length) are checked by the query service
+against its settings. Responses are serialised straight
 from the retrieval values; these models document their shape.
 """
 
@@ -224,6 +227,23 @@ class EntityListed(BaseModel):
 class EntitiesResponse(BaseModel):
     entities: list[EntityListed]
     next_after_id: int | None
+
+
+class RealmSummary(BaseModel):
+    realm: str = Field(description="Realm name.")
+    embedder: str = Field(description="The realm's pinned embedder (`hashing:<dim>` or `llm:…`).")
+    documents: int = Field(description="Documents whose status is `indexed`.")
+    entities: int = Field(description="Live (not dormant) entities, every space.")
+    relations: int = Field(description="Current relations, every space.")
+    head_seq: int = Field(
+        description="The realm's latest commit sequence: `after_seq` for the change feed."
+    )
+
+
+class RealmsResponse(BaseModel):
+    """``GET /v1/realms``: the realms the caller's key may read, by name."""
+
+    realms: list[RealmSummary]
 
 
 class ErrorDetail(BaseModel):
