@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
 
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
@@ -174,9 +175,9 @@ class QueryResponse(BaseModel):
 
 
 class ChangesResponse(BaseModel):
-    changes: list[dict[str, Any]] = Field(description="`GraphChange` objects (change.v1).")
-    next_seq: int
-    head_seq: int
+    changes: list[GraphChange] = Field(description="`GraphChange` objects (change.v1).")
+    next_seq: int = Field(description="Pass as `after_seq` to read on.")
+    head_seq: int = Field(description="The realm's latest commit sequence at the read.")
 
 
 class DocumentResponse(BaseModel):
