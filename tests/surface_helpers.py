@@ -15,18 +15,32 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import uvicorn
 
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
+from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.realm_config import preset
+from tidegraph.store.realms import create_realm, ensure_control
 
+from indexer_helpers import (
+    Topics,
+    make_topics,
+    publish,
+    running_indexer,
+    stored_position,
+    upsert,
+    wait_for,
+)
 from query_helpers import embedders
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,3 +147,49 @@ def spawn_serve(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+CORPUS = REPO / "examples" / "corpus"
+ORDER = {"rivalry-1.md": "1830", "rivalry-2.md": "1842"}
+
+
+@dataclass
+class LivePipeline:
+    """A realm fed through the real topic and indexer; :meth:`publish` waits until applied."""
+
+    realm: str
+    topics: Topics
+    pg_dsn: str
+    group: str
+    sent: int = 0
+
+    async def publish(self, docs: list[DocumentVersion]) -> None:
+        await publish(self.topics, docs)
+        self.sent += len(docs)
+        n = self.sent
+
+        async def applied() -> bool:
+            return await stored_position(self.pg_dsn, self.group, self.topics.documents) >= n
+
+        await wait_for(applied, 120, f"{n} documents indexed")
+
+    def corpus(self, *names: str) -> list[DocumentVersion]:
+        """Documents of ``examples/corpus`` (the rivalry pair with their years as order)."""
+        return [
+            upsert(self.realm, name, (CORPUS / name).read_text(), order_key=ORDER.get(name))
+            for name in names
+        ]
+
+
+@asynccontextmanager
+async def live_pipeline(
+    bootstrap: str, pg_dsn: str, realm: str, prefix: str
+) -> AsyncIterator[LivePipeline]:
+    """A narrative-preset realm (rules extractor, hashing embedder) and a running indexer."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, realm, preset("narrative", embedder="hashing:64"))
+    topics = await make_topics(bootstrap, prefix)
+    group = f"{prefix}-indexer"
+    async with running_indexer(topics, pg_dsn, group):
+        yield LivePipeline(realm, topics, pg_dsn, group)
