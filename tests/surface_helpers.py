@@ -173,6 +173,10 @@ class LivePipeline:
 
         await wait_for(applied, 120, f"{n} documents indexed")
 
+    @property
+    def corpus_dir(self) -> Path:
+        return CORPUS
+
     def corpus(self, *names: str) -> list[DocumentVersion]:
         """Documents of ``examples/corpus`` (the rivalry pair with their years as order)."""
         return [

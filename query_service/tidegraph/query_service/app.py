@@ -44,6 +44,7 @@ from tidegraph.query_service.errors import (
     QueryServiceError,
     Unavailable,
 )
+from tidegraph.query_service.explorer import mount_explorer
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.retrieval import (
@@ -129,6 +130,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         responses=_ERRORS,
     )
     _install_error_handlers(app, metrics)
+    mount_explorer(app, keys_required=keys.enabled)
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
 
