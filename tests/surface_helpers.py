@@ -28,6 +28,7 @@ import uvicorn
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
+from tidegraph.query_service.embedding import QueryEmbedder
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import preset
 from tidegraph.store.realms import create_realm, ensure_control
@@ -53,9 +54,11 @@ def free_port() -> int:
 
 
 class _Server(threading.Thread):
-    def __init__(self, dsn: str, port: int, settings: QuerySettings) -> None:
+    def __init__(
+        self, dsn: str, port: int, settings: QuerySettings, embedder: QueryEmbedder | None
+    ) -> None:
         super().__init__(daemon=True)
-        self.dsn, self.port, self.settings = dsn, port, settings
+        self.dsn, self.port, self.settings, self.embedder = dsn, port, settings, embedder
         self.ready = threading.Event()
         self.server: uvicorn.Server | None = None
         self.error: BaseException | None = None
@@ -71,7 +74,7 @@ class _Server(threading.Thread):
         pool = make_pool(self.dsn, min_size=1, max_size=4)
         await pool.open(wait=True)
         try:
-            app = create_app(self.settings, Deps(pool=pool, embedders=embedders()))
+            app = create_app(self.settings, Deps(pool=pool, embedders=embedders(self.embedder)))
             config = uvicorn.Config(
                 app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
             )
@@ -89,9 +92,12 @@ class _Server(threading.Thread):
 
 
 @contextmanager
-def app_in_thread(dsn: str, **settings: Any) -> Iterator[str]:
-    """The query app (hashing:8 query embedder) on a free loopback port; yields its URL."""
-    server = _Server(dsn, free_port(), QuerySettings(**settings))
+def app_in_thread(
+    dsn: str, *, embedder: QueryEmbedder | None = None, **settings: Any
+) -> Iterator[str]:
+    """The query app on a free loopback port (query embedder ``hashing:8`` unless given);
+    yields its URL."""
+    server = _Server(dsn, free_port(), QuerySettings(**settings), embedder)
     server.start()
     assert server.ready.wait(60), "server did not start"
     if server.error is not None:
