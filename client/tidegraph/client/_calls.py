@@ -101,7 +101,7 @@ def entities(realm: str, **filters: Param) -> Call[EntitiesResponse]:
 
 def decode(call: Call[M], response: httpx.Response) -> M:
     """The answer as ``call.model``; an :class:`ApiError` subclass for an error status."""
-    url = str(response.request.url) if has_request(response) else call.path
+    url = str(response.request.url)
     if response.status_code >= 400:
         try:
             body = response.json()
@@ -114,11 +114,3 @@ def decode(call: Call[M], response: httpx.Response) -> M:
         raise ProtocolError(
             f"{call.method} {url}: the answer is not a {call.model.__name__}: {exc}"
         ) from exc
-
-
-def has_request(response: httpx.Response) -> bool:
-    try:
-        response.request  # noqa: B018 - raises when the response was built without one
-    except RuntimeError:
-        return False
-    return True
