@@ -382,3 +382,34 @@ def test_serve_refuses_a_public_interface_without_keys(pg_dsn: str) -> None:
     )
     assert out.returncode == 2
     assert b"refusing to listen on '0.0.0.0' without API keys" in out.stderr
+
+
+async def test_realms_lists_what_the_key_reads_with_counts(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str], pg_dsn: str
+) -> None:
+    a, b = realms
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(f"SELECT seq FROM realm_{a}.meta")
+        row = await cur.fetchone()
+    assert row is not None
+    expected = {
+        "realm": a,
+        "embedder": "hashing:8",
+        "documents": 1,
+        "entities": 3,
+        "relations": 3,
+        "head_seq": int(row[0]),
+    }
+    async with api_client(pool, api_keys=KEYS.replace("REALM_A", a)) as client:
+        assert err(await client.get("/v1/realms"), 401) == "unauthenticated"
+        bad = {"Authorization": "Bearer nope"}
+        assert err(await client.get("/v1/realms", headers=bad), 401) == "unauthenticated"
+        mine = await client.get("/v1/realms", headers={"Authorization": "Bearer alpha-key"})
+        assert mine.status_code == 200, mine.text
+        assert mine.json() == {"realms": [expected]}
+        star = await client.get("/v1/realms", headers={"Authorization": "Bearer star-key"})
+        listed = [r["realm"] for r in star.json()["realms"]]
+        assert a in listed and b in listed and listed == sorted(listed)
+    async with api_client(pool) as client:  # no keys configured: every realm
+        listed = [r["realm"] for r in (await client.get("/v1/realms")).json()["realms"]]
+        assert a in listed and b in listed

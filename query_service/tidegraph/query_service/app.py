@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidegraph.query_service import channels, reads
-from tidegraph.query_service.auth import authorize
+from tidegraph.query_service.auth import authorize, readable
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import (
     RealmCatalog,
@@ -44,20 +44,9 @@ from tidegraph.query_service.errors import (
     QueryServiceError,
     Unavailable,
 )
+from tidegraph.query_service.explorer import mount_explorer
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
-from tidegraph.query_service.models import (
-    ChangesResponse,
-    DocumentResponse,
-    EntitiesResponse,
-    ErrorResponse,
-    QueryDataRequest,
-    QueryDataResponse,
-    QueryRequest,
-    QueryResponse,
-    RelationsResponse,
-    no_nul,
-)
 from tidegraph.query_service.retrieval import (
     RetrievalLimits,
     RetrievalParams,
@@ -66,11 +55,24 @@ from tidegraph.query_service.retrieval import (
     search,
 )
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
+from tidegraph.schemas.api import (
+    ChangesResponse,
+    DocumentResponse,
+    EntitiesResponse,
+    ErrorResponse,
+    QueryDataRequest,
+    QueryDataResponse,
+    QueryRequest,
+    QueryResponse,
+    RealmsResponse,
+    RelationsResponse,
+    no_nul,
+)
 from tidegraph.schemas.api_keys import ApiKeys
 from tidegraph.schemas.errors import ConfigError, ContractError, TidegraphError
 from tidegraph.schemas.names import validate_space
 from tidegraph.store.errors import is_transient
-from tidegraph.store.realms import RealmInfo, realm_problems
+from tidegraph.store.realms import RealmInfo, list_realms, realm_problems
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         responses=_ERRORS,
     )
     _install_error_handlers(app, metrics)
+    mount_explorer(app, keys_required=keys.enabled)
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
 
@@ -206,6 +209,15 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     async def prometheus() -> Response:
         """Prometheus text format."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/realms", tags=["graph"], response_model=RealmsResponse)
+    async def realms(auth: Auth = None) -> Response:
+        """The realms this key may read, with their sizes and head sequence."""
+        async with deps.pool.connection() as conn:
+            registered = await list_realms(conn)
+            names = set(readable(keys, auth, [r for r, _ in registered]))
+            rows = await reads.realm_summaries(conn, [(r, s) for r, s in registered if r in names])
+        return _json({"realms": rows})
 
     @app.post("/v1/realms/{realm}/query_data", tags=["query"], response_model=QueryDataResponse)
     async def query_data(realm: RealmPath, body: QueryDataRequest, auth: Auth = None) -> Response:

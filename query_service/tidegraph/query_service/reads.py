@@ -1,4 +1,5 @@
-"""The non-retrieval reads: change feed pages, document state, relation and entity listings.
+"""The non-retrieval reads: realm summaries, change feed pages, document state, relation and
+entity listings.
 
 Change pages follow DESIGN invariant 7. Every write transaction draws the realm's next
 commit sequence under the ``meta`` row lock, so commits become visible in sequence order; a
@@ -19,7 +20,7 @@ from tidegraph.query_service.channels import Scope, edge_filter, parameters
 from tidegraph.query_service.db import table
 from tidegraph.schemas.changes import GraphChange, change_id
 from tidegraph.schemas.names import ANY_SPACE, name_key
-from tidegraph.store.realms import RealmInfo
+from tidegraph.store.realms import RealmInfo, realm_exists
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,44 @@ async def changes_page(
             next_seq = max(head, start)
     changes = [change_json(change_from_row(meta.realm, r)) for r in rows]
     return ChangesPage(changes, next_seq, head)
+
+
+async def realm_summaries(
+    conn: AsyncConnection[Any], realms: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Counts and head sequence of each ``(realm, schema)`` that holds a realm, in one
+    statement over all of them (a registered realm whose schema is gone is left out)."""
+    present = [(r, s) for r, s in realms if await realm_exists(conn, s)]
+    if not present:
+        return []
+    union = sql.SQL(" UNION ALL ").join(
+        sql.SQL(
+            "SELECT {realm}, m.embedder, m.seq,"
+            " (SELECT count(*) FROM {docs} WHERE status = 'indexed'),"
+            " (SELECT count(*) FROM {ents} WHERE dormant_since IS NULL),"
+            " (SELECT count(*) FROM {rels} WHERE status = 'current')"
+            " FROM {meta} m"
+        ).format(
+            realm=sql.Literal(realm),
+            docs=table(schema, "documents"),
+            ents=table(schema, "entities"),
+            rels=table(schema, "relations"),
+            meta=table(schema, "meta"),
+        )
+        for realm, schema in present
+    )
+    cur = await conn.execute(sql.SQL("{} ORDER BY 1").format(union))
+    return [
+        {
+            "realm": realm,
+            "embedder": embedder,
+            "documents": int(docs),
+            "entities": int(ents),
+            "relations": int(rels),
+            "head_seq": int(seq),
+        }
+        for realm, embedder, seq, docs, ents, rels in await cur.fetchall()
+    ]
 
 
 async def document_state(

@@ -1,9 +1,12 @@
 """Request and response bodies of the HTTP API, as the OpenAPI document describes them.
 
+They live in ``schemas`` (no I/O, no web framework) because two sides use them: the query
+service documents and validates with them, and :mod:`tidegraph.client` returns them.
+
 Requests are validated here (unknown fields refused, unknown ``mode`` a 422, no NUL
 characters anywhere since PostgreSQL text cannot hold them); limits that depend on the
-service configuration (``top_k``, ``hops``, query length) are checked by the app against
-:class:`~tidegraph.query_service.config.QuerySettings`. Responses are serialised straight
+service configuration (``top_k``, ``hops``, query length) are checked by the query service
+against its settings. Responses are serialised straight
 from the retrieval values; these models document their shape.
 """
 
@@ -14,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
 
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
@@ -171,9 +175,9 @@ class QueryResponse(BaseModel):
 
 
 class ChangesResponse(BaseModel):
-    changes: list[dict[str, Any]] = Field(description="`GraphChange` objects (change.v1).")
-    next_seq: int
-    head_seq: int
+    changes: list[GraphChange] = Field(description="`GraphChange` objects (change.v1).")
+    next_seq: int = Field(description="Pass as `after_seq` to read on.")
+    head_seq: int = Field(description="The realm's latest commit sequence at the read.")
 
 
 class DocumentResponse(BaseModel):
@@ -224,6 +228,23 @@ class EntityListed(BaseModel):
 class EntitiesResponse(BaseModel):
     entities: list[EntityListed]
     next_after_id: int | None
+
+
+class RealmSummary(BaseModel):
+    realm: str = Field(description="Realm name.")
+    embedder: str = Field(description="The realm's pinned embedder (`hashing:<dim>` or `llm:…`).")
+    documents: int = Field(description="Documents whose status is `indexed`.")
+    entities: int = Field(description="Live (not dormant) entities, every space.")
+    relations: int = Field(description="Current relations, every space.")
+    head_seq: int = Field(
+        description="The realm's latest commit sequence: `after_seq` for the change feed."
+    )
+
+
+class RealmsResponse(BaseModel):
+    """``GET /v1/realms``: the realms the caller's key may read, by name."""
+
+    realms: list[RealmSummary]
 
 
 class ErrorDetail(BaseModel):

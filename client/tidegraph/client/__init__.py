@@ -1,0 +1,44 @@
+"""tidegraph.client: the query API and the change feed from Python.
+
+:class:`Client` (blocking) and :class:`AsyncClient` (asyncio) return the contract's models
+(:mod:`tidegraph.schemas.api`, :class:`~tidegraph.schemas.GraphChange`); errors are the
+classes below, one per HTTP error status. ``subscribe`` iterates over a realm's changes from
+a position the caller keeps. Depends on ``tidegraph.schemas``, httpx and aiokafka only.
+"""
+
+from tidegraph.client._async import AsyncClient
+from tidegraph.client._config import DEFAULT_URL, ClientConfig
+from tidegraph.client._errors import (
+    ApiError,
+    BadRequest,
+    ClientError,
+    Conflict,
+    ConnectError,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ProtocolError,
+    Unauthenticated,
+    Unavailable,
+)
+from tidegraph.client._position import Position
+from tidegraph.client._sync import Client
+
+__all__ = [
+    "DEFAULT_URL",
+    "ApiError",
+    "AsyncClient",
+    "BadRequest",
+    "Client",
+    "ClientConfig",
+    "ClientError",
+    "Conflict",
+    "ConnectError",
+    "Forbidden",
+    "InvalidRequest",
+    "NotFound",
+    "Position",
+    "ProtocolError",
+    "Unauthenticated",
+    "Unavailable",
+]

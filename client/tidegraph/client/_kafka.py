@@ -1,0 +1,85 @@
+"""A realm's changes read from the ``<prefix>.changes`` topic with aiokafka.
+
+The realm's changes all travel on the partition its key hashes to (the producer's default
+partitioner), in commit order; the publisher may repeat changes after a failover, always
+as exact same-id repeats of what it sent before. So the partition is read from its start,
+and :class:`~tidegraph.client._position.Position` drops everything up to the caller's
+position, repeats included. Kafka offsets are not the position: the caller's position is
+the only state, and no consumer group commits anything.
+
+The topic keeps changes as long as its retention says; a subscriber that must never miss
+one after retention has removed it reads the HTTP feed instead (which holds every change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
+
+from tidegraph.client._errors import ConnectError, ProtocolError
+from tidegraph.client._position import Position
+from tidegraph.schemas._validation import RecordValidationError
+from tidegraph.schemas.changes import GraphChange
+
+
+async def topic_changes(
+    bootstrap: str,
+    topic: str,
+    realm: str,
+    position: Position,
+    *,
+    follow: bool,
+) -> AsyncIterator[GraphChange]:
+    """Changes of ``realm`` after ``position``; without ``follow`` it ends at the end of
+    the partition as it stood when reading began."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        client_id="tidegraph-client",
+    )
+    try:
+        await consumer.start()
+    except (KafkaError, OSError) as exc:
+        await consumer.stop()
+        raise ConnectError(f"Kafka at {bootstrap} is unreachable: {exc}") from exc
+    try:
+        partitions = await _partitions(consumer, topic)
+        key = realm.encode()
+        tp = TopicPartition(topic, DefaultPartitioner()(key, partitions, partitions))
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        while True:
+            if not follow and await consumer.position(tp) >= end:
+                return
+            batches = await consumer.getmany(tp, timeout_ms=500, max_records=500)
+            for record in batches.get(tp, []):
+                if record.key != key:
+                    continue
+                try:
+                    change = GraphChange.from_json(record.value)
+                except RecordValidationError as exc:
+                    raise ProtocolError(
+                        f"{topic}/{tp.partition}@{record.offset} is not a GraphChange: {exc}"
+                    ) from exc
+                if position.admits(change):
+                    position = Position.of(change)
+                    yield change
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: Any, topic: str) -> list[int]:
+    for _ in range(100):
+        found = consumer.partitions_for_topic(topic)
+        if found:
+            return sorted(found)
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
+        await asyncio.sleep(0.1)
+    raise ConnectError(f"topic {topic} does not exist (is `tidegraph serve` publishing?)")
