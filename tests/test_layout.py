@@ -1,6 +1,7 @@
 """The packages depend in one direction, and none reaches into another's private modules.
 
-schemas ← store ← connectors, indexer, query_service ← infra (the CLI wires them). A
+schemas ← store ← connectors, indexer, query_service ← infra (the CLI wires them); the
+client needs only schemas, so it installs without the server's dependencies. A
 reader can then tell from the folders where a record is decided (indexer/decide),
 prepared (indexer/extraction), written (indexer/write), replayed (indexer/replay) and
 served (query_service).
@@ -21,7 +22,8 @@ ALLOWED = {
     "connectors": {"schemas", "store", "connectors"},
     "indexer": {"schemas", "store", "indexer"},
     "query_service": {"schemas", "store", "query_service"},
-    "infra": {"schemas", "store", "connectors", "indexer", "query_service", "infra"},
+    "client": {"schemas", "client"},
+    "infra": {"schemas", "store", "connectors", "indexer", "query_service", "client", "infra"},
 }
 
 

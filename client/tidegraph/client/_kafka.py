@@ -23,8 +23,8 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from tidegraph.client._errors import ConnectError, ProtocolError
 from tidegraph.client._position import Position
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.changes import GraphChange
+from tidegraph.schemas.errors import RecordValidationError
 
 
 async def topic_changes(

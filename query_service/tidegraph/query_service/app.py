@@ -100,6 +100,7 @@ class Deps:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorResponse, "description": d}
     for s, d in {
+        400: "A request body that is not JSON.",
         401: "No key or an unknown key.",
         403: "The key does not reach this realm.",
         404: "Unknown realm (or document).",
