@@ -1,23 +1,22 @@
-"""Property-based run of every operation in /openapi.json: no input yields a 5xx.
+"""Property-based run of every operation in /openapi.json: no input yields a 5xx, and every
+answer (status, content type, body) is one the document declares, so it cannot drift from
+the handlers.
 
-The app runs under a real uvicorn on a free loopback port, in a thread with its own event
-loop (the pool belongs to that loop), over a small realm written through the writer, with
-a scripted chat model so ``/query`` answers too.
+The app runs under a real uvicorn (tests/thread_server.py) over a small realm of a database
+of its own, written through the writer, with a scripted chat model so ``/query`` answers.
 """
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
+import functools
 import uuid
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from typing import Any
 
 import psycopg
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -25,6 +24,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from thread_server import served
 
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
@@ -73,49 +73,14 @@ async def _build_realm(dsn: str) -> None:
         )
 
 
-class _Server(threading.Thread):
-    def __init__(self, dsn: str, port: int) -> None:
-        super().__init__(daemon=True)
-        self.dsn = dsn
-        self.port = port
-        self.ready = threading.Event()
-        self.server: uvicorn.Server | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
-            self.error = exc
-            self.ready.set()
-
-    async def _main(self) -> None:
-        await _build_realm(self.dsn)
-        pool = make_pool(self.dsn, min_size=1, max_size=4)
-        await pool.open(wait=True)
-        try:
-            app = create_app(
-                QuerySettings(api_keys=None), Deps(pool=pool, embedders=embedders(), chat=_Chat())
-            )
-            config = uvicorn.Config(
-                app,
-                host="127.0.0.1",
-                port=self.port,
-                lifespan="off",
-                log_level="warning",
-                access_log=False,
-            )
-            self.server = uvicorn.Server(config)
-            self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-            serving = asyncio.create_task(self.server.serve())
-            while not self.server.started:
-                if serving.done():
-                    await serving
-                await asyncio.sleep(0.02)
-            self.ready.set()
-            await serving
-        finally:
-            await pool.close()
+async def _build_app(dsn: str, stack: AsyncExitStack) -> Any:
+    await _build_realm(dsn)
+    pool = make_pool(dsn, min_size=1, max_size=4)
+    await pool.open(wait=True)
+    stack.push_async_callback(pool.close)
+    return create_app(
+        QuerySettings(api_keys=None), Deps(pool=pool, embedders=embedders(), chat=_Chat())
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,18 +92,8 @@ def own_dsn(pg_dsn: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def base_url(own_dsn: str) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = _Server(own_dsn, port)
-    server.start()
-    assert server.ready.wait(60), "server did not start"
-    if server.error is not None:
-        raise server.error
-    yield f"http://127.0.0.1:{port}"
-    assert server.server is not None
-    server.server.should_exit = True
-    server.join(30)
+    with served(functools.partial(_build_app, own_dsn)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

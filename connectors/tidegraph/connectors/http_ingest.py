@@ -17,17 +17,19 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
+from tidegraph.schemas.api import ErrorResponse
 from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 from tidegraph.schemas.errors import InvalidNameError, RecordValidationError
@@ -69,6 +71,40 @@ BATCH_BODY_SCHEMA: dict[str, Any] = {
             },
         }
     },
+}
+
+
+class Accepted(BaseModel):
+    """A document version Kafka acknowledged, and where it landed."""
+
+    realm: str
+    space: str
+    doc_key: str
+    op: Literal["upsert", "delete"]
+    partition: int
+    offset: int
+
+
+class BatchAccepted(BaseModel):
+    """Every document of a batch, acknowledged, in request order."""
+
+    results: list[Accepted]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorResponse, "description": d}
+    for s, d in {
+        400: "A request body that is not JSON.",
+        401: "No key or an unknown key.",
+        403: "The key may not write to this realm (or no keys and a remote caller).",
+        413: "Over the document, request or batch size limit.",
+        422: "An invalid realm, document or batch item, naming the field.",
+        503: "Kafka did not acknowledge in time; retry after the Retry-After seconds.",
+    }.items()
 }
 
 
@@ -203,15 +239,15 @@ def _check_size(doc: DocumentVersion, limit: int) -> None:
         raise IngestError(413, "too_large", str(exc)) from None
 
 
-def _accepted(doc: DocumentVersion, delivery: Delivery) -> dict[str, Any]:
-    return {
-        "realm": doc.realm,
-        "space": doc.space,
-        "doc_key": doc.doc_key,
-        "op": doc.op,
-        "partition": delivery.partition,
-        "offset": delivery.offset,
-    }
+def _accepted(doc: DocumentVersion, delivery: Delivery) -> Accepted:
+    return Accepted(
+        realm=doc.realm,
+        space=doc.space,
+        doc_key=doc.doc_key,
+        op=doc.op,
+        partition=delivery.partition,
+        offset=delivery.offset,
+    )
 
 
 def create_app(
@@ -246,12 +282,13 @@ def create_app(
         return error_response(422, "invalid_request", str(exc.errors()), {})
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> Health:
+        return Health(status="ok")
 
     @app.put(
         "/v1/ingest/{realm}/documents/{doc_key:path}",
         status_code=202,
+        responses=_ERRORS,
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -259,7 +296,7 @@ def create_app(
             }
         },
     )
-    async def put_document(realm: str, doc_key: str, request: Request) -> dict[str, Any]:
+    async def put_document(realm: str, doc_key: str, request: Request) -> Accepted:
         """Upsert one document; 202 once Kafka acknowledged it."""
         _authorize(request, realm, keys)
         realm = _realm(realm)
@@ -271,14 +308,14 @@ def create_app(
         [delivery] = await service.publish([doc])
         return _accepted(doc, delivery)
 
-    @app.delete("/v1/ingest/{realm}/documents/{doc_key:path}", status_code=202)
+    @app.delete("/v1/ingest/{realm}/documents/{doc_key:path}", status_code=202, responses=_ERRORS)
     async def delete_document(
         realm: str,
         doc_key: str,
         request: Request,
         space: str = DEFAULT_SPACE,
         source_version: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Accepted:
         """Delete one document; 202 once Kafka acknowledged the delete."""
         _authorize(request, realm, keys)
         realm = _realm(realm)
@@ -292,6 +329,7 @@ def create_app(
     @app.post(
         "/v1/ingest/{realm}/documents:batch",
         status_code=202,
+        responses=_ERRORS,
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -299,7 +337,7 @@ def create_app(
             }
         },
     )
-    async def post_batch(realm: str, request: Request) -> dict[str, Any]:
+    async def post_batch(realm: str, request: Request) -> BatchAccepted:
         """Many upserts and deletes, all checked before any is sent; kept in order."""
         _authorize(request, realm, keys)
         realm = _realm(realm)
@@ -319,7 +357,9 @@ def create_app(
                 exc.message = f"documents[{index}]: {exc.message}"
                 raise
         deliveries = await service.publish(docs)
-        return {"results": [_accepted(d, r) for d, r in zip(docs, deliveries, strict=True)]}
+        return BatchAccepted(
+            results=[_accepted(d, r) for d, r in zip(docs, deliveries, strict=True)]
+        )
 
     return app
 
