@@ -65,11 +65,11 @@ from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.retrieval import _query_texts
-from tidegraph.schemas.ddl import search_index_ddl
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
 from tidegraph.store import positions
+from tidegraph.store.ddl import search_index_ddl
 from tidegraph.store.positions import Position
 from tidegraph.store.realms import create_realm, ensure_control
 

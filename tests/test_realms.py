@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from tidegraph.infra.cli import main
-from tidegraph.schemas.ddl import FOREIGN_KEYS, drop_foreign_keys_ddl, foreign_keys_ddl
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.ddl import FOREIGN_KEYS, drop_foreign_keys_ddl, foreign_keys_ddl
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.realms import check_embedder, create_realm, ensure_control, open_realm
 

@@ -11,14 +11,14 @@ import orjson
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from tidegraph.schemas.ddl import (
+from tidegraph.schemas.names import REALM_PATTERN, realm_schema, validate_realm
+from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
+from tidegraph.store.ddl import (
     EMBEDDING_COLUMNS,
     control_ddl,
     realm_ddl,
     search_index_ddl,
 )
-from tidegraph.schemas.names import REALM_PATTERN, realm_schema, validate_realm
-from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.locks import lock_realm_schema
 from tidegraph.store.upgrades import NameKeyConflict, add_name_keys

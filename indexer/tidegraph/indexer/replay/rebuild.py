@@ -81,11 +81,11 @@ from tidegraph.indexer.write.failures import (
     retry_after,
     verdict,
 )
-from tidegraph.schemas.ddl import drop_foreign_keys_ddl, foreign_keys_ddl, search_index_ddl
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
+from tidegraph.store.ddl import drop_foreign_keys_ddl, foreign_keys_ddl, search_index_ddl
 from tidegraph.store.errors import Fenced, classify_db_error
 from tidegraph.store.realms import (
     RealmInfo,

@@ -7,7 +7,7 @@ then writes with a handful of set-based statements instead of one round trip per
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import AsyncCursor
 from psycopg.types.json import Jsonb
@@ -209,6 +209,18 @@ async def _store(
     return real
 
 
+class _Repointed(NamedTuple):
+    """A relation of an absorbed entity now pointing at the survivor, to render again."""
+
+    relation_id: int
+    subject_id: int
+    predicate: str
+    object_id: int
+    negated: bool
+    valid_from: str | None
+    valid_to: str | None
+
+
 async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: datetime) -> None:
     """Fold stored entities into the one they were proven to be (``moves``: absorbed →
     survivor, already holding the merged record).
@@ -219,7 +231,7 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
     retracts it in belief time. The absorbed row is deleted once nothing refers to it;
     otherwise it stays dormant without surface forms of its own.
     """
-    repointed: list[tuple[int, int, str, int, bool, str | None, str | None]] = []
+    repointed: list[_Repointed] = []
     for x, k in sorted(moves.items()):
         await ctx.run(
             "INSERT INTO {mentions} (chunk_id, entity_id) SELECT chunk_id, %s FROM {mentions}"
@@ -253,7 +265,7 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
                     "UPDATE {relations} SET subject_id = %s, object_id = %s WHERE id = %s",
                     (s2, o2, rid),
                 )
-                repointed.append((int(rid), s2, str(p), o2, bool(n), vf, vt))
+                repointed.append(_Repointed(int(rid), s2, str(p), o2, bool(n), vf, vt))
                 continue
             keep = True  # a self-loop now, or a duplicate of the survivor's edge
             if other:
@@ -280,14 +292,24 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
         else:
             await ctx.run("DELETE FROM {entities} WHERE id = %s", (x,))
     if repointed:
-        names = await ctx.entity_names({r[1] for r in repointed} | {r[3] for r in repointed})
+        names = await ctx.entity_names(
+            {r.subject_id for r in repointed} | {r.object_id for r in repointed}
+        )
         texts = [
-            render_relation(names[s], p, names[o], n, vf, vt) for _, s, p, o, n, vf, vt in repointed
+            render_relation(
+                names[r.subject_id],
+                r.predicate,
+                names[r.object_id],
+                r.negated,
+                r.valid_from,
+                r.valid_to,
+            )
+            for r in repointed
         ]
         vecs = await ctx.embeddings(texts)
         await ctx.many(
             "UPDATE {relations} SET rendered = %s, embedding = %b WHERE id = %s",
-            [(t, v, r[0]) for r, t, v in zip(repointed, texts, vecs, strict=True)],
+            [(t, v, r.relation_id) for r, t, v in zip(repointed, texts, vecs, strict=True)],
         )
 
 

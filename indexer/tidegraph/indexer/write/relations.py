@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.graph.rules import (
@@ -28,6 +28,16 @@ RelationKey = tuple[int, str, int, bool]
 """(subject id, predicate, object id, negated): one edge per key (corroboration)."""
 State = tuple[str, int | None]
 """Belief state and the relation superseding it."""
+
+
+class _Move(NamedTuple):
+    """A relation whose belief state changes in this transaction."""
+
+    relation_id: int
+    have: State
+    want: State
+    open_since: datetime | None
+    """When its open belief interval began (``None`` when it had none)."""
 
 
 Pair = tuple[str, int, int]
@@ -235,7 +245,7 @@ async def reconcile_relations(
     attr_updates: list[tuple[Any, ...]] = []
     text_updates: list[tuple[int, str]] = []
     zeroed: list[int] = []
-    moves: list[tuple[int, State, State, datetime | None]] = []
+    moves: list[_Move] = []
     for r in rows:
         rid, space = int(r[0]), str(r[1])
         subject, obj = names[int(r[2])], names[int(r[4])]
@@ -264,7 +274,7 @@ async def reconcile_relations(
         )
         if want == have:
             continue
-        moves.append((rid, have, want, r[14]))
+        moves.append(_Move(rid, have, want, r[14]))
         ref = {
             "id": str(rid),
             "subject_id": str(r[2]),
@@ -303,18 +313,16 @@ async def reconcile_relations(
         await _move_history(ctx, moves, bt)
 
 
-async def _move_history(
-    ctx: WriteContext, moves: list[tuple[int, State, State, datetime | None]], bt: datetime
-) -> None:
+async def _move_history(ctx: WriteContext, moves: list[_Move], bt: datetime) -> None:
     """Close each moved relation's open belief interval, open the new one, set its state.
 
     An interval opened by this very transaction is deleted rather than closed, so the
     history never holds an empty interval.
     """
-    closing = [(rid, since) for rid, have, _, since in moves if have[0] != "retracted"]
+    closing = [(m.relation_id, m.open_since) for m in moves if m.have[0] != "retracted"]
     dropped = [rid for rid, since in closing if since == bt]
     expired = [rid for rid, since in closing if since != bt]
-    opened = [(rid, want) for rid, _, want, _ in moves if want[0] != "retracted"]
+    opened = [(m.relation_id, m.want) for m in moves if m.want[0] != "retracted"]
     if dropped:
         await ctx.run(
             "DELETE FROM {relation_history} WHERE relation_id = ANY(%s) AND t_created = %s",
@@ -342,9 +350,9 @@ async def _move_history(
             "oi": [o[0] for o in opened],
             "os": [o[1][0] for o in opened],
             "ob": [o[1][1] for o in opened],
-            "mi": [m[0] for m in moves],
-            "ms": [m[2][0] for m in moves],
-            "mb": [m[2][1] for m in moves],
+            "mi": [m.relation_id for m in moves],
+            "ms": [m.want[0] for m in moves],
+            "mb": [m.want[1] for m in moves],
         },
     )
 
