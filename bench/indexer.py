@@ -200,6 +200,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=5000)
     parser.add_argument("--fresh", type=int, default=400, help="documents for the latency run")
+    parser.add_argument(
+        "--catch-up-run", type=int, default=16, help="the indexer's --catch-up-run (0: off)"
+    )
     args = parser.parse_args()
 
     bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP")
@@ -235,6 +238,8 @@ async def main() -> None:
             group,
             "--log-level",
             "WARNING",
+            "--catch-up-run",
+            str(args.catch_up_run),
         ],
         env=env,
         cwd=REPO,

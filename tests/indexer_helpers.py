@@ -153,6 +153,13 @@ async def running_indexer(
         await asyncio.wait_for(task, 60)
 
 
+def indexer_log(group: str) -> Path:
+    """Where the indexer processes of ``group`` write their log (INFO and up)."""
+    log_dir = Path(tempfile.gettempdir()) / "tidegraph-test-logs"
+    log_dir.mkdir(exist_ok=True)
+    return log_dir / f"indexer-{group}.log"
+
+
 def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env.update(
@@ -161,9 +168,7 @@ def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subpr
         TIDEGRAPH_TOPIC_PREFIX=topics.prefix,
         TIDEGRAPH_EMBEDDER="hashing:64",
     )
-    log_dir = Path(tempfile.gettempdir()) / "tidegraph-test-logs"
-    log_dir.mkdir(exist_ok=True)
-    with open(log_dir / f"indexer-{group}.log", "ab") as log:
+    with open(indexer_log(group), "ab") as log:
         return subprocess.Popen(
             [
                 sys.executable,

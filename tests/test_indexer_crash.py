@@ -14,6 +14,7 @@ from tidegraph.schemas.documents import DocumentVersion
 
 from indexer_helpers import (
     Topics,
+    indexer_log,
     make_topics,
     outbox,
     publish,
@@ -112,6 +113,36 @@ async def test_sigkill_at_random_points_applies_each_record_once(
         await _assert_exactly_once(pg_dsn, realm, records)
 
 
+async def test_sigkill_mid_catch_up_applies_each_record_once(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """One realm's backlog is written in catch-up runs (many records per transaction); a
+    kill between or inside them loses and repeats nothing."""
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    group = unique_name("g")
+    realm = unique_name("r")
+    records = _stream([realm], docs=40, versions=10)  # 400 records
+    await publish(topics, records)
+    for threshold in (60, 200):
+        proc = spawn_indexer(topics, pg_dsn, group, "--max-poll-records", "32")
+        await _when_position_reaches(pg_dsn, group, topics.documents, threshold, proc)
+        _kill(proc)
+        at_kill = await stored_position(pg_dsn, group, topics.documents)
+        assert threshold <= at_kill < len(records)
+    proc = spawn_indexer(topics, pg_dsn, group)
+    try:
+
+        async def done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
+        await wait_for(done, 180, "all records applied after restarts")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    await _assert_exactly_once(pg_dsn, realm, records)
+    assert "in one transaction" in indexer_log(group).read_text()
+
+
 async def test_second_member_joins_then_first_is_killed(
     kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -153,7 +184,8 @@ async def test_sigterm_finishes_in_flight_and_leaves_the_group(
     realm = unique_name("r")
     records = _stream([realm], docs=10, versions=5)
     await publish(topics, records)
-    proc = spawn_indexer(topics, pg_dsn, group)
+    # record by record, so that SIGTERM lands between records; the restart catches up
+    proc = spawn_indexer(topics, pg_dsn, group, "--catch-up-run", "0")
     await _when_position_reaches(pg_dsn, group, topics.documents, 5, proc)
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0

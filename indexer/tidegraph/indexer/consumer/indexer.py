@@ -3,8 +3,13 @@
 Per poll and partition: decode, decide each realm's records against its stored document
 states (:class:`~tidegraph.indexer.decide.planner.Planner`), prepare the records to apply
 ahead of the writer (:class:`~tidegraph.indexer.extraction.ahead.PrepareAhead`), then
-write them one transaction each, strictly in log order (:class:`RecordUnit`). The
-partitions of a poll proceed concurrently, each on its own connection. Positions live in
+write them strictly in log order: one transaction each when caught up (:class:`RecordUnit`,
+freshness), and, when the indexer is behind — a poll brought a run of at least
+``catch_up_run`` records of one realm — the whole run in one transaction with the replay's
+unit of work (:class:`BatchUnit`: the same stamps, ids and changes as record by record,
+DESIGN invariant 5). A run that fails is written again record by record, so the failure
+policy judges the one record that failed. The partitions of a poll proceed concurrently,
+each on its own connection. Positions live in
 PostgreSQL (``tidegraph.store.positions``), per realm within a partition; Kafka's committed
 offsets are refreshed afterwards only so standard tools can show lag.
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,7 +48,7 @@ from tidegraph.indexer.extraction.ahead import PrepareAhead
 from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
-from tidegraph.indexer.write.units import RecordUnit
+from tidegraph.indexer.write.units import BatchUnit, Outcome, RecordUnit
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError, TidegraphError
 from tidegraph.schemas.names import realm_schema
@@ -84,6 +90,9 @@ class IndexerConfig:
     """Longest pause between retries, seconds; a held realm is tried again this often."""
     pool_size: int = 4
     """PostgreSQL connections."""
+    catch_up_run: int = 16
+    """Records of one realm fetched back to back from which they are written as one
+    transaction (the indexer is behind); 0 writes every record on its own."""
 
 
 @dataclass
@@ -120,6 +129,15 @@ class _Item:
     def quiet(self) -> bool:
         """Writes nothing but the position (and maybe the highest version seen)."""
         return self.decision is None or not self.decision.writes
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Items written in one transaction: a record that writes, records that write nothing,
+    or (``catch_up``) a realm's run of records fetched back to back."""
+
+    items: list[_Item]
+    catch_up: bool = False
 
 
 class Indexer:
@@ -319,21 +337,44 @@ class Indexer:
             window=self.config.prepare_concurrency,
             running=self._running,
         )
+        taken: dict[int, Outcome | None] = {}
+
+        async def outcome_of(decision: Decision) -> Outcome | None:
+            """Prepared once: a catch-up run written again record by record reuses it."""
+            if decision.offset not in taken:
+                taken[decision.offset] = await ahead.take(decision)
+            return taken[decision.offset]
+
+        queue = deque(_runs(items, self.config.catch_up_run))
         try:
-            for run in _runs(items):
+            while queue:
+                run = queue.popleft()
                 if self._stop.is_set():
                     return
                 async with self._partition_lock(tp):
                     if self._owned.get(tp) is not owned:
                         return  # revoked while we worked
-                    run = [it for it in run if it.realm not in owned.held]
-                    if not run:
+                    kept = [it for it in run.items if it.realm not in owned.held]
+                    if not kept:
                         continue
                     try:
-                        await self._write_run(tp, owned, run, ahead)
+                        await self._write_run(tp, owned, _Run(kept, run.catch_up), outcome_of)
                     except Exception as exc:  # noqa: BLE001 - judged by the failure policy
-                        first = run[0]
-                        if len(run) == 1 and first.decision is not None:
+                        if run.catch_up and verdict(exc) is not Verdict.LOST:
+                            log.info(
+                                "%s/%d: a catch-up run of %d records from offset %d failed"
+                                " (%s); writing it record by record",
+                                tp.topic,
+                                tp.partition,
+                                len(kept),
+                                kept[0].msg.offset,
+                                type(exc).__name__,
+                            )
+                            queue.extendleft(reversed(_runs(kept, 0)))
+                            continue
+                        first = kept[0]
+                        single = len(kept) == 1
+                        if single and first.decision is not None:
                             rec = first.decision.record
                             exc = (
                                 RecordFailed(
@@ -347,7 +388,7 @@ class Indexer:
                                 if not isinstance(exc, RecordFailed)
                                 else exc
                             )
-                        if await self._failed(tp, owned, first.msg, exc, single=len(run) == 1):
+                        if await self._failed(tp, owned, first.msg, exc, single=single):
                             return
         finally:
             await ahead.cancel()
@@ -385,24 +426,51 @@ class Indexer:
         return doc
 
     async def _write_run(
-        self, tp: TopicPartition, owned: _Owned, run: list[_Item], ahead: PrepareAhead
+        self,
+        tp: TopicPartition,
+        owned: _Owned,
+        run: _Run,
+        outcome_of: Callable[[Decision], Awaitable[Outcome | None]],
     ) -> None:
-        """Write one record that applies or deletes a version, or move the position over a
-        run of records that write nothing, in one transaction; count what happened."""
+        """Write one record that applies or deletes a version, a catch-up run, or move the
+        position over a run of records that write nothing, in one transaction; count what
+        happened."""
         assert self.pool is not None
+        items = run.items
         now = owned.position
-        for it in run:
+        for it in items:
             now = now.settle(it.realm, it.msg.offset, owned.held)
-        first = run[0]
+        first = items[0]
+        by_offset = {it.msg.offset: it.msg for it in items}
 
         async def refused(decision: Decision, error: psycopg.Error) -> None:
             reason = f"PostgreSQL refused a value of the record: {refusal(error)}"
-            await self._dead_letter(first.msg, reason, "unstorable")
+            await self._dead_letter(by_offset[decision.offset], reason, "unstorable")
 
-        unit = RecordUnit(owned.claim, refused)
         started = time.perf_counter()
-        if first.quiet:
-            for it in run:
+        if run.catch_up:
+            assert first.info is not None
+            decisions = [it.decision for it in items if it.decision is not None]
+            outcomes = {d.offset: await outcome_of(d) for d in decisions if d.writes}
+            batch = BatchUnit(first.info, self._embedder_for(first.info), owned.claim, refused)
+            async with self.pool.connection() as conn:
+                await batch.write(conn, first.msg.offset, now, decisions, outcomes)
+                await self._cleared(conn, tp, owned, items)
+            for d in decisions:
+                metrics.RECORDS.labels(first.realm, _OUTCOMES.get(d.action.value, "applied")).inc()
+            metrics.CATCH_UP_RECORDS.inc(len(items))
+            log.info(
+                "%s/%d: caught up %d records of realm %s (offsets %d-%d) in one transaction",
+                tp.topic,
+                tp.partition,
+                len(items),
+                first.realm,
+                first.msg.offset,
+                items[-1].msg.offset,
+            )
+        elif first.quiet:
+            unit = RecordUnit(owned.claim, refused)
+            for it in items:
                 if it.decision is None:
                     await self._dead_letter(it.msg, it.error or "", it.error_class or "invalid")
             async with self.pool.connection() as conn:
@@ -410,15 +478,16 @@ class Indexer:
                     conn,
                     first.msg.offset,
                     now,
-                    [(it.info, it.decision) for it in run if it.decision and it.info],
+                    [(it.info, it.decision) for it in items if it.decision and it.info],
                 )
-                await self._cleared(conn, tp, owned, run)
-            for it in run:
+                await self._cleared(conn, tp, owned, items)
+            for it in items:
                 outcome = it.decision.action.value if it.decision else "dead_lettered"
                 metrics.RECORDS.labels(it.realm, outcome).inc()
         else:
             assert first.decision is not None and first.info is not None
-            prepared = await ahead.take(first.decision)
+            unit = RecordUnit(owned.claim, refused)
+            prepared = await outcome_of(first.decision)
             async with self.pool.connection() as conn:
                 result = await unit.apply(
                     conn,
@@ -428,7 +497,7 @@ class Indexer:
                     first.decision,
                     prepared,
                 )
-                await self._cleared(conn, tp, owned, run)
+                await self._cleared(conn, tp, owned, items)
             outcome = (
                 "unstorable"
                 if result is None
@@ -438,7 +507,7 @@ class Indexer:
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         owned.position = now
         owned.failures = 0
-        self.applied += len(run)
+        self.applied += len(items)
 
     async def _dead_letter(self, msg: ConsumerRecord[bytes, bytes], error: str, kind: str) -> None:
         assert self.producer is not None
@@ -618,15 +687,45 @@ class Indexer:
                 metrics.LAG.labels(tp.topic, str(tp.partition)).set(lag)
 
 
-def _runs(items: list[_Item]) -> list[list[_Item]]:
-    """Items in log order, consecutive records that write nothing grouped into one run."""
-    runs: list[list[_Item]] = []
-    for item in items:
-        if item.quiet and runs and runs[-1][-1].quiet:
-            runs[-1].append(item)
-        else:
-            runs.append([item])
+def _runs(items: list[_Item], catch_up_run: int) -> list[_Run]:
+    """Items in log order, in units of work: a realm's records decided back to back make
+    one catch-up run when there are at least ``catch_up_run`` of them (and one writes);
+    otherwise each record that writes is its own run, and consecutive records that write
+    nothing share one."""
+    runs: list[_Run] = []
+    for segment in _same_realm_segments(items):
+        if 0 < catch_up_run <= len(segment) and not all(it.quiet for it in segment):
+            runs.append(_Run(segment, catch_up=True))
+            continue
+        for item in segment:
+            last = runs[-1] if runs else None
+            if item.quiet and last is not None and not last.catch_up and last.items[-1].quiet:
+                last.items.append(item)
+            else:
+                runs.append(_Run([item]))
     return runs
+
+
+def _same_realm_segments(items: list[_Item]) -> list[list[_Item]]:
+    """Maximal stretches of decided records of one realm (a record for the DLQ is a
+    stretch of its own)."""
+    segments: list[list[_Item]] = []
+    for item in items:
+        last = segments[-1] if segments else None
+        if (
+            last is not None
+            and item.decision is not None
+            and last[-1].decision is not None
+            and last[-1].realm == item.realm
+        ):
+            last.append(item)
+        else:
+            segments.append([item])
+    return segments
+
+
+_OUTCOMES = {"apply": "applied", "delete": "deleted"}
+"""A decision's action as the records metric names its outcome."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

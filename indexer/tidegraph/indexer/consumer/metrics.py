@@ -43,3 +43,8 @@ HELD_FAILURES = Counter(
     "Failures that held a realm at a record (not retriable), by realm and error class.",
     ["realm", "error_class"],
 )
+CATCH_UP_RECORDS = Counter(
+    "tidegraph_indexer_catch_up_records_total",
+    "Records written in catch-up runs (many records of a realm in one transaction, while the"
+    " indexer is behind).",
+)

@@ -30,6 +30,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--group", default="tidegraph-indexer", help="consumer group id")
     p.add_argument("--concurrency", type=int, default=8, help="documents prepared at once")
     p.add_argument("--max-poll-records", type=int, default=256)
+    p.add_argument(
+        "--catch-up-run",
+        type=int,
+        default=IndexerConfig.catch_up_run,
+        help="records of one realm fetched back to back that are written in one transaction"
+        " while the indexer is behind (0: every record on its own)",
+    )
     p.add_argument("--metrics-port", type=int, default=0, help="serve /metrics on this port")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run)
@@ -67,6 +74,7 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
             default_realm=default_realm_config(),
             prepare_concurrency=args.concurrency,
             max_poll_records=args.max_poll_records,
+            catch_up_run=args.catch_up_run,
         ),
         pipeline.prepare,
         registry.embedder_for,
