@@ -25,6 +25,7 @@ import httpx
 import psycopg
 import uvicorn
 
+from tidegraph.connectors.bulk import text_document
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
@@ -39,7 +40,6 @@ from indexer_helpers import (
     publish,
     running_indexer,
     stored_position,
-    upsert,
     wait_for,
 )
 from query_helpers import embedders
@@ -156,7 +156,6 @@ def spawn_serve(
 
 
 CORPUS = REPO / "examples" / "corpus"
-ORDER = {"rivalry-1.md": "1830", "rivalry-2.md": "1842"}
 
 
 @dataclass
@@ -184,11 +183,9 @@ class LivePipeline:
         return CORPUS
 
     def corpus(self, *names: str) -> list[DocumentVersion]:
-        """Documents of ``examples/corpus`` (the rivalry pair with their years as order)."""
-        return [
-            upsert(self.realm, name, (CORPUS / name).read_text(), order_key=ORDER.get(name))
-            for name in names
-        ]
+        """Documents of ``examples/corpus``, read as ``publish`` reads them (each file's
+        front matter date is its order)."""
+        return [text_document(CORPUS / name, name, self.realm, source="test") for name in names]
 
 
 @asynccontextmanager

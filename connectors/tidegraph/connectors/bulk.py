@@ -22,7 +22,13 @@ import orjson
 from tidegraph.connectors.errors import DeliveryError, UndecodableSourceError
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.progress import Progress
-from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, title_of, walk
+from tidegraph.connectors.textfiles import (
+    TEXT_GLOBS,
+    OrderFrom,
+    decode_text,
+    file_version,
+    walk,
+)
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.hashing import content_hash
@@ -117,21 +123,25 @@ def document_from_object(
 
 
 def text_document(
-    path: Path, doc_key: str, realm: str, *, space: str = DEFAULT_SPACE, source: str
+    path: Path,
+    doc_key: str,
+    realm: str,
+    *,
+    space: str = DEFAULT_SPACE,
+    source: str,
+    order_from: OrderFrom = "front-matter",
 ) -> DocumentVersion:
-    """A text or Markdown file as an upsert: title from its heading, version from its mtime."""
+    """A text or Markdown file as an upsert (see ``textfiles.file_version``)."""
     data = path.read_bytes()
-    stat = path.stat()
-    text = decode_text(data, str(path))
-    return DocumentVersion.for_upsert(
-        realm,
+    return file_version(
+        path,
         doc_key,
-        text,
+        decode_text(data, str(path)),
+        realm,
+        mtime_ns=path.stat().st_mtime_ns,
         space=space,
-        title=title_of(text, path),
         source=source,
-        source_version=str(stat.st_mtime_ns),
-        event_time=datetime.fromtimestamp(stat.st_mtime_ns / 1e9, UTC),
+        order_from=order_from,
     )
 
 
@@ -156,12 +166,15 @@ def _jsonl_items(path: Path, realm: str, space: str) -> Iterator[Item]:
                 yield Refusal(where, key if isinstance(key, str) else None, str(exc))
 
 
-def _file_items(path: Path, doc_key: str, realm: str, space: str) -> Iterator[Item]:
+def _file_items(
+    path: Path, doc_key: str, realm: str, space: str, order_from: OrderFrom
+) -> Iterator[Item]:
     if path.suffix.lower() in JSONL_SUFFIXES:
         yield from _jsonl_items(path, realm, space)
         return
     try:
-        yield Input(str(path), text_document(path, doc_key, realm, space=space, source="bulk"))
+        doc = text_document(path, doc_key, realm, space=space, source="bulk", order_from=order_from)
+        yield Input(str(path), doc)
     except (UndecodableSourceError, RecordValidationError) as exc:
         yield Refusal(str(path), doc_key, str(exc))
     except OSError as exc:
@@ -173,18 +186,24 @@ def _given_key(path: Path) -> str:
     return pure.name if pure.is_absolute() or ".." in pure.parts else pure.as_posix()
 
 
-def read_inputs(paths: Sequence[Path], realm: str, *, space: str = DEFAULT_SPACE) -> Iterator[Item]:
+def read_inputs(
+    paths: Sequence[Path],
+    realm: str,
+    *,
+    space: str = DEFAULT_SPACE,
+    order_from: OrderFrom = "front-matter",
+) -> Iterator[Item]:
     """Documents and refusals from files, folders (recursively) and JSONL files.
 
     A text file's ``doc_key`` is its path relative to the folder given, or the path as given
-    for a file argument (its name when absolute).
+    for a file argument (its name when absolute); its order as ``order_from`` says.
     """
     for given in paths:
         if given.is_dir():
             for relative, path in walk(given, BULK_GLOBS):
-                yield from _file_items(path, relative, realm, space)
+                yield from _file_items(path, relative, realm, space, order_from)
         elif given.is_file():
-            yield from _file_items(given, _given_key(given), realm, space)
+            yield from _file_items(given, _given_key(given), realm, space, order_from)
         else:
             yield Refusal(str(given), None, "no such file or folder")
 
@@ -292,9 +311,9 @@ async def publish_paths(
     space: str = DEFAULT_SPACE,
     show_progress: bool = True,
     window: int = DEFAULT_WINDOW,
+    order_from: OrderFrom = "front-matter",
 ) -> BulkReport:
     """Publish files, folders and JSONL files of ``realm``; see :func:`read_inputs`."""
     progress = Progress("publish", count_inputs(paths), enabled=show_progress)
-    return await publish_items(
-        producer, read_inputs(paths, realm, space=space), progress=progress, window=window
-    )
+    items = read_inputs(paths, realm, space=space, order_from=order_from)
+    return await publish_items(producer, items, progress=progress, window=window)

@@ -22,7 +22,6 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,14 @@ from watchfiles import awatch
 
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError, UndecodableSourceError
 from tidegraph.connectors.producer import Delivery, DocumentProducer
-from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, matches, title_of, walk
+from tidegraph.connectors.textfiles import (
+    TEXT_GLOBS,
+    OrderFrom,
+    decode_text,
+    file_version,
+    matches,
+    walk,
+)
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import DEFAULT_SPACE
@@ -136,12 +142,14 @@ class FsConnector:
         state_path: Path,
         globs: Iterable[str] = TEXT_GLOBS,
         space: str = DEFAULT_SPACE,
+        order_from: OrderFrom = "front-matter",
         on_event: Callable[[str], None] | None = None,
     ) -> None:
         self.producer = producer
         self.realm = realm
         self.root = root
         self.globs = tuple(globs)
+        self.order_from = order_from
         self.space = space
         self.on_event = on_event
         identity = {
@@ -239,15 +247,15 @@ class FsConnector:
             self.state.files[doc_key] = sent  # touched, not changed
             report.unchanged += 1
             return None
-        doc = DocumentVersion.for_upsert(
-            self.realm,
+        doc = file_version(
+            path,
             doc_key,
             text,
+            self.realm,
+            mtime_ns=stat.st_mtime_ns,
             space=self.space,
-            title=title_of(text, path),
             source=SOURCE,
-            source_version=str(stat.st_mtime_ns),
-            event_time=datetime.fromtimestamp(stat.st_mtime_ns / 1e9, UTC),
+            order_from=self.order_from,
         )
         return doc, sent
 

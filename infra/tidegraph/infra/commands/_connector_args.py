@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tidegraph.connectors.config import ConnectorSettings, load_connector_settings
+from tidegraph.connectors.textfiles import ORDER_SOURCES
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.schemas.settings import Settings, load_settings
 
@@ -27,6 +28,17 @@ def add_kafka_options(parser: argparse.ArgumentParser) -> None:
         "--no-create-topics",
         action="store_true",
         help="do not create missing topics before publishing",
+    )
+
+
+def add_order_option(parser: argparse.ArgumentParser) -> None:
+    """``--order-key-from``: where a text file's document order comes from."""
+    parser.add_argument(
+        "--order-key-from",
+        choices=ORDER_SOURCES,
+        default="front-matter",
+        help="a file's order_key, which supersession follows: its front matter's order_key:"
+        " or date: (else its mtime; the default), its mtime, or its name",
     )
 
 

@@ -16,6 +16,7 @@ from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import TEXT_GLOBS
 from tidegraph.infra.commands._connector_args import (
     add_kafka_options,
+    add_order_option,
     prepare_topics,
     settings_from,
 )
@@ -78,6 +79,7 @@ def _register_fs(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--rescan", type=float, default=60.0, help="full rescan interval when watching (s)"
     )
     fs.add_argument("--poll", action="store_true", help="poll instead of OS notifications")
+    add_order_option(fs)
     add_kafka_options(fs)
     fs.set_defaults(func=run_fs)
 
@@ -114,6 +116,7 @@ async def _fs(args: argparse.Namespace, realm: str, space: str, root: Path) -> i
             state_path=state_path,
             globs=args.globs or TEXT_GLOBS,
             space=space,
+            order_from=args.order_key_from,
             on_event=_say,
         )
         report = await connector.snapshot()

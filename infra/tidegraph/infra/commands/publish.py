@@ -11,6 +11,7 @@ from tidegraph.connectors.bulk import publish_paths
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.infra.commands._connector_args import (
     add_kafka_options,
+    add_order_option,
     prepare_topics,
     settings_from,
 )
@@ -31,6 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--realm", required=True, help="realm of every document")
     parser.add_argument("--space", default=DEFAULT_SPACE, help="space when a line names none")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    add_order_option(parser)
     add_kafka_options(parser)
     parser.set_defaults(func=run_publish)
 
@@ -49,7 +51,12 @@ async def _publish(args: argparse.Namespace, realm: str, space: str) -> int:
     )
     async with producer:
         report = await publish_paths(
-            producer, args.paths, realm, space=space, show_progress=not args.no_progress
+            producer,
+            args.paths,
+            realm,
+            space=space,
+            show_progress=not args.no_progress,
+            order_from=args.order_key_from,
         )
     print(report.summary(), file=sys.stdout)
     return 0 if report.ok else 1
