@@ -7,23 +7,21 @@ the change publisher, for tests that need the topic or kill things.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-import uvicorn
+from thread_server import served
 
 from tidegraph.connectors.bulk import text_document
 from tidegraph.query_service.app import Deps, create_app
@@ -53,61 +51,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class _Server(threading.Thread):
-    def __init__(
-        self, dsn: str, port: int, settings: QuerySettings, embedder: QueryEmbedder | None
-    ) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.port, self.settings, self.embedder = dsn, port, settings, embedder
-        self.ready = threading.Event()
-        self.server: uvicorn.Server | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
-            self.error = exc
-            self.ready.set()
-
-    async def _main(self) -> None:
-        pool = make_pool(self.dsn, min_size=1, max_size=4)
-        await pool.open(wait=True)
-        try:
-            app = create_app(self.settings, Deps(pool=pool, embedders=embedders(self.embedder)))
-            config = uvicorn.Config(
-                app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
-            )
-            self.server = uvicorn.Server(config)
-            self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-            serving = asyncio.create_task(self.server.serve())
-            while not self.server.started:
-                if serving.done():
-                    await serving
-                await asyncio.sleep(0.02)
-            self.ready.set()
-            await serving
-        finally:
-            await pool.close()
-
-
 @contextmanager
 def app_in_thread(
     dsn: str, *, embedder: QueryEmbedder | None = None, **settings: Any
 ) -> Iterator[str]:
     """The query app on a free loopback port (query embedder ``hashing:8`` unless given);
     yields its URL."""
-    server = _Server(dsn, free_port(), QuerySettings(**settings), embedder)
-    server.start()
-    assert server.ready.wait(60), "server did not start"
-    if server.error is not None:
-        raise server.error
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        assert server.server is not None
-        server.server.should_exit = True
-        server.join(30)
+
+    async def build(stack: AsyncExitStack) -> Any:
+        pool = make_pool(dsn, min_size=1, max_size=4)
+        await pool.open(wait=True)
+        stack.push_async_callback(pool.close)
+        return create_app(QuerySettings(**settings), Deps(pool=pool, embedders=embedders(embedder)))
+
+    with served(build) as url:
+        yield url
 
 
 @contextmanager

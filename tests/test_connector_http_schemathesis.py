@@ -12,13 +12,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
-from schemathesis.checks import (
-    content_type_conformance,
-    not_a_server_error,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from openapi_run import EXAMPLES, call_and_check
 from thread_server import served
 
 from tidegraph.connectors.config import load_connector_settings
@@ -41,6 +35,7 @@ async def _build_app(bootstrap: str, stack: AsyncExitStack) -> Any:
         topics.documents_topic,
         max_document_bytes=connector.max_document_bytes,
     )
+    await producer.start(connect_timeout=30)  # the first request does not wait for it
     service = IngestService(producer, connector)
     stack.push_async_callback(service.aclose)
     return create_app(service, ApiKeys.parse(None))
@@ -61,20 +56,6 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
-@settings(
-    max_examples=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@EXAMPLES
 def test_every_answer_is_declared_and_none_is_a_server_error(case: Any, base_url: str) -> None:
-    if "realm" in (case.path_parameters or {}):
-        case.path_parameters["realm"] = REALM
-    case.call_and_validate(
-        base_url=base_url,
-        checks=[
-            not_a_server_error,
-            status_code_conformance,
-            content_type_conformance,
-            response_schema_conformance,
-        ],
-    )
+    call_and_check(case, base_url, REALM)

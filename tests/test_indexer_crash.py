@@ -85,6 +85,29 @@ async def _when_position_reaches(
     await wait_for(crossed, 120, f"the stored position to reach {threshold}", interval=0.02)
 
 
+async def _kill_at_then_finish(
+    topics: Topics, pg_dsn: str, group: str, n: int, thresholds: tuple[int, ...], *extra: str
+) -> None:
+    """SIGKILL an indexer process each time the stored position crosses a threshold (so
+    the kill lands mid-stream), then let a last one apply all ``n`` records."""
+    for threshold in thresholds:
+        proc = spawn_indexer(topics, pg_dsn, group, *extra)
+        await _when_position_reaches(pg_dsn, group, topics.documents, threshold, proc)
+        _kill(proc)
+        at_kill = await stored_position(pg_dsn, group, topics.documents)
+        assert threshold <= at_kill < n
+    proc = spawn_indexer(topics, pg_dsn, group)
+    try:
+
+        async def done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= n
+
+        await wait_for(done, 180, "all records applied after restarts")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 async def test_sigkill_at_random_points_applies_each_record_once(
     kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -93,22 +116,7 @@ async def test_sigkill_at_random_points_applies_each_record_once(
     realms = [unique_name("r") for _ in range(2)]
     records = _stream(realms, docs=25, versions=10)  # 500 records
     await publish(topics, records)
-    for threshold in (40, 160, 280, 400):
-        proc = spawn_indexer(topics, pg_dsn, group)
-        await _when_position_reaches(pg_dsn, group, topics.documents, threshold, proc)
-        _kill(proc)
-        at_kill = await stored_position(pg_dsn, group, topics.documents)
-        assert threshold <= at_kill < len(records)
-    proc = spawn_indexer(topics, pg_dsn, group)
-    try:
-
-        async def done() -> bool:
-            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
-
-        await wait_for(done, 180, "all records applied after restarts")
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    await _kill_at_then_finish(topics, pg_dsn, group, len(records), (40, 160, 280, 400))
     for realm in realms:
         await _assert_exactly_once(pg_dsn, realm, records)
 
@@ -123,22 +131,9 @@ async def test_sigkill_mid_catch_up_applies_each_record_once(
     realm = unique_name("r")
     records = _stream([realm], docs=40, versions=10)  # 400 records
     await publish(topics, records)
-    for threshold in (60, 200):
-        proc = spawn_indexer(topics, pg_dsn, group, "--max-poll-records", "32")
-        await _when_position_reaches(pg_dsn, group, topics.documents, threshold, proc)
-        _kill(proc)
-        at_kill = await stored_position(pg_dsn, group, topics.documents)
-        assert threshold <= at_kill < len(records)
-    proc = spawn_indexer(topics, pg_dsn, group)
-    try:
-
-        async def done() -> bool:
-            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
-
-        await wait_for(done, 180, "all records applied after restarts")
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    await _kill_at_then_finish(
+        topics, pg_dsn, group, len(records), (60, 200), "--max-poll-records", "32"
+    )
     await _assert_exactly_once(pg_dsn, realm, records)
     assert "in one transaction" in indexer_log(group).read_text()
 

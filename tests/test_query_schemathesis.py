@@ -17,13 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
-from schemathesis.checks import (
-    content_type_conformance,
-    not_a_server_error,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from openapi_run import EXAMPLES, call_and_check
 from thread_server import served
 
 from tidegraph.query_service.app import Deps, create_app
@@ -105,20 +99,6 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
-@settings(
-    max_examples=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@EXAMPLES
 def test_no_input_makes_a_server_error(case: Any, base_url: str) -> None:
-    if "realm" in (case.path_parameters or {}):
-        case.path_parameters["realm"] = REALM
-    case.call_and_validate(
-        base_url=base_url,
-        checks=[
-            not_a_server_error,
-            status_code_conformance,
-            content_type_conformance,
-            response_schema_conformance,
-        ],
-    )
+    call_and_check(case, base_url, REALM)
