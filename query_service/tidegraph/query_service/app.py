@@ -44,6 +44,7 @@ from tidegraph.query_service.errors import (
     QueryServiceError,
     Unavailable,
 )
+from tidegraph.query_service.gate import DatabaseGate
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.models import (
@@ -93,6 +94,9 @@ class Deps:
     """Model-backed keyword extraction; lexical when ``None``."""
     registry: CollectorRegistry | None = None
     """Where metrics register; a private registry when ``None``."""
+    gate: DatabaseGate | None = None
+    """The pool's outage gate; one over ``pool`` with the settings' timings when ``None``
+    (the app keeps it in ``app.state.database_gate``; close it with the pool)."""
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -121,6 +125,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         (settings.ef_search, settings.ef_search_relations, settings.ef_search_chunks),
     )
     embedders: dict[tuple[str, str], QueryEmbedder] = {}
+    gate = deps.gate or DatabaseGate(deps.pool, settings.gate_timings())
     app = FastAPI(
         title="tidegraph query API",
         version="1",
@@ -130,10 +135,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     _install_error_handlers(app, metrics)
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
-
-    async def realm_meta(conn: AsyncConnection[Any], realm: str, auth: str | None) -> RealmInfo:
-        authorize(keys, auth, realm)
-        return await catalog.get(conn, realm)
+    app.state.database_gate = gate
 
     def embedder_for(meta: RealmInfo) -> QueryEmbedder:
         key = (meta.realm, meta.embedder)
@@ -171,19 +173,21 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             body.similarity_share,
         )
 
+    async def lookup(realm: str, auth: str | None) -> RealmInfo:
+        authorize(keys, auth, realm)
+        return await gate.run(lambda conn: catalog.get(conn, realm))
+
     async def run_retrieval(
         realm: str, auth: str | None, params: RetrievalParams
     ) -> RetrievalResult:
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
+        meta = await lookup(realm, auth)
         if params.mode == "bypass":
             return RetrievalResult([], [], [], [], {"mode": "bypass"})
         embedder = embedder_for(meta)
         started = time.perf_counter()
         # keywords and vectors may come from models: no connection is held meanwhile
         prepared = await prepare(params, embedder, meta.dimension, deps.keyword_model)
-        async with deps.pool.connection() as conn:
-            result = await search(conn, meta, prepared, params, limits)
+        result = await gate.run(lambda conn: search(conn, meta, prepared, params, limits))
         metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
         result.stats["embedder"] = meta.embedder
         return result
@@ -195,9 +199,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
 
     @app.get("/readyz", tags=["service"])
     async def readyz() -> Response:
-        """Readiness: the database answers and every realm's tables are usable."""
-        async with deps.pool.connection() as conn:
-            count, problems = await realm_problems(conn)
+        """Readiness: the database answers and every realm's tables are usable; answered
+        within ``ready_timeout`` whatever the database does."""
+        count, problems = await gate.run(realm_problems, within=settings.ready_timeout)
         if problems:
             raise Unavailable("; ".join(problems))
         return _json({"status": "ready", "realms": count})
@@ -217,8 +221,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         """Retrieval plus a synthesised answer with references."""
         params = params_of(body)
         if deps.chat is None:
-            async with deps.pool.connection() as conn:
-                await realm_meta(conn, realm, auth)
+            await lookup(realm, auth)
             raise ChatModelNotConfigured()
         data = await run_retrieval(realm, auth, params)
         prompt = build_prompt(body.query, data, body.max_prompt_chars)
@@ -253,11 +256,12 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             raise InvalidRequest("give either after_seq or since, not both")
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            page = await reads.changes_page(
+        meta = await lookup(realm, auth)
+        page = await gate.run(
+            lambda conn: reads.changes_page(
                 conn, meta, after_seq=after_seq, since=since, limit=limit
             )
+        )
         return _json(page)
 
     @app.get(
@@ -274,9 +278,8 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         """A document's indexing state."""
         _text("doc_key", doc_key)
         _space(space, wildcard=False)
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            state = await reads.document_state(conn, meta, space, doc_key)
+        meta = await lookup(realm, auth)
+        state = await gate.run(lambda conn: reads.document_state(conn, meta, space, doc_key))
         if state is None:
             raise DocumentNotFound(realm, space, doc_key)
         return _json(state)
@@ -303,9 +306,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
         scope = channels.Scope(space, as_of, as_believed_at, include_superseded, None)
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            rows = await reads.list_relations(
+        meta = await lookup(realm, auth)
+        rows = await gate.run(
+            lambda conn: reads.list_relations(
                 conn,
                 meta,
                 scope,
@@ -315,6 +318,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 after_id=after_id,
                 limit=limit,
             )
+        )
         nxt = int(rows[-1]["id"]) if len(rows) == limit else None
         return _json({"relations": rows, "next_after_id": nxt})
 
@@ -334,9 +338,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         _space(space, wildcard=True)
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            rows = await reads.list_entities(
+        meta = await lookup(realm, auth)
+        rows = await gate.run(
+            lambda conn: reads.list_entities(
                 conn,
                 meta,
                 name=name,
@@ -345,6 +349,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 after_id=after_id,
                 limit=limit,
             )
+        )
         nxt = int(rows[-1]["id"]) if len(rows) == limit else None
         return _json({"entities": rows, "next_after_id": nxt})
 
@@ -404,7 +409,10 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
 
     async def service_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, QueryServiceError)
-        return answer(exc.status, exc.code, str(exc))
+        response = answer(exc.status, exc.code, str(exc))
+        if isinstance(exc, Unavailable) and exc.retry_after is not None:
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     async def contract_error(_: Request, exc: Exception) -> Response:
         return answer(422, "invalid_request", str(exc))
@@ -421,7 +429,9 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     async def database_error(_: Request, exc: Exception) -> Response:
         if isinstance(exc, PoolTimeout) or is_transient(exc):
             err = unavailable(exc)
-            return answer(err.status, err.code, str(err))
+            response = answer(err.status, err.code, str(err))
+            response.headers["Retry-After"] = str(err.retry_after)
+            return response
         log.exception("database error", exc_info=exc)
         return answer(500, "internal", "internal error; see the service log")
 

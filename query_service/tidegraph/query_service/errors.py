@@ -10,6 +10,8 @@
         │   └── DocumentNotFound           no such document in the space
         ├── EmbedderMismatch               409: the query embedder is not the realm's pinned one
         └── Unavailable                    503, retriable: database down, no chat model
+            ├── ChatModelNotConfigured     no chat model for ``/query``
+            └── DatabaseDown               (query_service.gate) PostgreSQL does not answer
 
 The app turns every one of these into ``{"error": {"code", "message"}}`` with its status;
 anything else is a bug and answers 500. Messages say what happened and the likely cause.
@@ -107,12 +109,15 @@ class Unavailable(QueryServiceError):
     status = 503
     code = "unavailable"
     retriable = True
+    retry_after: int | None = 1
+    """Seconds a client should wait before trying again (the ``Retry-After`` header)."""
 
 
 class ChatModelNotConfigured(Unavailable):
     """``/query`` needs a chat model and none is configured."""
 
     code = "chat_model_not_configured"
+    retry_after = None
 
     def __init__(self) -> None:
         super().__init__(
