@@ -155,6 +155,7 @@ def run_http(args: argparse.Namespace) -> int:
     import uvicorn
 
     from tidegraph.connectors.http_ingest import IngestService, create_app
+    from tidegraph.infra.http_server import BoundedConfig, HttpLimits
 
     settings, _ = settings_from(args)
     connector_settings = load_connector_settings(
@@ -169,7 +170,9 @@ def run_http(args: argparse.Namespace) -> int:
     )
     app = create_app(IngestService(producer, connector_settings), keys)
     _say(f"ingest on http://{args.host}:{args.port} → {settings.documents_topic}")
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="on")
+    config = BoundedConfig(
+        app, limits=HttpLimits(), host=args.host, port=args.port, log_level="info", lifespan="on"
+    )
     uvicorn.Server(config).run()
     return 0
 

@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from tidegraph.infra.http_server import BoundedConfig, HttpLimits
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings, load_query_settings
@@ -165,8 +166,9 @@ async def serve(
         ),
     )
     server = uvicorn.Server(
-        uvicorn.Config(
+        BoundedConfig(
             app,
+            limits=HttpLimits(),
             host=args.host,
             port=args.port,
             log_level=args.log_level.lower(),
