@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidegraph.query_service import channels, reads
-from tidegraph.query_service.auth import authorize
+from tidegraph.query_service.auth import authorize, reaches_every_realm, require_every_realm
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import (
     RealmCatalog,
@@ -198,17 +198,28 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["service"])
-    async def readyz() -> Response:
+    async def readyz(auth: Auth = None) -> Response:
         """Readiness: the database answers and every realm's tables are usable; answered
-        within ``ready_timeout`` whatever the database does."""
-        count, problems = await gate.run(realm_problems, within=settings.ready_timeout)
+        within ``ready_timeout`` whatever the database does. With keys configured, the
+        realm count and the broken realms are told only to a key reaching every realm;
+        anyone else learns ready (200) or not ready (503)."""
+        detailed = reaches_every_realm(keys, auth)
+        try:
+            count, problems = await gate.run(realm_problems, within=settings.ready_timeout)
+        except Unavailable:
+            if detailed:
+                raise
+            raise Unavailable("not ready") from None
         if problems:
-            raise Unavailable("; ".join(problems))
-        return _json({"status": "ready", "realms": count})
+            raise Unavailable("; ".join(problems) if detailed else "not ready")
+        return _json({"status": "ready", "realms": count} if detailed else {"status": "ready"})
 
     @app.get("/metrics", tags=["service"], response_class=Response)
-    async def prometheus() -> Response:
-        """Prometheus text format."""
+    async def prometheus(auth: Auth = None) -> Response:
+        """Prometheus text format; with ``metrics_require_key`` and keys configured, for a
+        key reaching every realm only."""
+        if settings.metrics_require_key:
+            require_every_realm(keys, auth, "/metrics")
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/realms/{realm}/query_data", tags=["query"], response_model=QueryDataResponse)

@@ -50,6 +50,11 @@ class QuerySettings(BaseSettings):
         (0.6, 0.25, 0.15),
         description="Blend of similarity, rating and size when ranking community reports.",
     )
+    metrics_require_key: bool = Field(
+        False,
+        description="With API keys configured, `/metrics` answers only a key reaching every "
+        "realm (`key=*`); its series name realms.",
+    )
     realm_cache_seconds: float = Field(5.0, ge=0, description="How long realm metadata is kept.")
     ready_timeout: float = Field(
         0.9, gt=0, le=30, description="`/readyz` answers 503 when its check takes longer."

@@ -5,6 +5,7 @@
         ├── InvalidRequest                 422: a request breaks a limit or the contract
         ├── Unauthenticated                401: no key, or a key nobody issued
         ├── Forbidden                      403: the key does not reach this realm
+        │   └── AllRealmsRequired          the route needs a key reaching every realm
         ├── NotFound                       404: base of the ones below
         │   ├── RealmNotFound              the realm does not exist (or its name is invalid)
         │   └── DocumentNotFound           no such document in the space
@@ -52,6 +53,17 @@ class Forbidden(QueryServiceError):
     def __init__(self, realm: str) -> None:
         super().__init__(f"this API key does not grant access to realm {realm!r}")
         self.realm = realm
+
+
+class AllRealmsRequired(Forbidden):
+    """A service-wide route (``/metrics``, whose series name realms) and a key that does not
+    reach every realm."""
+
+    def __init__(self, route: str) -> None:
+        QueryServiceError.__init__(
+            self, f"{route} needs an API key that reaches every realm (`key=*`)"
+        )
+        self.realm = "*"
 
 
 class NotFound(QueryServiceError):
