@@ -379,8 +379,10 @@ def running(layout: KafkaLayout) -> KafkaProcess | None:
 def launch(
     layout: KafkaLayout, runtime: KafkaRuntime, *, port: int, controller_port: int
 ) -> KafkaProcess:
-    """Write the configuration, format if fresh, start the JVM; returns before it answers."""
+    """Write the configuration, format if fresh, start the JVM; returns before it answers.
+    The broker's folder (data, segments, log) is the owner's only."""
     layout.root.mkdir(parents=True, exist_ok=True)
+    layout.root.chmod(0o700)
     layout.config.write_text(server_properties(layout, port, controller_port))
     layout.log4j.write_text(LOG4J2)
     _format_storage(runtime, layout)
