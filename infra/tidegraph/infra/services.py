@@ -40,6 +40,8 @@ POSTGRES = "postgres"
 SERVICES: tuple[str, ...] = (KAFKA, POSTGRES)
 ENV_FILE = "env"
 ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
+KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
+"""The local broker's SCRAM password, kept for as long as its log dirs exist."""
 REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
 """The PostgreSQL connector's DSN on the local server (its own role)."""
 
@@ -152,6 +154,13 @@ def _write_env_file(
     for s in states:
         if s.name == POSTGRES and s.origin == "local" and s.running and s.replication_address:
             values[REPLICATION_DSN_KEY] = s.replication_address
+        if (
+            s.name == KAFKA
+            and s.origin == "local"
+            and s.running
+            and secrets.get(KAFKA_PASSWORD_KEY)
+        ):
+            values.update(local_kafka.local_security(secrets[KAFKA_PASSWORD_KEY]).env())
     values.update(secrets)
     if not values:
         path.unlink(missing_ok=True)
@@ -168,12 +177,16 @@ def _write_env_file(
     return path
 
 
-def _pg_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
-    """The local server's passwords to keep in the env file: while its data exists."""
+def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
+    """The local services' passwords to keep in the env file: while their data exists."""
+    kept: dict[str, str] = {}
     credentials = local_pg.PgCredentials.from_env(written)
-    if credentials is None or not local_pg.PgLayout.under(state).data.exists():
-        return {}
-    return credentials.env()
+    if credentials is not None and local_pg.PgLayout.under(state).data.exists():
+        kept.update(credentials.env())
+    password = written.get(KAFKA_PASSWORD_KEY)
+    if password and local_kafka.KafkaLayout.under(state).data.exists():
+        kept[KAFKA_PASSWORD_KEY] = password
+    return kept
 
 
 def _close_state_dir(state: Path) -> None:
@@ -349,6 +362,9 @@ def up(
         credentials = local_pg.PgCredentials.generate()
         written = {**written, **credentials.env()}
         _write_env_file(state, [], written)
+    if start_kafka and not written.get(KAFKA_PASSWORD_KEY):
+        written = {**written, KAFKA_PASSWORD_KEY: local_kafka.new_password()}
+        _write_env_file(state, [], written)
     started: list[str] = []
     try:
         kafka_process = None
@@ -359,7 +375,11 @@ def up(
             runtime = local_kafka.prepare(cache)
             progress(f"kafka: starting Kafka {runtime.version} on 127.0.0.1:{ports.kafka}")
             kafka_process = local_kafka.launch(
-                kafka_layout, runtime, port=ports.kafka, controller_port=ports.controller
+                kafka_layout,
+                runtime,
+                port=ports.kafka,
+                controller_port=ports.controller,
+                password=written[KAFKA_PASSWORD_KEY],
             )
             started.append(KAFKA)
         if start_pg:
@@ -382,7 +402,7 @@ def up(
     pg = _pg_state(state, ext_pg, written)
     kafka = _mark_started(kafka, KAFKA in started)
     pg = _mark_started(pg, POSTGRES in started)
-    env_file = _write_env_file(state, [kafka, pg], _pg_secrets(state, written))
+    env_file = _write_env_file(state, [kafka, pg], _local_secrets(state, written))
     return ServiceStatus(state_dir=state, kafka=kafka, postgres=pg, env_file=env_file)
 
 
@@ -426,5 +446,5 @@ def down(
     state = state_path(state_dir, settings)
     stopped = _stop(state, services)
     after = status(state)
-    _write_env_file(state, after.services, _pg_secrets(state, read_env_file(state)))
+    _write_env_file(state, after.services, _local_secrets(state, read_env_file(state)))
     return tuple(stopped)

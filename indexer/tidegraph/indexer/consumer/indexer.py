@@ -45,6 +45,7 @@ from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, ret
 from tidegraph.indexer.write.units import RecordUnit
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError, TidegraphError
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.names import realm_schema
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import holds, positions
@@ -171,8 +172,10 @@ class Indexer:
             enable_idempotence=True,
             compression_type="lz4",
             max_request_size=16 * 1024 * 1024,
+            **kafka_client_options(),
         )
         self.consumer = AIOKafkaConsumer(
+            **kafka_client_options(),
             bootstrap_servers=cfg.bootstrap,
             group_id=cfg.group_id,
             enable_auto_commit=False,
