@@ -1,0 +1,188 @@
+"""The fault matrix as a suite: kill a part of the running system mid-stream, bring it back,
+and check the same invariants every time (:mod:`fault_helpers`). Each case prints a
+``FAULT | … | recovered in … | lost … | duplicated …`` line (``-s`` shows them);
+``scripts/faults`` runs only these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tidegraph.infra import _proc, services
+
+from fault_helpers import (
+    Recovery,
+    Writer,
+    check_invariants,
+    cli,
+    private_services,
+    sigkill,
+    stop,
+    wait_http,
+    wait_indexed,
+)
+from indexer_helpers import (
+    make_topics,
+    publish,
+    running_indexer,
+    spawn_indexer,
+    stored_position,
+    upsert,
+    wait_for,
+)
+from query_helpers import api_client, open_pool
+
+pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+
+
+async def _acks_reach(writer: Writer, n: int, limit: float = 60.0) -> None:
+    async def enough() -> bool:
+        return len(writer.acknowledged) >= n
+
+    await wait_for(enough, limit, f"{n} acknowledged documents")
+
+
+async def test_http_ingest_killed_mid_request(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """SIGKILL the ingest service while four clients write: every 202 is indexed once."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=2)
+    realm, group, port = unique_name("r"), unique_name("g"), _proc.free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {"TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    args = ("connect", "http", "--port", str(port), "--topic-prefix", topics.prefix)
+    ingest = cli(*args, env=env, name=f"ingest-{group}")
+    writer, halt = Writer(base, realm), asyncio.Event()
+    try:
+        await wait_http(base)
+        async with running_indexer(topics, pg_dsn, group):
+            writing = asyncio.create_task(writer.run(halt))
+            await _acks_reach(writer, 40)
+            sigkill(ingest)
+            killed_at = time.monotonic()
+            await asyncio.sleep(0.3)  # answers already on their way are counted before
+            before = len(writer.acknowledged)
+            ingest = cli(*args, env=env, name=f"ingest-{group}")
+            await _acks_reach(writer, before + 1)
+            recovery = time.monotonic() - killed_at
+            await _acks_reach(writer, before + 40)
+            halt.set()
+            await writing
+            await wait_indexed(pg_dsn, realm, writer.acknowledged, 120)
+    finally:
+        halt.set()
+        stop(ingest)
+    assert writer.errors > 0, "the kill should have cut requests in flight"
+    duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged)
+    Recovery("HTTP ingest SIGKILL mid-request", recovery, 0, duplicated).show()
+
+
+async def test_broker_killed_during_http_ingest(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL the broker under HTTP ingest and an indexer, start it again: the ingest
+    answers 503 meanwhile and every 202, before and after, is indexed once."""
+    with private_services([services.KAFKA]) as own:
+        for key, value in own.env().items():  # this process's clients use the private broker
+            monkeypatch.setenv(key, value)
+        bootstrap = own.env()["TIDEGRAPH_KAFKA_BOOTSTRAP"]
+        suffix = uuid.uuid4().hex[:8]
+        topics = await make_topics(bootstrap, f"fb{suffix}", partitions=2)
+        realm, group, port = f"rb{suffix}", f"gb{suffix}", _proc.free_port()
+        base = f"http://127.0.0.1:{port}"
+        args = ("connect", "http", "--port", str(port), "--topic-prefix", topics.prefix)
+        ingest = cli(*args, "--send-timeout", "3", env=own.env(), name=f"ingest-{group}")
+        writer, halt = Writer(base, realm), asyncio.Event()
+        try:
+            await wait_http(base)
+            async with running_indexer(topics, pg_dsn, group):
+                writing = asyncio.create_task(writer.run(halt))
+                await _acks_reach(writer, 30)
+                own.kill(services.KAFKA)
+                killed_at, before = time.monotonic(), len(writer.acknowledged)
+                await asyncio.sleep(3)
+                own.start([services.KAFKA])
+                await _acks_reach(writer, before + 1, limit=120)
+                recovery = time.monotonic() - killed_at
+                await _acks_reach(writer, before + 30)
+                halt.set()
+                await writing
+                await wait_indexed(pg_dsn, realm, writer.acknowledged, 180)
+        finally:
+            halt.set()
+            stop(ingest)
+    assert writer.refused + writer.errors > 0, "requests during the outage must not be 202"
+    duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged)
+    Recovery("Kafka broker SIGKILL + restart under HTTP ingest", recovery, 0, duplicated).show()
+
+
+async def test_postgres_killed_during_indexing_and_querying(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """SIGKILL PostgreSQL while an indexer applies a stream and clients query: queries
+    answer 503 within a second meanwhile, and every record is applied once afterwards."""
+    with private_services([services.POSTGRES]) as own:
+        dsn = own.env()["TIDEGRAPH_PG_DSN"]
+        topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=2)
+        realm, group = unique_name("r"), unique_name("g")
+        records = [
+            upsert(realm, f"d{i}.md", f"Charles Babbage worked with Person{i} Jones.")
+            for i in range(300)
+        ]
+        await publish(topics, records)
+        indexer = spawn_indexer(topics, dsn, group)
+        slowest, answers, halt = [0.0], {"ok": 0, "503": 0}, asyncio.Event()
+        try:
+            async with open_pool(dsn) as pool, api_client(pool) as client:
+
+                async def query() -> None:
+                    while not halt.is_set():
+                        started = time.monotonic()
+                        try:
+                            r = await client.get(f"/v1/realms/{realm}/entities")
+                        except httpx.HTTPError:
+                            r = None
+                        slowest[0] = max(slowest[0], time.monotonic() - started)
+                        if r is not None and r.status_code == 503:
+                            answers["503"] += 1
+                        elif r is not None and r.status_code == 200:
+                            answers["ok"] += 1
+                        await asyncio.sleep(0.05)
+
+                async def crossed() -> bool:
+                    return await stored_position(dsn, group, topics.documents) >= 100
+
+                await wait_for(crossed, 120, "100 records applied", interval=0.05)
+                querying = asyncio.create_task(query())
+                await asyncio.sleep(0.5)
+                own.kill(services.POSTGRES)
+                killed_at = time.monotonic()
+                await asyncio.sleep(3)
+                own.start([services.POSTGRES])
+
+                async def done() -> bool:
+                    try:
+                        return await stored_position(dsn, group, topics.documents) >= len(records)
+                    except Exception:  # noqa: BLE001 - not back yet
+                        return False
+
+                await wait_for(done, 180, "every record applied after the restart")
+                recovery = time.monotonic() - killed_at
+                halt.set()
+                await querying
+        finally:
+            halt.set()
+            stop(indexer)
+        acknowledged = {r.doc_key: r.content_hash or "" for r in records}
+        duplicated = await check_invariants(dsn, realm, acknowledged)
+    assert answers["503"] > 0 and answers["ok"] > 0, answers
+    assert slowest[0] <= 1.5, f"a query waited {slowest[0]:.2f}s during the outage"
+    Recovery(
+        "PostgreSQL SIGKILL + restart under indexing and queries", recovery, 0, duplicated
+    ).show()
