@@ -12,9 +12,11 @@ import uuid
 from collections.abc import Callable
 
 import httpx
+import orjson
 import pytest
 
 from tidegraph.infra import _proc, services
+from tidegraph.schemas.documents import DocumentVersion
 
 from fault_helpers import (
     Recovery,
@@ -24,10 +26,12 @@ from fault_helpers import (
     private_services,
     sigkill,
     stop,
+    stored_documents,
     wait_http,
     wait_indexed,
 )
 from indexer_helpers import (
+    dead_letters,
     make_topics,
     publish,
     running_indexer,
@@ -186,3 +190,65 @@ async def test_postgres_killed_during_indexing_and_querying(
     Recovery(
         "PostgreSQL SIGKILL + restart under indexing and queries", recovery, 0, duplicated
     ).show()
+
+
+def _hostile(realm: str) -> list[tuple[str, tuple[bytes, bytes]]]:
+    """(expected DLQ class, raw record) for each kind of bad record seen on a topic."""
+    good = upsert(realm, "h.md", "Ada Lovelace worked with Charles Babbage.")
+    body = orjson.loads(good.to_json())
+
+    def raw(**changes: object) -> bytes:
+        return orjson.dumps({**body, **changes})
+
+    key = realm.encode()
+    return [
+        ("invalid", (key, b"\xff\xfe not json")),
+        ("invalid", (key, b"[1, 2, 3]")),
+        ("invalid", (key, b"")),
+        ("invalid", (key, raw(schema="tidegraph.document.v999"))),
+        ("invalid", (key, orjson.dumps({"schema": body["schema"], "realm": realm}))),
+        ("invalid", (key, raw(realm="Not A Realm!"))),
+        ("invalid", (key, raw(op="explode"))),
+        ("invalid", (key, raw(doc_key=""))),
+        ("invalid", (key, raw(event_time="yesterday"))),
+        ("hash_mismatch", (key, raw(content_hash="sha256:" + "0" * 64))),
+        ("unstorable", (key, raw(doc_key="nul.md", title="Notes\u0000"))),
+    ]
+
+
+async def test_hostile_records_are_dead_lettered_and_valid_ones_after_them_applied(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """Each class of hostile record goes to the DLQ with its reason and origin; the valid
+    record published after each one is applied, once."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    hostile = _hostile(realm)
+    stream: list[DocumentVersion | tuple[bytes, bytes]] = []
+    valid: dict[str, str] = {}
+    for n, (_, record) in enumerate(hostile):
+        stream.append(record)
+        doc = upsert(realm, f"after-{n}.md", f"Mary Somerville knew Person{n} Herschel.")
+        stream.append(doc)
+        valid[doc.doc_key] = doc.content_hash or ""
+    started = time.monotonic()
+    async with running_indexer(topics, pg_dsn, group):
+        await publish(topics, stream)
+
+        async def passed() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(stream)
+
+        await wait_for(passed, 120, "every record, hostile ones included")
+    took = time.monotonic() - started
+    dead = await dead_letters(topics, len(hostile))
+    assert len(dead) == len(hostile)
+    offsets = {int(h["tg-origin"].rsplit(b"/", 1)[1]): h for _, h in dead}
+    assert sorted(offsets) == [2 * n for n in range(len(hostile))]
+    for n, (expected, _) in enumerate(hostile):
+        headers = offsets[2 * n]
+        assert headers["tg-error-class"].decode() == expected, (n, headers)
+        assert headers["tg-error"], n
+    duplicated = await check_invariants(pg_dsn, realm, valid)
+    stored = await stored_documents(pg_dsn, realm)
+    assert set(stored) == {*valid, "nul.md"}  # the unstorable version is kept as failed
+    Recovery(f"{len(hostile)} hostile records on the topic", took, 0, duplicated).show()
