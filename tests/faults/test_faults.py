@@ -7,14 +7,18 @@ and check the same invariants every time (:mod:`fault_helpers`). Each case print
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 import uuid
 from collections.abc import Callable
 
 import httpx
 import orjson
+import psycopg
 import pytest
+from psycopg import sql
 
+from tidegraph.indexer.consumer.indexer import Indexer
 from tidegraph.infra import _proc, services
 from tidegraph.schemas.documents import DocumentVersion
 
@@ -32,6 +36,7 @@ from fault_helpers import (
 )
 from indexer_helpers import (
     dead_letters,
+    indexer_config,
     make_topics,
     publish,
     running_indexer,
@@ -252,3 +257,121 @@ async def test_hostile_records_are_dead_lettered_and_valid_ones_after_them_appli
     stored = await stored_documents(pg_dsn, realm)
     assert set(stored) == {*valid, "nul.md"}  # the unstorable version is kept as failed
     Recovery(f"{len(hostile)} hostile records on the topic", took, 0, duplicated).show()
+
+
+def _notes(realm: str, n: int) -> list[DocumentVersion]:
+    return [upsert(realm, f"n{i}.md", f"Caroline Herschel knew Person{i} Boole.") for i in range(n)]
+
+
+async def _applied(dsn: str, group: str, topic: str, n: int, limit: float = 180.0) -> None:
+    async def done() -> bool:
+        return await stored_position(dsn, group, topic) >= n
+
+    await wait_for(done, limit, f"{n} records applied", interval=0.05)
+
+
+async def test_zombie_member_is_fenced(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """SIGSTOP a member past its session while it holds records, let another take its
+    partitions and finish, then SIGCONT it: its late writes are refused, nothing doubles."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=2)
+    realms, group = [unique_name("r"), unique_name("r")], unique_name("g")
+    records = [r for pair in zip(*(_notes(x, 200) for x in realms), strict=True) for r in pair]
+    await publish(topics, records)
+    env = {
+        "TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TIDEGRAPH_PG_DSN": pg_dsn,
+        "TIDEGRAPH_TOPIC_PREFIX": topics.prefix,
+        "TIDEGRAPH_EMBEDDER": "hashing:64",
+    }
+    zombie = cli("indexer", "--group", group, env=env, name=f"zombie-{group}")
+    survivor = None
+    try:
+        await _applied(pg_dsn, group, topics.documents, 60)
+        zombie.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        at_stop = await stored_position(pg_dsn, group, topics.documents)
+        assert at_stop < len(records), "the stop must land mid-stream"
+        survivor = cli("indexer", "--group", group, env=env, name=f"survivor-{group}")
+        await _applied(pg_dsn, group, topics.documents, len(records), limit=120)
+        recovery = time.monotonic() - stopped_at
+        zombie.send_signal(signal.SIGCONT)
+        await asyncio.sleep(5)  # the zombie wakes, tries to go on, and is turned away
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+        for proc in (zombie, survivor):
+            if proc is not None:
+                stop(proc)
+    assert await stored_position(pg_dsn, group, topics.documents) == len(records)
+    duplicated = 0
+    for realm in realms:
+        mine = {r.doc_key: r.content_hash or "" for r in records if r.realm == realm}
+        duplicated += await check_invariants(pg_dsn, realm, mine)
+    Recovery("indexer SIGSTOP past its session, SIGCONT (zombie)", recovery, 0, duplicated).show()
+
+
+async def test_scale_out_and_in_during_a_stream(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """1 → 3 → 1 indexers while records arrive: every record applied once."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=6)
+    realms, group = [unique_name("r") for _ in range(3)], unique_name("g")
+    batches = [[r for x in realms for r in _notes(x, 150)[k::3]] for k in range(3)]
+    total = sum(len(b) for b in batches)
+    members = [spawn_indexer(topics, pg_dsn, group)]
+    started = time.monotonic()
+    try:
+        await publish(topics, batches[0])
+        await _applied(pg_dsn, group, topics.documents, len(batches[0]) // 2)
+        members += [spawn_indexer(topics, pg_dsn, group) for _ in range(2)]
+        await publish(topics, batches[1])
+        await asyncio.sleep(3)
+        for proc in members[1:]:
+            stop(proc)  # SIGTERM: each leaves the group after the record in flight
+        await publish(topics, batches[2])
+        await _applied(pg_dsn, group, topics.documents, total, limit=240)
+    finally:
+        for proc in members:
+            stop(proc)
+    took = time.monotonic() - started
+    duplicated = 0
+    for realm in realms:
+        mine = {r.doc_key: r.content_hash or "" for b in batches for r in b if r.realm == realm}
+        duplicated += await check_invariants(pg_dsn, realm, mine)
+    Recovery(f"indexers 1 -> 3 -> 1 during {total} records", took, 0, duplicated).show()
+
+
+async def test_a_member_frozen_mid_transaction_releases_its_locks(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """The zombie case's worst moment made certain: a member's connection stops inside a
+    transaction holding a lock; PostgreSQL ends that session after the indexer's
+    ``idle_in_transaction_timeout``, so whoever takes over is not blocked for ever."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=1)
+    config = indexer_config(topics, pg_dsn, unique_name("g"), idle_in_transaction_timeout=1.0)
+    frozen = Indexer(config, _never, _never)
+    table = sql.Identifier(unique_name("lk"))
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as other:
+        await other.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(table))
+        await other.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(table))
+        await frozen.pool.open(wait=True)
+        try:
+            async with frozen.pool.connection() as conn:
+                await conn.execute("BEGIN")
+                await conn.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(table))
+                started = time.monotonic()  # the member now does nothing, lock held
+                async with asyncio.timeout(10):
+                    await other.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(table))
+                waited = time.monotonic() - started
+                with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                    await conn.execute("COMMIT")  # its late write goes nowhere
+        finally:
+            await frozen.pool.close()
+            await other.execute(sql.SQL("DROP TABLE {}").format(table))
+    assert 0.9 <= waited <= 5.0, waited
+    Recovery("member frozen inside a transaction", waited, 0, 0).show()
+
+
+async def _never(*_: object) -> object:
+    raise AssertionError("not used")

@@ -85,6 +85,11 @@ class IndexerConfig:
     """Longest pause between retries, seconds; a held realm is tried again this often."""
     pool_size: int = 4
     """PostgreSQL connections."""
+    idle_in_transaction_timeout: float = 15.0
+    """PostgreSQL ends a session idle this long inside a transaction: a member frozen
+    mid-write (SIGSTOP, a paused VM) releases its realm locks instead of blocking the
+    member that takes its partitions for as long as it stays frozen; its commit then fails
+    and the record is applied once, by the new owner."""
 
 
 @dataclass
@@ -150,7 +155,11 @@ class Indexer:
             min_size=1,
             max_size=config.pool_size,
             open=False,
-            kwargs={"autocommit": True},
+            kwargs={
+                "autocommit": True,
+                "options": "-c idle_in_transaction_session_timeout="
+                f"{int(config.idle_in_transaction_timeout * 1000)}",
+            },
         )
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
