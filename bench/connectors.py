@@ -33,6 +33,7 @@ from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import Settings, load_settings
 
 WORDS = (
@@ -66,7 +67,9 @@ def _jsonl(path: Path, count: int, size: int) -> int:
 
 
 async def _drop_topics(settings: Settings) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(
+        **kafka_client_options(), bootstrap_servers=settings.kafka_bootstrap
+    )
     await admin.start()
     try:
         names = [settings.documents_topic, settings.changes_topic, settings.dlq_topic]

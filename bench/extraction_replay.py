@@ -58,6 +58,7 @@ from tidegraph.indexer.extraction.chunking import chunk_document
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.topics import topic_specs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,7 +208,11 @@ def upsert(realm: str, doc_key: str, content: str) -> DocumentVersion:
 
 async def publish(bootstrap: str, topic: str, docs: list[DocumentVersion]) -> None:
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+        **kafka_client_options(),
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
     )
     await producer.start()
     try:

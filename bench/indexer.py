@@ -36,6 +36,7 @@ from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.topics import topic_specs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,6 +137,7 @@ async def _publish(
 ) -> dict[str, float]:
     """Publish in order; with ``rate``, paced. Returns doc_key → wall time just before send."""
     producer = AIOKafkaProducer(
+        **kafka_client_options(),
         bootstrap_servers=bootstrap,
         acks="all",
         enable_idempotence=True,

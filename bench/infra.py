@@ -35,6 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import DefaultPartitioner
 
 from tidegraph.infra import _proc, local_kafka, local_pg
+from tidegraph.schemas.kafka_security import kafka_client_options
 
 RUNS = 3
 RECORD_BYTES = 1024
@@ -112,7 +113,7 @@ def _payloads(count: int) -> list[bytes]:
 
 async def create_topic(bootstrap: str, topic: str) -> None:
     """Create the topic and wait until every partition has a leader (no NotLeader retries)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka_client_options(), bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
@@ -128,6 +129,7 @@ async def create_topic(bootstrap: str, topic: str) -> None:
 
 def _producer(bootstrap: str, compression: str) -> AIOKafkaProducer:
     return AIOKafkaProducer(
+        **kafka_client_options(),
         bootstrap_servers=bootstrap,
         acks="all",
         enable_idempotence=True,
@@ -188,6 +190,7 @@ async def consume(bootstrap: str, topic: str, count: int) -> float:
     """Seconds for a fresh consumer to read ``count`` records from the beginning."""
     consumer = AIOKafkaConsumer(
         topic,
+        **kafka_client_options(),
         bootstrap_servers=bootstrap,
         group_id=None,
         auto_offset_reset="earliest",

@@ -66,6 +66,7 @@ from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.retrieval import _query_texts
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
 from tidegraph.store import positions
@@ -647,7 +648,11 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=0
+        **kafka_client_options(),
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=0,
     )
     await producer.start()
     samples: list[float] = []

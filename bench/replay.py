@@ -51,6 +51,7 @@ from tidegraph.indexer.extraction.rules import RulesExtractor
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.topics import topic_specs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -289,6 +290,7 @@ async def publish(
     stop: asyncio.Event | None = None,
 ) -> None:
     producer = AIOKafkaProducer(
+        **kafka_client_options(),
         bootstrap_servers=bootstrap,
         acks="all",
         enable_idempotence=True,

@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.jsonschema_export import load
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import Settings, load_settings
 
 DOCUMENT_VALIDATOR = Draft202012Validator(load("document.v1.json"))
@@ -33,6 +34,7 @@ async def read_topic(
     """Every record of ``topic`` from the beginning, once at least ``expected`` arrived."""
     consumer = AIOKafkaConsumer(
         topic,
+        **kafka_client_options(),
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,

@@ -30,6 +30,7 @@ from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import topic_specs
 
@@ -99,6 +100,7 @@ def delete(
 async def publish(topics: Topics, records: Sequence[DocumentVersion | tuple[bytes, bytes]]) -> None:
     """Publish in order (key = realm); raw (key, value) pairs go through unchanged."""
     producer = AIOKafkaProducer(
+        **kafka_client_options(),
         bootstrap_servers=topics.bootstrap,
         acks="all",
         enable_idempotence=True,
@@ -286,7 +288,10 @@ async def dead_letters(topics: Topics, n: int) -> list[tuple[bytes | None, dict[
     """The first ``n`` records of the DLQ (fewer if they do not come within ~10 s): value
     and headers."""
     consumer = AIOKafkaConsumer(
-        topics.dlq, bootstrap_servers=topics.bootstrap, auto_offset_reset="earliest"
+        topics.dlq,
+        **kafka_client_options(),
+        bootstrap_servers=topics.bootstrap,
+        auto_offset_reset="earliest",
     )
     await consumer.start()
     out: list[tuple[bytes | None, dict[str, bytes]]] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from tidegraph.infra import _proc, local_kafka, services
+from tidegraph.schemas import kafka_security
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_STATE_DIR = REPO / ".tidegraph" / "test"
@@ -92,6 +94,9 @@ def local_service(name: str) -> Iterator[str]:
         else:
             address = _up(name)
             started_by_tests.touch()
+        if name == services.KAFKA:  # this process's clients (and its children) log in
+            written = services.read_env_file(TEST_STATE_DIR)
+            os.environ.update({k: v for k, v in written.items() if k in kafka_security.ENV_KEYS})
     try:
         yield address
     finally:
@@ -104,6 +109,9 @@ def local_service(name: str) -> Iterator[str]:
 
 def _up(name: str) -> str:
     if name == services.KAFKA:
+        layout = local_kafka.KafkaLayout.under(TEST_STATE_DIR)
+        if layout.data.exists() and not layout.scram_marker.exists():
+            shutil.rmtree(layout.root)  # test data from before the broker was closed
         kafka_port, controller_port = _two_free_ports()
         status = services.up(
             TEST_STATE_DIR,

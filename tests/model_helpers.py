@@ -30,6 +30,7 @@ from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.models.client import LLMClient
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store.realms import RealmInfo
 
@@ -351,7 +352,7 @@ def sample(name: str, **labels: str) -> float:
 
 async def dead_letter_count(topics: Topics) -> int:
     """Records in the DLQ topic, whichever partition."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=topics.bootstrap)
+    consumer = AIOKafkaConsumer(**kafka_client_options(), bootstrap_servers=topics.bootstrap)
     await consumer.start()
     try:
         await consumer.topics()  # fetches metadata for every topic

@@ -82,8 +82,11 @@ async def api_client(
         Deps(pool=pool, embedders=embedders(embedder), chat=chat),
     )
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://tidegraph.test") as c:
-        yield c
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://tidegraph.test") as c:
+            yield c
+    finally:
+        await app.state.database_gate.aclose()
 
 
 async def query_data(client: httpx.AsyncClient, realm: str, **body: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import psycopg
-from thread_server import served
 
 from tidegraph.connectors.bulk import text_document
 from tidegraph.query_service.app import Deps, create_app
@@ -41,6 +40,7 @@ from indexer_helpers import (
     wait_for,
 )
 from query_helpers import embedders
+from thread_server import served
 
 REPO = Path(__file__).resolve().parents[1]
 

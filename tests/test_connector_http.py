@@ -19,6 +19,7 @@ from tidegraph.connectors.http_ingest import IngestService, create_app
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.schemas.api_keys import ApiKeys
 from tidegraph.schemas.hashing import content_hash
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import Settings
 
 from connector_helpers import fresh_settings, read_topic, validated  # type: ignore[import-not-found]
@@ -73,7 +74,9 @@ def _error(response: httpx.Response, status: int, code: str) -> str:
 
 
 async def _record_at(bootstrap: str, topic: str, partition: int, offset: int) -> Any:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **kafka_client_options(), bootstrap_servers=bootstrap, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         tp = TopicPartition(topic, partition)

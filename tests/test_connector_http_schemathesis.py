@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from openapi_run import EXAMPLES, call_and_check
-from thread_server import served
 
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.http_ingest import IngestService, create_app
@@ -21,6 +19,8 @@ from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.schemas.api_keys import ApiKeys
 
 from connector_helpers import fresh_settings  # type: ignore[import-not-found]
+from openapi_run import EXAMPLES, call_and_check
+from thread_server import served
 
 pytestmark = pytest.mark.kafka
 

@@ -12,6 +12,7 @@ from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import DocumentProducer, encode
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import load_settings
 
 
@@ -53,7 +54,9 @@ async def test_acknowledged_positions_are_where_records_are(
     offsets = [d.offset for d in deliveries]
     assert offsets == sorted(offsets) and len(set(offsets)) == 50
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **kafka_client_options(), bootstrap_servers=kafka_bootstrap, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         tp = TopicPartition(settings.documents_topic, first.partition)
@@ -104,7 +107,9 @@ async def test_submit_many_batches_in_order_and_refuses_oversize(
     assert [d.doc_key for d in deliveries] == [d.doc_key for d in submitted.accepted]
     assert len(deliveries) == 78
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **kafka_client_options(), bootstrap_servers=kafka_bootstrap, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         for realm in ("acme", "beta"):

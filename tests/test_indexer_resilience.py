@@ -70,7 +70,7 @@ async def test_partition_pauses_while_postgres_is_down_and_loses_nothing(
             paused_after = metrics.TRANSIENT_FAILURES.labels("DatabaseUnavailable")._value.get()
             assert paused_after > paused_before
 
-            process = local_pg.launch(layout, port=port)
+            process = local_pg.launch(layout, port=port, credentials=process.credentials)
             local_pg.wait_ready(layout, process, timeout=60)
 
             async def all_done() -> bool:

@@ -11,11 +11,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from tidegraph.schemas.kafka_security import kafka_client_options
+
 pytestmark = pytest.mark.kafka
 
 
 async def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka_client_options(), bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, partitions, 1)])
@@ -28,14 +30,20 @@ async def test_produce_consume_round_trip(
 ) -> None:
     topic = unique_name("rt")
     sent = [(f"realm{i % 3}".encode(), f"value-{i}".encode()) for i in range(50)]
-    async with AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all") as producer:
+    async with AIOKafkaProducer(
+        **kafka_client_options(), bootstrap_servers=kafka_bootstrap, acks="all"
+    ) as producer:
         for key, value in sent:
             await producer.send(topic, value, key=key, headers=[("tg-schema", b"t.v1")])
         await producer.flush()
 
     got: list[tuple[bytes, bytes]] = []
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", group_id=None
+        topic,
+        **kafka_client_options(),
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        group_id=None,
     )
     async with consumer:
         async with asyncio.timeout(30):
@@ -54,11 +62,15 @@ async def test_large_document_round_trip(
     topic = unique_name("big")
     payload = os.urandom(8 * 1024 * 1024)
     async with AIOKafkaProducer(
-        bootstrap_servers=kafka_bootstrap, max_request_size=10 * 1024 * 1024, acks="all"
+        **kafka_client_options(),
+        bootstrap_servers=kafka_bootstrap,
+        max_request_size=10 * 1024 * 1024,
+        acks="all",
     ) as producer:
         await (await producer.send(topic, payload, key=b"acme"))
     consumer = AIOKafkaConsumer(
         topic,
+        **kafka_client_options(),
         bootstrap_servers=kafka_bootstrap,
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=10 * 1024 * 1024,
@@ -89,6 +101,7 @@ async def test_consumer_group_rebalances_when_a_member_joins(
 
     def member() -> tuple[AIOKafkaConsumer, _Recorder]:
         consumer = AIOKafkaConsumer(
+            **kafka_client_options(),
             bootstrap_servers=kafka_bootstrap,
             group_id=group,
             auto_offset_reset="earliest",
@@ -127,6 +140,7 @@ async def test_idempotent_producer_writes_each_record_once_in_order(
     topic = unique_name("idem")
     count = 2_000
     async with AIOKafkaProducer(
+        **kafka_client_options(),
         bootstrap_servers=kafka_bootstrap,
         enable_idempotence=True,
         acks="all",
@@ -142,7 +156,10 @@ async def test_idempotent_producer_writes_each_record_once_in_order(
 
     values: list[int] = []
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest"
+        topic,
+        **kafka_client_options(),
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
     )
     async with consumer:
         async with asyncio.timeout(30):
@@ -161,7 +178,7 @@ async def test_admin_client_creates_topic_with_contract_settings(
         "retention.ms": "-1",
         "message.timestamp.type": "LogAppendTime",
     }
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**kafka_client_options(), bootstrap_servers=kafka_bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, 3, 1, topic_configs=settings)])

@@ -22,6 +22,7 @@ from tidegraph.infra.errors import (
     ServiceStartError,
     ServiceUnreachableError,
 )
+from tidegraph.schemas.kafka_security import KafkaSecurity
 
 from local_services import REPO
 
@@ -91,11 +92,36 @@ def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
         assert {again.kafka.pid, again.postgres.pid} == pids
 
     assert first.env_file is not None
-    assert services.read_env_file(state_dir) == {
+    written = services.read_env_file(state_dir)
+    secret = local_pg.PgCredentials.from_env(written)
+    assert secret is not None
+    kafka_password = written[services.KAFKA_PASSWORD_KEY]
+    security = local_kafka.local_security(kafka_password)
+    assert written == {
+        **security.env(),
+        services.KAFKA_PASSWORD_KEY: kafka_password,
         "TIDEGRAPH_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
-        "TIDEGRAPH_PG_DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/postgres",
+        "TIDEGRAPH_PG_DSN": f"postgresql://postgres:{secret.superuser}@127.0.0.1:{pg_port}/postgres",
+        "TIDEGRAPH_PG_REPLICATION_DSN": (
+            f"postgresql://tidegraph_cdc:{secret.replication}@127.0.0.1:{pg_port}/postgres"
+        ),
+        **secret.env(),
     }
-    assert local_kafka.brokers_answering(first.kafka_bootstrap)
+    assert first.pg_dsn == written["TIDEGRAPH_PG_DSN"]
+    assert (state_dir / "env").stat().st_mode & 0o777 == 0o600
+    assert (state_dir / "kafka").stat().st_mode & 0o777 == 0o700
+    assert (state_dir / "postgres").stat().st_mode & 0o777 == 0o700
+    assert state_dir.stat().st_mode & 0o076 == 0, "no group access, others may only traverse"
+    assert local_kafka.brokers_answering(first.kafka_bootstrap, security=security)
+    # closed: no login, or a wrong password, gets nothing
+    assert not local_kafka.brokers_answering(
+        first.kafka_bootstrap, security=KafkaSecurity(security_protocol="PLAINTEXT"), timeout=3
+    )
+    wrong = local_kafka.local_security("wrong")
+    assert not local_kafka.brokers_answering(first.kafka_bootstrap, security=wrong, timeout=3)
+    config = state_dir / "kafka" / "server.properties"
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert kafka_password not in (state_dir / "kafka" / "kafka.json").read_text()
     with psycopg.connect(first.pg_dsn) as conn:
         assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
         assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
@@ -110,7 +136,15 @@ def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
     assert services.down(state_dir) == ()
     after = services.status(state_dir)
     assert not after.kafka.running and not after.postgres.running
-    assert after.env_file is None
+    # the addresses go; the passwords stay with the data directory, and nowhere else
+    assert services.read_env_file(state_dir) == {
+        **secret.env(),
+        services.KAFKA_PASSWORD_KEY: kafka_password,
+    }
+    again = services.up(state_dir, services=["postgres"], pg_port=pg_port)
+    assert again.pg_dsn == written["TIDEGRAPH_PG_DSN"]
+    with psycopg.connect(again.pg_dsn) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 @pytest.mark.parametrize("service", ["kafka", "postgres"])

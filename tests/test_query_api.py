@@ -3,7 +3,7 @@ service routes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -413,3 +413,58 @@ async def test_realms_lists_what_the_key_reads_with_counts(
     async with api_client(pool) as client:  # no keys configured: every realm
         listed = [r["realm"] for r in (await client.get("/v1/realms")).json()["realms"]]
         assert a in listed and b in listed
+
+
+async def test_with_keys_service_routes_say_only_what_is_open(
+    pool: AsyncConnectionPool[Any],
+    realms: tuple[str, str],
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    """/readyz tells anyone ready or not, and the details only to a key reaching every
+    realm; /metrics needs such a key when configured to; /healthz and /openapi.json are open."""
+    a, _ = realms
+    star = {"Authorization": "Bearer star-key"}
+    mine = {"Authorization": "Bearer alpha-key"}
+    keys = KEYS.replace("REALM_A", a)
+
+    def bare(response: httpx.Response) -> None:
+        """Ready or not ready, and nothing else."""
+        if response.status_code == 200:
+            assert response.json() == {"status": "ready"}
+        else:
+            assert err(response, 503) == "unavailable"
+            assert response.json()["error"]["message"] == "not ready"
+
+    async with api_client(pool, api_keys=keys, metrics_require_key=True) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert "/readyz" in (await client.get("/openapi.json")).json()["paths"]
+        bare(await client.get("/readyz"))
+        bare(await client.get("/readyz", headers=mine))
+        detailed = await client.get("/readyz", headers=star)
+        assert detailed.status_code == 503 or "realms" in detailed.json()
+
+        assert err(await client.get("/metrics"), 401) == "unauthenticated"
+        assert err(await client.get("/metrics", headers=mine), 403) == "forbidden"
+        assert "tidegraph_http_requests" in (await client.get("/metrics", headers=star)).text
+
+        broken = unique_name("br")
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            info = await create_realm(conn, broken, RealmConfig(embedder="hashing:8"))
+            await conn.execute(
+                f"UPDATE \"{info.schema}\".meta SET embedder = 'hashing:9', dimension = 9"
+            )
+            try:
+                for headers in ({}, mine):
+                    unready = await client.get("/readyz", headers=headers)
+                    bare(unready)
+                    assert unready.status_code == 503 and broken not in unready.text
+                told = await client.get("/readyz", headers=star)
+                assert err(told, 503) == "unavailable" and broken in told.text
+            finally:
+                await conn.execute(
+                    f"UPDATE \"{info.schema}\".meta SET embedder = 'hashing:8', dimension = 8"
+                )
+
+    async with api_client(pool, api_keys=keys) as client:  # metrics open by default
+        assert (await client.get("/metrics")).status_code == 200

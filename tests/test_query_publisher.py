@@ -24,6 +24,7 @@ from psycopg import sql
 from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.schemas.changes import GraphChange
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic
 
@@ -93,7 +94,9 @@ async def wait_published(conn: psycopg.AsyncConnection[Any], graph: GraphHarness
 
 async def consume(bootstrap: str, topic: str, realm: str, want: int) -> list[GraphChange]:
     """Every record of ``realm`` on its partition, until ``want`` distinct ids were seen."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **kafka_client_options(), bootstrap_servers=bootstrap, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         parts = sorted(consumer.partitions_for_topic(topic) or [])

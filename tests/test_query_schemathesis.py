@@ -17,8 +17,6 @@ from typing import Any
 import psycopg
 import pytest
 import schemathesis
-from openapi_run import EXAMPLES, call_and_check
-from thread_server import served
 
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
@@ -27,7 +25,9 @@ from tidegraph.schemas.realm_config import RealmConfig
 
 from fix_pg import database_of_its_own
 from graph_helpers import GraphHarness, ent, rel
+from openapi_run import EXAMPLES, call_and_check
 from query_helpers import embedders, write_doc
+from thread_server import served
 
 pytestmark = pytest.mark.postgres
 

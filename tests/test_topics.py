@@ -12,6 +12,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from tidegraph.connectors.errors import DeliveryError
 from tidegraph.connectors.topics import ensure_topics
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import Settings, load_settings
 from tidegraph.schemas.topics import MAX_DOCUMENT_BYTES, topic_specs
 
@@ -40,7 +41,7 @@ def test_specs_are_immutable() -> None:
 
 @pytest.fixture
 async def admin(kafka_bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
-    client = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    client = AIOKafkaAdminClient(**kafka_client_options(), bootstrap_servers=kafka_bootstrap)
     await client.start()
     yield client
     await client.close()

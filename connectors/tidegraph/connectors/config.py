@@ -1,7 +1,7 @@
 """Settings only the connectors use, loaded once and passed down like the shared ones.
 
-``TIDEGRAPH_MAX_DOCUMENT_BYTES``, ``TIDEGRAPH_MAX_BATCH_BYTES``, ``TIDEGRAPH_API_KEYS`` and
-``TIDEGRAPH_SEND_TIMEOUT``;
+``TIDEGRAPH_MAX_DOCUMENT_BYTES``, ``TIDEGRAPH_MAX_BATCH_BYTES``, ``TIDEGRAPH_API_KEYS``,
+``TIDEGRAPH_SEND_TIMEOUT`` and ``TIDEGRAPH_PG_REPLICATION_DSN``;
 flags override them (precedence flags > environment > defaults).
 """
 
@@ -31,6 +31,12 @@ class ConnectorSettings(BaseSettings):
     )
     send_timeout: float = Field(
         10.0, gt=0, description="Seconds an HTTP request waits for the Kafka acknowledgement."
+    )
+    pg_replication_dsn: SecretStr | None = Field(
+        None,
+        description="DSN the PostgreSQL connector uses when `--dsn` is not given: a role "
+        "with REPLICATION (`up` writes the local server's `tidegraph_cdc`); else "
+        "`TIDEGRAPH_PG_DSN`.",
     )
 
 

@@ -8,7 +8,9 @@ A 202 carries the partition and offset and is sent only after Kafka acknowledged
 a 2xx never stands for a document that is not durably on the topic. Errors use the
 contract's body ``{"error": {"code", "message"}}``: 400 malformed JSON, 401/403 keys,
 413 over the size limit, 422 invalid document, 503 when Kafka does not acknowledge within
-the send timeout (the producer reconnects on the next request).
+the send timeout (the producer reconnects on the next request). Slow or oversized request
+heads and bodies (408/414/431) are refused by the server in front
+(``tidegraph.infra.http_server``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
@@ -197,10 +200,13 @@ async def _read_json(request: Request, limit: int) -> Any:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise IngestError(413, "too_large", f"request body of {declared} bytes is over {limit}")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise IngestError(413, "too_large", f"request body is over {limit} bytes")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise IngestError(413, "too_large", f"request body is over {limit} bytes")
+    except ClientDisconnect:  # gone, or cut off by the server's read bound: nobody to answer
+        raise IngestError(400, "incomplete_body", "the client left before its body ended") from None
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:

@@ -279,11 +279,18 @@ class PostgresCdc:
             table = await self._resolve_table(conn)
             marker = await self._marker(conn)
             if marker is None:
-                await conn.execute(
-                    sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                        sql.Identifier(self.slot), table.ident
+                try:
+                    await conn.execute(
+                        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                            sql.Identifier(self.slot), table.ident
+                        )
                     )
-                )
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise SourceSetupError(
+                        f"cannot publish {table.qualified}: {str(exc).splitlines()[0]}; the "
+                        "connector's role needs CREATE on the database and to own the table "
+                        "(ALTER TABLE … OWNER TO it, or GRANT the owner's role to it)"
+                    ) from None
                 await self._comment(conn, "snapshot pending")
                 marker = ""
             complete = marker.startswith(f"{MARKER_PREFIX}: snapshot complete slot={self.slot} ")

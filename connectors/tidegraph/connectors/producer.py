@@ -26,6 +26,7 @@ from aiokafka.partitioner import murmur2
 
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import Settings
 from tidegraph.schemas.topics import (
     HEADER_CONTENT_HASH,
@@ -161,6 +162,7 @@ class DocumentProducer:
             compression_type="lz4",
             max_request_size=max_message_bytes(self.max_document_bytes),
             **self._options,
+            **kafka_client_options(),
         )
         try:
             await asyncio.wait_for(producer.start(), connect_timeout)

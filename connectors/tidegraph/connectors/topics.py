@@ -17,6 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from tidegraph.connectors.errors import DeliveryError
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import Settings
 from tidegraph.schemas.topics import DEFAULT_PARTITIONS, MAX_DOCUMENT_BYTES, TopicSpec, topic_specs
 
@@ -66,7 +67,9 @@ async def ensure_topic_specs(bootstrap: str, specs: Sequence[TopicSpec]) -> list
 
 async def topics_report(bootstrap: str, specs: Sequence[TopicSpec]) -> TopicsReport:
     """Create what is missing of ``specs``, compare what exists; never alter a topic."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="tidegraph-topics")
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="tidegraph-topics", **kafka_client_options()
+    )
     try:
         await admin.start()
     except (KafkaError, OSError) as exc:

@@ -5,9 +5,17 @@ outside the repository, so the repository stays small and a fresh machine needs 
 and Maven. The node plays broker and controller on loopback with replication factor 1 —
 a development and test broker, never a production one.
 
+Closed by default: the client listener takes only SASL/SCRAM-SHA-256 logins of the user
+``tidegraph``, whose generated password is stored in the cluster's metadata when the log
+dirs are formatted (the caller keeps it; `up` keeps it only in the 0600 env file); the
+controller listener takes only SASL/PLAIN with a password made anew at every start. A data
+directory formatted by an earlier, open layout has no SCRAM user and is refused with what to
+do. The folder is the owner's only, and ``server.properties`` (which holds the broker's own
+logins) is 0600.
+
 Files under the state folder (``<state>/kafka/``): ``server.properties``,
-``log4j2.properties``, ``data/`` (the log dirs), ``broker.log`` and ``kafka.json`` (what
-`up` started: pid and ports).
+``log4j2.properties``, ``data/`` (the log dirs), ``scram`` (marks log dirs formatted with
+the SCRAM user), ``broker.log`` and ``kafka.json`` (what `up` started: pid and ports).
 """
 
 from __future__ import annotations
@@ -22,19 +30,21 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Coroutine, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from pydantic import SecretStr
 
 from tidegraph.infra import _proc
 from tidegraph.infra.errors import (
@@ -43,6 +53,7 @@ from tidegraph.infra.errors import (
     ServiceStartError,
     StateDirError,
 )
+from tidegraph.schemas.kafka_security import KafkaSecurity
 
 MIN_JAVA = 17
 JAVA_INSTALL = "a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless)"
@@ -55,6 +66,8 @@ JVM_FLAGS = (
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
 )
+USER = "tidegraph"
+"""The SCRAM user every tidegraph client of the local broker logs in as."""
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 """Broker-wide record batch limit: documents go up to 8 MiB, plus headers and framing."""
 
@@ -124,6 +137,10 @@ class KafkaLayout:
     def record(self) -> Path:
         return self.root / "kafka.json"
 
+    @property
+    def scram_marker(self) -> Path:
+        return self.root / "scram"
+
 
 @dataclass(frozen=True)
 class KafkaRuntime:
@@ -149,10 +166,32 @@ class KafkaProcess:
     """KRaft controller listener port on 127.0.0.1."""
     version: str
     """Kafka release."""
+    password: str = field(default="", repr=False, compare=False)
+    """The SCRAM password of :data:`USER`, when known (never recorded)."""
 
     @property
     def bootstrap(self) -> str:
         return f"{_proc.LOOPBACK}:{self.port}"
+
+    @property
+    def security(self) -> KafkaSecurity:
+        """How clients log in to this broker."""
+        return local_security(self.password)
+
+
+def local_security(password: str) -> KafkaSecurity:
+    """Client settings for the local broker: SASL/SCRAM as :data:`USER`."""
+    return KafkaSecurity(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username=USER,
+        sasl_password=SecretStr(password),
+        ssl_cafile=None,
+    )
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(24)
 
 
 # --- prerequisites and jars -----------------------------------------------------------------
@@ -271,18 +310,35 @@ def check_prerequisites(cache: Path | None = None) -> None:
 # --- configuration ----------------------------------------------------------------------------
 
 
-def server_properties(layout: KafkaLayout, port: int, controller_port: int) -> str:
-    """The broker's configuration: one KRaft node, loopback only, replication factor 1."""
+def server_properties(
+    layout: KafkaLayout, port: int, controller_port: int, password: str, controller_password: str
+) -> str:
+    """The broker's configuration: one KRaft node, loopback only, replication factor 1,
+    SASL on both listeners (SCRAM for clients, PLAIN for the controller: KRaft controllers
+    cannot use SCRAM, whose users live in the metadata they serve)."""
     host = _proc.LOOPBACK
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{host}:{controller_port}",
-        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            f'{plain} required username="controller" password="{controller_password}" '
+            f'user_controller="{controller_password}";'
+        ),
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
+            f'{scram} required username="{USER}" password="{password}";'
+        ),
         "log.dirs": str(layout.data),
         "num.partitions": "1",
         "offsets.topic.replication.factor": "1",
@@ -337,18 +393,28 @@ def _java_base(runtime: KafkaRuntime, layout: KafkaLayout) -> list[str]:
     ]
 
 
-def _format_storage(runtime: KafkaRuntime, layout: KafkaLayout) -> None:
-    """Format the log dirs once (a fresh data dir is what makes a start cold)."""
+def _format_storage(runtime: KafkaRuntime, layout: KafkaLayout, password: str) -> None:
+    """Format the log dirs once, with the SCRAM user (a fresh data dir makes a start cold)."""
     if (layout.data / "meta.properties").is_file():
+        if not layout.scram_marker.is_file():
+            raise StateDirError(
+                f"the broker data in {layout.data} predates authentication and has no SCRAM "
+                f"user; to start a closed broker run `tidegraph down`, remove {layout.root} "
+                "(its topics go with it) and run `tidegraph up` again"
+            )
         return
     command = [
         *_java_base(runtime, layout), "kafka.tools.StorageTool", "format",
         "-t", new_cluster_id(), "-c", str(layout.config), "--ignore-formatted",
+        "--add-scram", f"SCRAM-SHA-256=[name={USER},password={password}]",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
-        raise ServiceStartError("kafka", "storage format failed", log_tail=tail)
+        raise ServiceStartError(
+            "kafka", "storage format failed", log_tail=tail.replace(password, "***")
+        )
+    layout.scram_marker.write_text(f"SCRAM-SHA-256 user {USER}\n")
 
 
 # --- lifecycle ----------------------------------------------------------------------------------
@@ -377,13 +443,26 @@ def running(layout: KafkaLayout) -> KafkaProcess | None:
 
 
 def launch(
-    layout: KafkaLayout, runtime: KafkaRuntime, *, port: int, controller_port: int
+    layout: KafkaLayout,
+    runtime: KafkaRuntime,
+    *,
+    port: int,
+    controller_port: int,
+    password: str | None = None,
 ) -> KafkaProcess:
-    """Write the configuration, format if fresh, start the JVM; returns before it answers."""
+    """Write the configuration, format if fresh, start the JVM; returns before it answers.
+    The broker's folder (data, segments, log) is the owner's only. ``password`` is the
+    SCRAM user's: the one the log dirs were formatted with, or a new one for fresh ones."""
+    password = password or new_password()
     layout.root.mkdir(parents=True, exist_ok=True)
-    layout.config.write_text(server_properties(layout, port, controller_port))
+    layout.root.chmod(0o700)
+    layout.config.touch(mode=0o600)
+    layout.config.chmod(0o600)
+    layout.config.write_text(
+        server_properties(layout, port, controller_port, password, new_password())
+    )
     layout.log4j.write_text(LOG4J2)
-    _format_storage(runtime, layout)
+    _format_storage(runtime, layout, password)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     with layout.log.open("a") as log:
         log.write(f"\n===== tidegraph up: starting Kafka {runtime.version} at {stamp} =====\n")
@@ -398,10 +477,22 @@ def launch(
     command = [java, *JVM_FLAGS, sharing, *rest, "kafka.Kafka", str(layout.config)]
     pid = _proc.spawn_detached(command, log=layout.log, cwd=layout.root)
     process = KafkaProcess(
-        pid=pid, port=port, controller_port=controller_port, version=runtime.version
+        pid=pid,
+        port=port,
+        controller_port=controller_port,
+        version=runtime.version,
+        password=password,
     )
-    extra = {"started_at": time.time(), "archive": str(archive), "archive_pending": str(pending)}
-    layout.record.write_text(json.dumps(process.__dict__ | extra) + "\n")
+    record = {
+        "pid": pid,
+        "port": port,
+        "controller_port": controller_port,
+        "version": runtime.version,
+        "started_at": time.time(),
+        "archive": str(archive),
+        "archive_pending": str(pending),
+    }
+    layout.record.write_text(json.dumps(record) + "\n")
     return process
 
 
@@ -444,7 +535,7 @@ def wait_ready(layout: KafkaLayout, process: KafkaProcess, *, timeout: float) ->
             )
         left = deadline - time.monotonic()
         if _proc.port_answers(process.port) and brokers_answering(
-            process.bootstrap, timeout=max(1.0, min(5.0, left))
+            process.bootstrap, timeout=max(1.0, min(5.0, left)), security=process.security
         ):
             return
         if time.monotonic() >= deadline:
@@ -482,8 +573,12 @@ def _run_blocking(coro: Coroutine[Any, Any, _T]) -> _T:
         return pool.submit(asyncio.run, coro).result()
 
 
-async def _count_brokers(bootstrap: str, seconds: float) -> int:
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(seconds * 1000))
+async def _count_brokers(bootstrap: str, seconds: float, security: KafkaSecurity) -> int:
+    client = AIOKafkaClient(
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=int(seconds * 1000),
+        **security.client_options(),
+    )
     try:
         async with asyncio.timeout(seconds):
             await client.bootstrap()
@@ -504,10 +599,14 @@ def _quiet_client() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def brokers_answering(bootstrap: str, *, timeout: float = 5.0) -> bool:
-    """True when a broker at ``bootstrap`` returns metadata naming at least one broker."""
+def brokers_answering(
+    bootstrap: str, *, timeout: float = 5.0, security: KafkaSecurity | None = None
+) -> bool:
+    """True when a broker at ``bootstrap`` returns metadata naming at least one broker to a
+    client logging in with ``security`` (the environment's when ``None``)."""
     try:
         with _quiet_client():
-            return _run_blocking(_count_brokers(bootstrap, timeout)) > 0
+            count = _count_brokers(bootstrap, timeout, security or KafkaSecurity())
+            return _run_blocking(count) > 0
     except (KafkaError, OSError, TimeoutError):
         return False

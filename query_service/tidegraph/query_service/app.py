@@ -29,7 +29,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidegraph.query_service import channels, reads
-from tidegraph.query_service.auth import authorize, readable
+from tidegraph.query_service.auth import (
+    authorize,
+    reaches_every_realm,
+    readable,
+    require_every_realm,
+)
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import (
     RealmCatalog,
@@ -45,6 +50,7 @@ from tidegraph.query_service.errors import (
     Unavailable,
 )
 from tidegraph.query_service.explorer import mount_explorer
+from tidegraph.query_service.gate import DatabaseGate
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.retrieval import (
@@ -95,6 +101,9 @@ class Deps:
     """Model-backed keyword extraction; lexical when ``None``."""
     registry: CollectorRegistry | None = None
     """Where metrics register; a private registry when ``None``."""
+    gate: DatabaseGate | None = None
+    """The pool's outage gate; one over ``pool`` with the settings' timings when ``None``
+    (the app keeps it in ``app.state.database_gate``; close it with the pool)."""
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -124,6 +133,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         (settings.ef_search, settings.ef_search_relations, settings.ef_search_chunks),
     )
     embedders: dict[tuple[str, str], QueryEmbedder] = {}
+    gate = deps.gate or DatabaseGate(deps.pool, settings.gate_timings())
     app = FastAPI(
         title="tidegraph query API",
         version="1",
@@ -134,10 +144,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     mount_explorer(app, keys_required=keys.enabled)
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
-
-    async def realm_meta(conn: AsyncConnection[Any], realm: str, auth: str | None) -> RealmInfo:
-        authorize(keys, auth, realm)
-        return await catalog.get(conn, realm)
+    app.state.database_gate = gate
 
     def embedder_for(meta: RealmInfo) -> QueryEmbedder:
         key = (meta.realm, meta.embedder)
@@ -175,19 +182,21 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             body.similarity_share,
         )
 
+    async def lookup(realm: str, auth: str | None) -> RealmInfo:
+        authorize(keys, auth, realm)
+        return await gate.run(lambda conn: catalog.get(conn, realm))
+
     async def run_retrieval(
         realm: str, auth: str | None, params: RetrievalParams
     ) -> RetrievalResult:
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
+        meta = await lookup(realm, auth)
         if params.mode == "bypass":
             return RetrievalResult([], [], [], [], {"mode": "bypass"})
         embedder = embedder_for(meta)
         started = time.perf_counter()
         # keywords and vectors may come from models: no connection is held meanwhile
         prepared = await prepare(params, embedder, meta.dimension, deps.keyword_model)
-        async with deps.pool.connection() as conn:
-            result = await search(conn, meta, prepared, params, limits)
+        result = await gate.run(lambda conn: search(conn, meta, prepared, params, limits))
         metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
         result.stats["embedder"] = meta.embedder
         return result
@@ -198,17 +207,28 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["service"])
-    async def readyz() -> Response:
-        """Readiness: the database answers and every realm's tables are usable."""
-        async with deps.pool.connection() as conn:
-            count, problems = await realm_problems(conn)
+    async def readyz(auth: Auth = None) -> Response:
+        """Readiness: the database answers and every realm's tables are usable; answered
+        within ``ready_timeout`` whatever the database does. With keys configured, the
+        realm count and the broken realms are told only to a key reaching every realm;
+        anyone else learns ready (200) or not ready (503)."""
+        detailed = reaches_every_realm(keys, auth)
+        try:
+            count, problems = await gate.run(realm_problems, within=settings.ready_timeout)
+        except Unavailable:
+            if detailed:
+                raise
+            raise Unavailable("not ready") from None
         if problems:
-            raise Unavailable("; ".join(problems))
-        return _json({"status": "ready", "realms": count})
+            raise Unavailable("; ".join(problems) if detailed else "not ready")
+        return _json({"status": "ready", "realms": count} if detailed else {"status": "ready"})
 
     @app.get("/metrics", tags=["service"], response_class=Response)
-    async def prometheus() -> Response:
-        """Prometheus text format."""
+    async def prometheus(auth: Auth = None) -> Response:
+        """Prometheus text format; with ``metrics_require_key`` and keys configured, for a
+        key reaching every realm only."""
+        if settings.metrics_require_key:
+            require_every_realm(keys, auth, "/metrics")
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/realms", tags=["graph"], response_model=RealmsResponse)
@@ -230,8 +250,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         """Retrieval plus a synthesised answer with references."""
         params = params_of(body)
         if deps.chat is None:
-            async with deps.pool.connection() as conn:
-                await realm_meta(conn, realm, auth)
+            await lookup(realm, auth)
             raise ChatModelNotConfigured()
         data = await run_retrieval(realm, auth, params)
         prompt = build_prompt(body.query, data, body.max_prompt_chars)
@@ -266,11 +285,12 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             raise InvalidRequest("give either after_seq or since, not both")
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            page = await reads.changes_page(
+        meta = await lookup(realm, auth)
+        page = await gate.run(
+            lambda conn: reads.changes_page(
                 conn, meta, after_seq=after_seq, since=since, limit=limit
             )
+        )
         return _json(page)
 
     @app.get(
@@ -287,9 +307,8 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         """A document's indexing state."""
         _text("doc_key", doc_key)
         _space(space, wildcard=False)
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            state = await reads.document_state(conn, meta, space, doc_key)
+        meta = await lookup(realm, auth)
+        state = await gate.run(lambda conn: reads.document_state(conn, meta, space, doc_key))
         if state is None:
             raise DocumentNotFound(realm, space, doc_key)
         return _json(state)
@@ -316,9 +335,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
         scope = channels.Scope(space, as_of, as_believed_at, include_superseded, None)
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            rows = await reads.list_relations(
+        meta = await lookup(realm, auth)
+        rows = await gate.run(
+            lambda conn: reads.list_relations(
                 conn,
                 meta,
                 scope,
@@ -328,6 +347,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 after_id=after_id,
                 limit=limit,
             )
+        )
         nxt = int(rows[-1]["id"]) if len(rows) == limit else None
         return _json({"relations": rows, "next_after_id": nxt})
 
@@ -347,9 +367,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         _space(space, wildcard=True)
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
-            rows = await reads.list_entities(
+        meta = await lookup(realm, auth)
+        rows = await gate.run(
+            lambda conn: reads.list_entities(
                 conn,
                 meta,
                 name=name,
@@ -358,6 +378,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 after_id=after_id,
                 limit=limit,
             )
+        )
         nxt = int(rows[-1]["id"]) if len(rows) == limit else None
         return _json({"entities": rows, "next_after_id": nxt})
 
@@ -417,7 +438,10 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
 
     async def service_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, QueryServiceError)
-        return answer(exc.status, exc.code, str(exc))
+        response = answer(exc.status, exc.code, str(exc))
+        if isinstance(exc, Unavailable) and exc.retry_after is not None:
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     async def contract_error(_: Request, exc: Exception) -> Response:
         return answer(422, "invalid_request", str(exc))
@@ -434,7 +458,9 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     async def database_error(_: Request, exc: Exception) -> Response:
         if isinstance(exc, PoolTimeout) or is_transient(exc):
             err = unavailable(exc)
-            return answer(err.status, err.code, str(err))
+            response = answer(err.status, err.code, str(err))
+            response.headers["Retry-After"] = str(err.retry_after)
+            return response
         log.exception("database error", exc_info=exc)
         return answer(500, "internal", "internal error; see the service log")
 

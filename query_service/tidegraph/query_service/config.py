@@ -10,6 +10,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tidegraph.query_service.gate import GateTimings
+
 
 class QuerySettings(BaseSettings):
     """What the HTTP API allows and how retrieval behaves by default."""
@@ -48,7 +50,39 @@ class QuerySettings(BaseSettings):
         (0.6, 0.25, 0.15),
         description="Blend of similarity, rating and size when ranking community reports.",
     )
+    metrics_require_key: bool = Field(
+        False,
+        description="With API keys configured, `/metrics` answers only a key reaching every "
+        "realm (`key=*`); its series name realms.",
+    )
     realm_cache_seconds: float = Field(5.0, ge=0, description="How long realm metadata is kept.")
+    ready_timeout: float = Field(
+        0.9, gt=0, le=30, description="`/readyz` answers 503 when its check takes longer."
+    )
+    db_probe_after: float = Field(
+        0.2,
+        gt=0,
+        description="A request still waiting on the database this long makes the service "
+        "check that PostgreSQL answers (one connection, `SELECT 1`).",
+    )
+    db_probe_timeout: float = Field(
+        0.6, gt=0, description="A database check slower than this means PostgreSQL is down."
+    )
+    db_recheck_every: float = Field(
+        0.2, gt=0, description="Pause between database checks while PostgreSQL is down."
+    )
+    db_work_timeout: float = Field(
+        30.0, gt=0, description="Longest a request may spend on the database before its 503."
+    )
+
+    def gate_timings(self) -> GateTimings:
+        """The outage gate's timings (:mod:`tidegraph.query_service.gate`)."""
+        return GateTimings(
+            probe_after=self.db_probe_after,
+            probe_timeout=self.db_probe_timeout,
+            recheck_every=self.db_recheck_every,
+            work_timeout=self.db_work_timeout,
+        )
 
 
 def load_query_settings(**overrides: object) -> QuerySettings:

@@ -38,8 +38,16 @@ def make_pool(
     max_size: int = 16,
     ef_search: int = 100,
     open_timeout: float = 10.0,
+    reconnect_timeout: float = 1.0,
 ) -> AsyncConnectionPool[AsyncConnection[Any]]:
-    """An unopened pool of autocommit connections set up for vector search."""
+    """An unopened pool of autocommit connections set up for vector search.
+
+    Recovery is quick by construction: every checkout checks the connection (one empty
+    query) so connections the server dropped during an outage are replaced, not handed
+    out; and a failed connection attempt is given up after ``reconnect_timeout`` instead of
+    being retried with an exponential backoff that outlives the outage (the next request
+    that needs a connection starts a fresh attempt).
+    """
 
     async def configure(conn: AsyncConnection[Any]) -> None:
         await register_vector_async(conn)
@@ -55,8 +63,10 @@ def make_pool(
         max_size=max_size,
         open=False,
         configure=configure,
-        kwargs={"autocommit": True},
+        check=AsyncConnectionPool.check_connection,
+        kwargs={"autocommit": True, "connect_timeout": 2},
         timeout=open_timeout,
+        reconnect_timeout=reconnect_timeout,
         name="tidegraph-query",
     )
 

@@ -5,11 +5,14 @@
         ├── InvalidRequest                 422: a request breaks a limit or the contract
         ├── Unauthenticated                401: no key, or a key nobody issued
         ├── Forbidden                      403: the key does not reach this realm
+        │   └── AllRealmsRequired          the route needs a key reaching every realm
         ├── NotFound                       404: base of the ones below
         │   ├── RealmNotFound              the realm does not exist (or its name is invalid)
         │   └── DocumentNotFound           no such document in the space
         ├── EmbedderMismatch               409: the query embedder is not the realm's pinned one
         └── Unavailable                    503, retriable: database down, no chat model
+            ├── ChatModelNotConfigured     no chat model for ``/query``
+            └── DatabaseDown               (query_service.gate) PostgreSQL does not answer
 
 The app turns every one of these into ``{"error": {"code", "message"}}`` with its status;
 anything else is a bug and answers 500. Messages say what happened and the likely cause.
@@ -50,6 +53,17 @@ class Forbidden(QueryServiceError):
     def __init__(self, realm: str) -> None:
         super().__init__(f"this API key does not grant access to realm {realm!r}")
         self.realm = realm
+
+
+class AllRealmsRequired(Forbidden):
+    """A service-wide route (``/metrics``, whose series name realms) and a key that does not
+    reach every realm."""
+
+    def __init__(self, route: str) -> None:
+        QueryServiceError.__init__(
+            self, f"{route} needs an API key that reaches every realm (`key=*`)"
+        )
+        self.realm = "*"
 
 
 class NotFound(QueryServiceError):
@@ -107,12 +121,15 @@ class Unavailable(QueryServiceError):
     status = 503
     code = "unavailable"
     retriable = True
+    retry_after: int | None = 1
+    """Seconds a client should wait before trying again (the ``Retry-After`` header)."""
 
 
 class ChatModelNotConfigured(Unavailable):
     """``/query`` needs a chat model and none is configured."""
 
     code = "chat_model_not_configured"
+    retry_after = None
 
     def __init__(self) -> None:
         super().__init__(

@@ -37,6 +37,7 @@ from psycopg import AsyncConnection, sql
 from tidegraph.query_service.db import table
 from tidegraph.query_service.metrics import PublisherMetrics
 from tidegraph.query_service.reads import OUTBOX_COLUMNS, change_from_row
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.store.realms import list_realms
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class KafkaChangeSink:
             compression_type="lz4",
             linger_ms=5,
             max_batch_size=1024 * 1024,
+            **kafka_client_options(),
         )
         await producer.start()
         self._producer = producer

@@ -51,6 +51,7 @@ from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, ret
 from tidegraph.indexer.write.units import BatchUnit, Outcome, RecordUnit
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError, TidegraphError
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.names import realm_schema
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import holds, positions
@@ -93,6 +94,11 @@ class IndexerConfig:
     catch_up_run: int = 16
     """Records of one realm fetched back to back from which they are written as one
     transaction (the indexer is behind); 0 writes every record on its own."""
+    idle_in_transaction_timeout: float = 15.0
+    """PostgreSQL ends a session idle this long inside a transaction: a member frozen
+    mid-write (SIGSTOP, a paused VM) releases its realm locks instead of blocking the
+    member that takes its partitions for as long as it stays frozen; its commit then fails
+    and the record is applied once, by the new owner."""
 
 
 @dataclass
@@ -167,7 +173,11 @@ class Indexer:
             min_size=1,
             max_size=config.pool_size,
             open=False,
-            kwargs={"autocommit": True},
+            kwargs={
+                "autocommit": True,
+                "options": "-c idle_in_transaction_session_timeout="
+                f"{int(config.idle_in_transaction_timeout * 1000)}",
+            },
         )
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
@@ -189,8 +199,10 @@ class Indexer:
             enable_idempotence=True,
             compression_type="lz4",
             max_request_size=16 * 1024 * 1024,
+            **kafka_client_options(),
         )
         self.consumer = AIOKafkaConsumer(
+            **kafka_client_options(),
             bootstrap_servers=cfg.bootstrap,
             group_id=cfg.group_id,
             enable_auto_commit=False,

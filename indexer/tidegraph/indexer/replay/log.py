@@ -25,6 +25,7 @@ from aiokafka.partitioner import murmur2
 from tidegraph.indexer.replay.errors import ReplayError
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError
+from tidegraph.schemas.kafka_security import kafka_client_options
 
 Message: TypeAlias = ConsumerRecord[bytes, bytes]
 
@@ -75,6 +76,7 @@ class PartitionReader:
         self.realm = realm
         self.fetch_max_records = fetch_max_records
         self._consumer = AIOKafkaConsumer(
+            **kafka_client_options(),
             bootstrap_servers=bootstrap,
             group_id=None,
             enable_auto_commit=False,

@@ -21,6 +21,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from tidegraph.infra.runtime import on_termination
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import RecordValidationError, TransientError
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.names import validate_realm
 from tidegraph.schemas.settings import Settings, load_settings
 
@@ -55,6 +56,7 @@ async def tail(args: argparse.Namespace, settings: Settings) -> int:
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         client_id="tidegraph-changes",
+        **kafka_client_options(),
     )
     try:
         await consumer.start()

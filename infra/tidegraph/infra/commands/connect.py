@@ -158,6 +158,7 @@ def run_http(args: argparse.Namespace) -> int:
     import uvicorn
 
     from tidegraph.connectors.http_ingest import IngestService, create_app
+    from tidegraph.infra.http_server import BoundedConfig, HttpLimits
 
     settings, _ = settings_from(args)
     connector_settings = load_connector_settings(
@@ -172,7 +173,9 @@ def run_http(args: argparse.Namespace) -> int:
     )
     app = create_app(IngestService(producer, connector_settings), keys)
     _say(f"ingest on http://{args.host}:{args.port} → {settings.documents_topic}")
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="on")
+    config = BoundedConfig(
+        app, limits=HttpLimits(), host=args.host, port=args.port, log_level="info", lifespan="on"
+    )
     uvicorn.Server(config).run()
     return 0
 
@@ -191,7 +194,11 @@ def _register_postgres(kinds: argparse._SubParsersAction[argparse.ArgumentParser
             "acknowledged, so a crash loses nothing. --drop-slot removes slot and publication."
         ),
     )
-    pg.add_argument("--dsn", help="PostgreSQL connection string (default: $TIDEGRAPH_PG_DSN)")
+    pg.add_argument(
+        "--dsn",
+        help="PostgreSQL connection string of a role with REPLICATION that owns the table "
+        "(default: $TIDEGRAPH_PG_REPLICATION_DSN, then $TIDEGRAPH_PG_DSN)",
+    )
     pg.add_argument("--table", required=True, help="table, optionally schema-qualified")
     pg.add_argument("--key-column", required=True, help="column whose value is the doc_key")
     pg.add_argument("--content-column", required=True, help="column holding the text")
@@ -247,7 +254,8 @@ def run_postgres(args: argparse.Namespace) -> int:
 
 async def _postgres(args: argparse.Namespace, spec: CaptureSpec) -> int:
     settings, connector_settings = settings_from(args)
-    dsn = args.dsn or settings.pg_dsn.get_secret_value()
+    replication = connector_settings.pg_replication_dsn
+    dsn = args.dsn or (replication or settings.pg_dsn).get_secret_value()
     producer = DocumentProducer.from_settings(
         settings, max_document_bytes=connector_settings.max_document_bytes
     )

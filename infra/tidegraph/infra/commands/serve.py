@@ -17,11 +17,13 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from tidegraph.infra.http_server import BoundedConfig, HttpLimits
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings, load_query_settings
 from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
+from tidegraph.query_service.gate import DatabaseGate
 from tidegraph.query_service.keywords import (
     KEYWORD_PROMPT,
     KeywordModel,
@@ -151,6 +153,7 @@ async def serve(
     pool = make_pool(dsn, min_size=2, max_size=args.pool_size, ef_search=query.ef_search)
     await pool.open(wait=True)
     llm = llm_client_if_configured()
+    gate = DatabaseGate(pool, query.gate_timings())
     app = create_app(
         query,
         Deps(
@@ -159,11 +162,13 @@ async def serve(
             chat=chat_model(llm),
             keyword_model=keyword_model(llm),
             registry=registry,
+            gate=gate,
         ),
     )
     server = uvicorn.Server(
-        uvicorn.Config(
+        BoundedConfig(
             app,
+            limits=HttpLimits(),
             host=args.host,
             port=args.port,
             log_level=args.log_level.lower(),
@@ -218,6 +223,7 @@ async def serve(
             await sink.stop()
         if llm is not None:
             await llm.aclose()
+        await gate.aclose()
         await pool.close()
 
 

@@ -1,0 +1,377 @@
+"""The fault matrix as a suite: kill a part of the running system mid-stream, bring it back,
+and check the same invariants every time (:mod:`fault_helpers`). Each case prints a
+``FAULT | … | recovered in … | lost … | duplicated …`` line (``-s`` shows them);
+``scripts/faults`` runs only these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Callable
+
+import httpx
+import orjson
+import psycopg
+import pytest
+from psycopg import sql
+
+from tidegraph.indexer.consumer.indexer import Indexer
+from tidegraph.infra import _proc, services
+from tidegraph.schemas.documents import DocumentVersion
+
+from fault_helpers import (
+    Recovery,
+    Writer,
+    check_invariants,
+    cli,
+    private_services,
+    sigkill,
+    stop,
+    stored_documents,
+    wait_http,
+    wait_indexed,
+)
+from indexer_helpers import (
+    dead_letters,
+    indexer_config,
+    make_topics,
+    publish,
+    running_indexer,
+    spawn_indexer,
+    stored_position,
+    upsert,
+    wait_for,
+)
+from query_helpers import api_client, open_pool
+
+pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+
+
+async def _acks_reach(writer: Writer, n: int, limit: float = 60.0) -> None:
+    async def enough() -> bool:
+        return len(writer.acknowledged) >= n
+
+    await wait_for(enough, limit, f"{n} acknowledged documents")
+
+
+async def test_http_ingest_killed_mid_request(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """SIGKILL the ingest service while four clients write: every 202 is indexed once."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=2)
+    realm, group, port = unique_name("r"), unique_name("g"), _proc.free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {"TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    args = ("connect", "http", "--port", str(port), "--topic-prefix", topics.prefix)
+    ingest = cli(*args, env=env, name=f"ingest-{group}")
+    writer, halt = Writer(base, realm), asyncio.Event()
+    try:
+        await wait_http(base)
+        async with running_indexer(topics, pg_dsn, group):
+            writing = asyncio.create_task(writer.run(halt))
+            await _acks_reach(writer, 40)
+            sigkill(ingest)
+            killed_at = time.monotonic()
+            await asyncio.sleep(0.3)  # answers already on their way are counted before
+            before = len(writer.acknowledged)
+            ingest = cli(*args, env=env, name=f"ingest-{group}")
+            await _acks_reach(writer, before + 1)
+            recovery = time.monotonic() - killed_at
+            await _acks_reach(writer, before + 40)
+            halt.set()
+            await writing
+            await wait_indexed(pg_dsn, realm, writer.acknowledged, 120)
+    finally:
+        halt.set()
+        stop(ingest)
+    assert writer.errors > 0, "the kill should have cut requests in flight"
+    duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged)
+    Recovery("HTTP ingest SIGKILL mid-request", recovery, 0, duplicated).show()
+
+
+async def test_broker_killed_during_http_ingest(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL the broker under HTTP ingest and an indexer, start it again: the ingest
+    answers 503 meanwhile and every 202, before and after, is indexed once."""
+    with private_services([services.KAFKA]) as own:
+        for key, value in own.env().items():  # this process's clients use the private broker
+            monkeypatch.setenv(key, value)
+        bootstrap = own.env()["TIDEGRAPH_KAFKA_BOOTSTRAP"]
+        suffix = uuid.uuid4().hex[:8]
+        topics = await make_topics(bootstrap, f"fb{suffix}", partitions=2)
+        realm, group, port = f"rb{suffix}", f"gb{suffix}", _proc.free_port()
+        base = f"http://127.0.0.1:{port}"
+        args = ("connect", "http", "--port", str(port), "--topic-prefix", topics.prefix)
+        ingest = cli(*args, "--send-timeout", "3", env=own.env(), name=f"ingest-{group}")
+        writer, halt = Writer(base, realm), asyncio.Event()
+        try:
+            await wait_http(base)
+            async with running_indexer(topics, pg_dsn, group):
+                writing = asyncio.create_task(writer.run(halt))
+                await _acks_reach(writer, 30)
+                own.kill(services.KAFKA)
+                killed_at, before = time.monotonic(), len(writer.acknowledged)
+                await asyncio.sleep(3)
+                own.start([services.KAFKA])
+                await _acks_reach(writer, before + 1, limit=120)
+                recovery = time.monotonic() - killed_at
+                await _acks_reach(writer, before + 30)
+                halt.set()
+                await writing
+                await wait_indexed(pg_dsn, realm, writer.acknowledged, 180)
+        finally:
+            halt.set()
+            stop(ingest)
+    assert writer.refused + writer.errors > 0, "requests during the outage must not be 202"
+    duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged)
+    Recovery("Kafka broker SIGKILL + restart under HTTP ingest", recovery, 0, duplicated).show()
+
+
+async def test_postgres_killed_during_indexing_and_querying(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """SIGKILL PostgreSQL while an indexer applies a stream and clients query: queries
+    answer 503 within a second meanwhile, and every record is applied once afterwards."""
+    with private_services([services.POSTGRES]) as own:
+        dsn = own.env()["TIDEGRAPH_PG_DSN"]
+        topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=2)
+        realm, group = unique_name("r"), unique_name("g")
+        records = [
+            upsert(realm, f"d{i}.md", f"Charles Babbage worked with Person{i} Jones.")
+            for i in range(300)
+        ]
+        await publish(topics, records)
+        indexer = spawn_indexer(topics, dsn, group)
+        slowest, answers, halt = [0.0], {"ok": 0, "503": 0}, asyncio.Event()
+        try:
+            async with open_pool(dsn) as pool, api_client(pool) as client:
+
+                async def query() -> None:
+                    while not halt.is_set():
+                        started = time.monotonic()
+                        try:
+                            r = await client.get(f"/v1/realms/{realm}/entities")
+                        except httpx.HTTPError:
+                            r = None
+                        slowest[0] = max(slowest[0], time.monotonic() - started)
+                        if r is not None and r.status_code == 503:
+                            answers["503"] += 1
+                        elif r is not None and r.status_code == 200:
+                            answers["ok"] += 1
+                        await asyncio.sleep(0.05)
+
+                async def crossed() -> bool:
+                    return await stored_position(dsn, group, topics.documents) >= 100
+
+                await wait_for(crossed, 120, "100 records applied", interval=0.05)
+                querying = asyncio.create_task(query())
+                await asyncio.sleep(0.5)
+                own.kill(services.POSTGRES)
+                killed_at = time.monotonic()
+                await asyncio.sleep(3)
+                own.start([services.POSTGRES])
+
+                async def done() -> bool:
+                    try:
+                        return await stored_position(dsn, group, topics.documents) >= len(records)
+                    except Exception:  # noqa: BLE001 - not back yet
+                        return False
+
+                await wait_for(done, 180, "every record applied after the restart")
+                recovery = time.monotonic() - killed_at
+                halt.set()
+                await querying
+        finally:
+            halt.set()
+            stop(indexer)
+        acknowledged = {r.doc_key: r.content_hash or "" for r in records}
+        duplicated = await check_invariants(dsn, realm, acknowledged)
+    assert answers["503"] > 0 and answers["ok"] > 0, answers
+    assert slowest[0] <= 1.5, f"a query waited {slowest[0]:.2f}s during the outage"
+    Recovery(
+        "PostgreSQL SIGKILL + restart under indexing and queries", recovery, 0, duplicated
+    ).show()
+
+
+def _hostile(realm: str) -> list[tuple[str, tuple[bytes, bytes]]]:
+    """(expected DLQ class, raw record) for each kind of bad record seen on a topic."""
+    good = upsert(realm, "h.md", "Ada Lovelace worked with Charles Babbage.")
+    body = orjson.loads(good.to_json())
+
+    def raw(**changes: object) -> bytes:
+        return orjson.dumps({**body, **changes})
+
+    key = realm.encode()
+    return [
+        ("invalid", (key, b"\xff\xfe not json")),
+        ("invalid", (key, b"[1, 2, 3]")),
+        ("invalid", (key, b"")),
+        ("invalid", (key, raw(schema="tidegraph.document.v999"))),
+        ("invalid", (key, orjson.dumps({"schema": body["schema"], "realm": realm}))),
+        ("invalid", (key, raw(realm="Not A Realm!"))),
+        ("invalid", (key, raw(op="explode"))),
+        ("invalid", (key, raw(doc_key=""))),
+        ("invalid", (key, raw(event_time="yesterday"))),
+        ("hash_mismatch", (key, raw(content_hash="sha256:" + "0" * 64))),
+        ("unstorable", (key, raw(doc_key="nul.md", title="Notes\u0000"))),
+    ]
+
+
+async def test_hostile_records_are_dead_lettered_and_valid_ones_after_them_applied(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """Each class of hostile record goes to the DLQ with its reason and origin; the valid
+    record published after each one is applied, once."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    hostile = _hostile(realm)
+    stream: list[DocumentVersion | tuple[bytes, bytes]] = []
+    valid: dict[str, str] = {}
+    for n, (_, record) in enumerate(hostile):
+        stream.append(record)
+        doc = upsert(realm, f"after-{n}.md", f"Mary Somerville knew Person{n} Herschel.")
+        stream.append(doc)
+        valid[doc.doc_key] = doc.content_hash or ""
+    started = time.monotonic()
+    async with running_indexer(topics, pg_dsn, group):
+        await publish(topics, stream)
+
+        async def passed() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(stream)
+
+        await wait_for(passed, 120, "every record, hostile ones included")
+    took = time.monotonic() - started
+    dead = await dead_letters(topics, len(hostile))
+    assert len(dead) == len(hostile)
+    offsets = {int(h["tg-origin"].rsplit(b"/", 1)[1]): h for _, h in dead}
+    assert sorted(offsets) == [2 * n for n in range(len(hostile))]
+    for n, (expected, _) in enumerate(hostile):
+        headers = offsets[2 * n]
+        assert headers["tg-error-class"].decode() == expected, (n, headers)
+        assert headers["tg-error"], n
+    duplicated = await check_invariants(pg_dsn, realm, valid)
+    stored = await stored_documents(pg_dsn, realm)
+    assert set(stored) == {*valid, "nul.md"}  # the unstorable version is kept as failed
+    Recovery(f"{len(hostile)} hostile records on the topic", took, 0, duplicated).show()
+
+
+def _notes(realm: str, n: int) -> list[DocumentVersion]:
+    return [upsert(realm, f"n{i}.md", f"Caroline Herschel knew Person{i} Boole.") for i in range(n)]
+
+
+async def _applied(dsn: str, group: str, topic: str, n: int, limit: float = 180.0) -> None:
+    async def done() -> bool:
+        return await stored_position(dsn, group, topic) >= n
+
+    await wait_for(done, limit, f"{n} records applied", interval=0.05)
+
+
+async def test_zombie_member_is_fenced(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """SIGSTOP a member past its session while it holds records, let another take its
+    partitions and finish, then SIGCONT it: its late writes are refused, nothing doubles."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=2)
+    realms, group = [unique_name("r"), unique_name("r")], unique_name("g")
+    records = [r for pair in zip(*(_notes(x, 200) for x in realms), strict=True) for r in pair]
+    await publish(topics, records)
+    env = {
+        "TIDEGRAPH_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TIDEGRAPH_PG_DSN": pg_dsn,
+        "TIDEGRAPH_TOPIC_PREFIX": topics.prefix,
+        "TIDEGRAPH_EMBEDDER": "hashing:64",
+    }
+    zombie = cli("indexer", "--group", group, env=env, name=f"zombie-{group}")
+    survivor = None
+    try:
+        await _applied(pg_dsn, group, topics.documents, 60)
+        zombie.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        at_stop = await stored_position(pg_dsn, group, topics.documents)
+        assert at_stop < len(records), "the stop must land mid-stream"
+        survivor = cli("indexer", "--group", group, env=env, name=f"survivor-{group}")
+        await _applied(pg_dsn, group, topics.documents, len(records), limit=120)
+        recovery = time.monotonic() - stopped_at
+        zombie.send_signal(signal.SIGCONT)
+        await asyncio.sleep(5)  # the zombie wakes, tries to go on, and is turned away
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+        for proc in (zombie, survivor):
+            if proc is not None:
+                stop(proc)
+    assert await stored_position(pg_dsn, group, topics.documents) == len(records)
+    duplicated = 0
+    for realm in realms:
+        mine = {r.doc_key: r.content_hash or "" for r in records if r.realm == realm}
+        duplicated += await check_invariants(pg_dsn, realm, mine)
+    Recovery("indexer SIGSTOP past its session, SIGCONT (zombie)", recovery, 0, duplicated).show()
+
+
+async def test_scale_out_and_in_during_a_stream(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """1 → 3 → 1 indexers while records arrive: every record applied once."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=6)
+    realms, group = [unique_name("r") for _ in range(3)], unique_name("g")
+    batches = [[r for x in realms for r in _notes(x, 150)[k::3]] for k in range(3)]
+    total = sum(len(b) for b in batches)
+    members = [spawn_indexer(topics, pg_dsn, group)]
+    started = time.monotonic()
+    try:
+        await publish(topics, batches[0])
+        await _applied(pg_dsn, group, topics.documents, len(batches[0]) // 2)
+        members += [spawn_indexer(topics, pg_dsn, group) for _ in range(2)]
+        await publish(topics, batches[1])
+        await asyncio.sleep(3)
+        for proc in members[1:]:
+            stop(proc)  # SIGTERM: each leaves the group after the record in flight
+        await publish(topics, batches[2])
+        await _applied(pg_dsn, group, topics.documents, total, limit=240)
+    finally:
+        for proc in members:
+            stop(proc)
+    took = time.monotonic() - started
+    duplicated = 0
+    for realm in realms:
+        mine = {r.doc_key: r.content_hash or "" for b in batches for r in b if r.realm == realm}
+        duplicated += await check_invariants(pg_dsn, realm, mine)
+    Recovery(f"indexers 1 -> 3 -> 1 during {total} records", took, 0, duplicated).show()
+
+
+async def test_a_member_frozen_mid_transaction_releases_its_locks(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """The zombie case's worst moment made certain: a member's connection stops inside a
+    transaction holding a lock; PostgreSQL ends that session after the indexer's
+    ``idle_in_transaction_timeout``, so whoever takes over is not blocked for ever."""
+    topics = await make_topics(kafka_bootstrap, unique_name("f"), partitions=1)
+    config = indexer_config(topics, pg_dsn, unique_name("g"), idle_in_transaction_timeout=1.0)
+    frozen = Indexer(config, _never, _never)
+    table = sql.Identifier(unique_name("lk"))
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as other:
+        await other.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(table))
+        await other.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(table))
+        await frozen.pool.open(wait=True)
+        try:
+            async with frozen.pool.connection() as conn:
+                await conn.execute("BEGIN")
+                await conn.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(table))
+                started = time.monotonic()  # the member now does nothing, lock held
+                async with asyncio.timeout(10):
+                    await other.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(table))
+                waited = time.monotonic() - started
+                with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                    await conn.execute("COMMIT")  # its late write goes nowhere
+        finally:
+            await frozen.pool.close()
+            await other.execute(sql.SQL("DROP TABLE {}").format(table))
+    assert 0.9 <= waited <= 5.0, waited
+    Recovery("member frozen inside a transaction", waited, 0, 0).show()
+
+
+async def _never(*_: object) -> object:
+    raise AssertionError("not used")
