@@ -63,6 +63,7 @@ from tidegraph.query_service.retrieval import (
     RetrievalParams,
     RetrievalResult,
     prepare,
+    relation_cap,
     search,
 )
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
@@ -119,6 +120,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         settings.rrf_k,
         settings.community_weights,
         (settings.ef_search, settings.ef_search_relations, settings.ef_search_chunks),
+        settings.entity_similarity_floor,
     )
     embedders: dict[tuple[str, str], QueryEmbedder] = {}
     app = FastAPI(
@@ -151,17 +153,17 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             raise InvalidRequest(f"top_k {body.top_k} exceeds the limit {settings.max_top_k}")
         if body.hops > settings.max_hops:
             raise InvalidRequest(f"hops {body.hops} exceeds the limit {settings.max_hops}")
-        if body.relation_top_k > settings.max_relation_top_k:
+        relation_top_k = relation_cap(body.top_k, body.relation_top_k)
+        if relation_top_k > settings.max_relation_top_k:
             raise InvalidRequest(
-                f"relation_top_k {body.relation_top_k} exceeds the limit "
-                f"{settings.max_relation_top_k}"
+                f"relation_top_k {relation_top_k} exceeds the limit {settings.max_relation_top_k}"
             )
         return RetrievalParams(
             body.query,
             body.mode,
             body.space,
             body.top_k,
-            body.relation_top_k,
+            relation_top_k,
             body.hops,
             body.as_of,
             body.as_believed_at,

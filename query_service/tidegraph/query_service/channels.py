@@ -196,6 +196,36 @@ def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Comp
     ).format(q=sql.Placeholder(param), rel=table(schema, "relations"), f=edge_filter(schema, scope))
 
 
+def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
+    """The predicate focus (:mod:`~tidegraph.query_service.focus`): admitted relations
+    incident to an entity named ``%(fnames)s`` whose predicate shares an English stem with
+    the terms ``%(fterms)s``. Rows: relation id, whether the named entity holds the role
+    ``%(froles)s`` gives it (an unknown role fits either way); fitting ones first, then
+    best corroborated, newest."""
+    ent, alias, rel = (table(schema, n) for n in ("entities", "entity_aliases", "relations"))
+    ef, rf = entity_filter(scope), edge_filter(schema, scope)
+    return sql.SQL(
+        "WITH wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
+        "  AS w(key, role)),"
+        " named AS (SELECT e.id, w.role FROM wanted w JOIN {ent} e ON e.name_key = w.key"
+        "  WHERE {ef}"
+        "  UNION SELECT e.id, w.role FROM wanted w JOIN {alias} a ON a.alias_lower = w.key"
+        "  JOIN {ent} e ON e.id = a.entity_id WHERE {ef}),"
+        " q AS (SELECT websearch_to_tsquery('english', %(fterms)s) AS q),"
+        " hits AS ("
+        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'subject', true) AS fit"
+        "  FROM named n JOIN {rel} r ON r.subject_id = n.id CROSS JOIN q"
+        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf}"
+        "  UNION ALL"
+        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'object', true) AS fit"
+        "  FROM named n JOIN {rel} r ON r.object_id = n.id CROSS JOIN q"
+        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf})"
+        " SELECT id, bool_or(fit) AS fit FROM hits GROUP BY id"
+        " ORDER BY bool_or(fit) DESC, max(weight) DESC, max(t_created) DESC, id DESC"
+        " LIMIT %(depth)s"
+    ).format(ent=ent, alias=alias, rel=rel, ef=ef, rf=rf)
+
+
 def traversal(schema: str, scope: Scope) -> sql.Composed:
     """Relation channel 1: a bounded walk of ``%(hops)s`` steps from ``%(seeds)s``.
 

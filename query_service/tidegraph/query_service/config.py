@@ -43,6 +43,13 @@ class QuerySettings(BaseSettings):
         description="HNSW candidate list for relation similarity: rendered triples are short "
         "and alike, so their graph needs a wider search for the same recall.",
     )
+    entity_similarity_floor: float = Field(
+        0.1,
+        ge=-1.0,
+        le=1.0,
+        description="Least cosine similarity for an entity matched by vector to be reported "
+        "and walked from (entities named in the question always are).",
+    )
     ef_search_chunks: int = Field(64, ge=10, le=1000, description="HNSW list for passages.")
     community_weights: tuple[float, float, float] = Field(
         (0.6, 0.25, 0.15),

@@ -33,8 +33,23 @@ class QueryDataRequest(BaseModel):
     query: str = Field(min_length=1, max_length=20000, description="The question.")
     mode: Mode = Field("mix", description="Retrieval mode (paper Table 3); others are a 422.")
     space: str = Field("default", description="A space, or `*` to read every space.")
-    top_k: int = Field(10, ge=1, le=1000, description="Entities, chunks and reports returned.")
-    relation_top_k: int = Field(25, ge=1, le=1000, description="Relations returned.")
+    top_k: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="Entities, chunks and community reports returned; also widens the "
+        "relations returned when `relation_top_k` is not given.",
+    )
+    relation_top_k: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Relations returned (after fusion and de-duplication). Not given: "
+        "the larger of 25 and `top_k`, so asking for more entities also returns more "
+        "relations. Relations incident to an entity the question names, whose predicate "
+        'the question asks about ("What did X design?" → X\'s `designed` relations, '
+        "X as subject), come first.",
+    )
     hops: int = Field(2, ge=0, le=10, description="Traversal depth from matched entities.")
     as_of: date | None = Field(None, description="Valid-time date; undated relations match.")
     as_believed_at: AwareDatetime | None = Field(

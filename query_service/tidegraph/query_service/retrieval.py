@@ -22,6 +22,12 @@ named-thing search when there is one), and community reports by a blend of simil
 rating and size when a space has any, so it never hard-fails before communities are built
 (paper §6).
 
+Relations the question asks about lead in every mode that returns relations: the predicate
+focus (:mod:`~tidegraph.query_service.focus`) is a fourth candidate channel, and its hits
+— relations of a named entity whose predicate the question names, in the role it asks —
+are placed before the rest of the fused list. Entities matched only by vector are kept
+down to a similarity floor.
+
 A request uses one pooled connection and three pipelined rounds: seeds and the independent
 channels; the walk and mention expansion from the seeds; details of what survived fusion.
 """
@@ -41,6 +47,7 @@ from psycopg import AsyncConnection
 from tidegraph.query_service import channels
 from tidegraph.query_service.channels import Scope
 from tidegraph.query_service.embedding import QueryEmbedder, check_vectors
+from tidegraph.query_service.focus import question_focus
 from tidegraph.query_service.fusion import Fused, quota_interleave, rrf
 from tidegraph.query_service.keywords import (
     KeywordModel,
@@ -56,7 +63,18 @@ MODES: tuple[Mode, ...] = ("mix", "local", "global", "hybrid", "naive", "bypass"
 Fusion = Literal["rrf", "quota"]
 
 TRAVERSAL, SIMILARITY, FULLTEXT, RANKED = "traversal", "similarity", "fulltext", "ranked"
+FOCUS = "predicate"
 _WORD = re.compile(r"[^\W_][\w.'’&-]*\w|[^\W_]")
+
+
+DEFAULT_RELATION_TOP_K = 25
+"""Relations an answer carries when the request says neither ``relation_top_k`` nor a
+``top_k`` above it (the paper measures on-topic share over these 25)."""
+
+
+def relation_cap(top_k: int, relation_top_k: int | None) -> int:
+    """Relations returned: as asked, else the larger of the default and ``top_k``."""
+    return relation_top_k if relation_top_k is not None else max(DEFAULT_RELATION_TOP_K, top_k)
 
 
 @dataclass(frozen=True)
@@ -68,8 +86,8 @@ class RetrievalParams:
     space: str = "default"
     top_k: int = 10
     """Entities, chunks and community reports returned."""
-    relation_top_k: int = 25
-    """Relations returned after fusion and de-duplication."""
+    relation_top_k: int = DEFAULT_RELATION_TOP_K
+    """Relations returned after fusion and de-duplication (see :func:`relation_cap`)."""
     hops: int = 2
     as_of: date | None = None
     as_believed_at: datetime | None = None
@@ -93,6 +111,10 @@ class RetrievalLimits:
     """Similarity, rating, size."""
     ef_search: tuple[int, int, int] = (100, 400, 64)
     """HNSW ``ef_search`` for entities (and communities), relations, chunks."""
+    entity_floor: float = 0.1
+    """Least cosine similarity of an entity matched by vector: below it the nearest
+    entities are noise (a negative similarity points away from the question), and are
+    neither reported nor walked from."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +272,8 @@ async def search(
     )
     depth = max(limits.channel_depth, params.relation_top_k)
     named_text = channels_text(keywords.low)
+    names = _name_candidates(params.query, keywords)
+    focus = question_focus(params.query, names)
     p = channels.parameters(
         scope,
         qvec=vec["query"],
@@ -261,8 +285,11 @@ async def search(
         cap=limits.edge_cap,
         fanout=max(4, limits.edge_cap // 4),
         over=params.top_k * 3,
-        names=_name_candidates(params.query, keywords),
+        names=names,
         fts=named_text,
+        fnames=list(focus.roles),
+        froles=list(focus.roles.values()),
+        fterms=focus.query_text,
     )
 
     # Round 1: seeds and every channel that does not depend on them.
@@ -275,7 +302,7 @@ async def search(
     last_write: datetime | None = None
     async with conn.pipeline():
         cur_name = cur_vec = cur_sim = cur_fts = cur_chunks = cur_rank = cur_rank_fts = None
-        cur_comm = cur_last = None
+        cur_comm = cur_last = cur_focus = None
         ef_entities, ef_relations, ef_chunks = limits.ef_search
         if walk:
             cur_name = await conn.execute(channels.entities_by_name(s, scope), p)
@@ -293,6 +320,8 @@ async def search(
             cur_rank = await conn.execute(channels.relations_by_vector(s, scope, "gvec"), p)
             if p["fts"] and not walk:
                 cur_rank_fts = await conn.execute(channels.relations_by_text(s, scope), p)
+        if (walk or ranked) and p["fterms"] and p["fnames"]:
+            cur_focus = await conn.execute(channels.relations_by_focus(s, scope), p)
         if with_communities:
             await conn.execute(channels.set_ef_search(ef_entities))
             cur_comm = await conn.execute(channels.communities_ranked(s, scope), p)
@@ -309,13 +338,17 @@ async def search(
         sims = [int(r[0]) for r in await cur_rank.fetchall()]
         texts_ = [int(r[0]) for r in await cur_rank_fts.fetchall()] if cur_rank_fts else []
         lists[RANKED] = [f.key for f in rrf([sims, texts_], k=limits.rrf_k)]
+    focus_fit: dict[int, bool] = {}
+    if cur_focus is not None:
+        focus_fit = {int(r[0]): bool(r[1]) for r in await cur_focus.fetchall()}
+        lists[FOCUS] = list(focus_fit)
     if cur_comm is not None and cur_last is not None:
         community_rows = await cur_comm.fetchall()
         row = await cur_last.fetchone()
         last_write = row[0] if row else None
     timings["seeds_and_channels"] = _ms(t)
 
-    entities = _entities(by_name, by_vec, params.top_k)
+    entities = _entities(by_name, by_vec, params.top_k, limits.entity_floor)
     seeds = [int(e.id) for e in entities]
     stats["seeds"] = len(seeds)
 
@@ -339,7 +372,10 @@ async def search(
             chunk_mentions = [int(r[0]) for r in await cur_ment.fetchall()]
     timings["walk"] = _ms(t)
 
-    fused = _fuse_relations(lists, params, limits)
+    if walk:  # a focus hit is incident to a named entity, which is a seed
+        for rid in focus_fit:
+            hops.setdefault(rid, 1)
+    fused = focus_first(_fuse_relations(lists, params, limits), list(lists), focus_fit)
     chunk_lists = [chunk_vec, chunk_mentions]
     fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
 
@@ -361,8 +397,7 @@ async def search(
         chunk_rows = await cur_chk.fetchall() if cur_chk is not None else []
     timings["details"] = _ms(t)
 
-    names = list(lists)
-    relations = _relations(fused, rel_rows, names, hops, params.relation_top_k)
+    relations = _relations(fused, rel_rows, list(lists), hops, params.relation_top_k)
     chunks = _chunks(fused_chunks, chunk_rows, ["similarity", "mentions"])
     communities, warnings = _communities(community_rows, last_write, params.top_k, limits)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
@@ -398,14 +433,17 @@ def _name_candidates(query: str, keywords: Keywords) -> list[str]:
     return list(out)[:64]
 
 
-def _entities(by_name: list[Any], by_vec: list[Any], top_k: int) -> list[EntityHit]:
-    """Named entities first (they are what the question is about), then nearest by vector."""
+def _entities(by_name: list[Any], by_vec: list[Any], top_k: int, floor: float) -> list[EntityHit]:
+    """Named entities first (they are what the question is about), then nearest by vector
+    down to the similarity ``floor``."""
     out: dict[int, EntityHit] = {}
     for i, sp, name, typ, desc, aliases in sorted(by_name, key=lambda r: int(r[0])):
         out.setdefault(int(i), EntityHit(str(i), sp, name, typ, desc, list(aliases), "name", 1.0))
     for i, sp, name, typ, desc, aliases, d in by_vec:
         if len(out) >= max(top_k, len(by_name)):
             break
+        if _sim(d) < floor:
+            break  # rows come nearest first
         hit = EntityHit(str(i), sp, name, typ, desc, list(aliases), "vector", _sim(d))
         out.setdefault(int(i), hit)
     return list(out.values())
@@ -438,6 +476,29 @@ def _fuse_relations(
         pairs.sort()
         out.append(Fused(f.key, f.score, tuple(c for c, _ in pairs), tuple(r for _, r in pairs)))
     return out
+
+
+def focus_first(
+    fused: list[Fused[int]], names: list[str], fit: dict[int, bool]
+) -> list[Fused[int]]:
+    """The predicate focus leads (:mod:`~tidegraph.query_service.focus`): its hits in the
+    fitting role, then in the other role, then every other candidate — each group in fused
+    order. A focus hit the fusion left out (the quota merge truncates) is still placed."""
+    if not fit:
+        return fused
+    placed = {f.key for f in fused}
+    channel = names.index(FOCUS)
+    missing = [
+        Fused(key, 0.0, (channel,), (rank,))
+        for rank, key in enumerate(fit, start=1)
+        if key not in placed
+    ]
+    ordered = [*fused, *missing]
+    return (
+        [f for f in ordered if fit.get(f.key) is True]
+        + [f for f in ordered if fit.get(f.key) is False]
+        + [f for f in ordered if f.key not in fit]
+    )
 
 
 def _relations(
