@@ -330,7 +330,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
         auth: Auth = None,
     ) -> Response:
-        """Entities by canonical name or alias."""
+        """Entities by id; with `name`, a ranked lookup by name or alias: exact matches
+        first, then names and aliases beginning with it, then those with words beginning
+        with its words (`name=Ada` finds Ada Lovelace). A lookup is one page."""
         if name is not None:
             _text("name", name)
         _space(space, wildcard=True)
@@ -347,7 +349,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 after_id=after_id,
                 limit=limit,
             )
-        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        nxt = int(rows[-1]["id"]) if len(rows) == limit and name is None else None
         return _json({"entities": rows, "next_after_id": nxt})
 
     return app

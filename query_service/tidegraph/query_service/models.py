@@ -237,8 +237,13 @@ class EntityListed(BaseModel):
 
 
 class EntitiesResponse(BaseModel):
-    entities: list[EntityListed]
-    next_after_id: int | None
+    entities: list[EntityListed] = Field(
+        description="By id; for a `name` lookup, ranked: exact name or alias, then names "
+        "and aliases beginning with it, then those with words beginning with its words."
+    )
+    next_after_id: int | None = Field(
+        description="Pass as `after_id` for the next page; always null for a `name` lookup."
+    )
 
 
 class ErrorDetail(BaseModel):

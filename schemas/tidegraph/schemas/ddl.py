@@ -209,7 +209,15 @@ CREATE TABLE IF NOT EXISTS {schema}.community_members (
 );
 """
 
-_SEARCH_INDEXES = """
+_NAME_SEARCH_INDEXES = """
+CREATE INDEX IF NOT EXISTS entities_name_words ON {schema}.entities
+    USING gin (to_tsvector('simple', name_key));
+CREATE INDEX IF NOT EXISTS entity_aliases_words ON {schema}.entity_aliases
+    USING gin (to_tsvector('simple', alias_lower));
+"""
+
+_SEARCH_INDEXES = (
+    """
 CREATE INDEX IF NOT EXISTS relations_tsv ON {schema}.relations USING gin (tsv);
 CREATE INDEX IF NOT EXISTS chunks_embedding ON {schema}.chunks
     USING hnsw (embedding vector_cosine_ops);
@@ -220,6 +228,17 @@ CREATE INDEX IF NOT EXISTS relations_embedding ON {schema}.relations
 CREATE INDEX IF NOT EXISTS communities_embedding ON {schema}.communities
     USING hnsw (embedding vector_cosine_ops);
 """
+    + _NAME_SEARCH_INDEXES
+)
+
+NAME_SEARCH_INDEXES: tuple[str, ...] = ("entities_name_words", "entity_aliases_words")
+"""Word-prefix indexes of entity names and aliases (the ``entities?name=`` lookup); a realm
+created before them gets them on its next lookup (:mod:`tidegraph.store.upgrades`)."""
+
+
+def name_search_ddl(schema: str) -> sql.Composed:
+    """The word-prefix indexes of names and aliases alone (idempotent)."""
+    return sql.SQL(_NAME_SEARCH_INDEXES).format(schema=sql.Identifier(schema))
 
 
 def control_ddl() -> sql.SQL:

@@ -21,7 +21,12 @@ from tidegraph.schemas.names import REALM_PATTERN, realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.locks import lock_realm_schema
-from tidegraph.store.upgrades import NameKeyConflict, add_name_keys
+from tidegraph.store.upgrades import (
+    NameKeyConflict,
+    add_name_keys,
+    add_name_search,
+    has_name_search,
+)
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,20 @@ async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
 
 async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None:
     """A registered realm, opened (and upgraded if need be); ``None`` when there is none
-    (an invalid name included)."""
+    (an invalid name included).
+
+    A live realm missing the name-lookup indexes gets them here rather than in
+    :func:`open_realm`, which also opens shadow schemas a bulk load fills before it builds
+    its search indexes."""
     if _REALM.fullmatch(realm) is None:
         return None
     schema = realm_schema(realm)
     if not await realm_exists(conn, schema):
         return None
-    return await open_realm(conn, realm)
+    info = await open_realm(conn, realm)
+    if not await has_name_search(conn, schema):
+        await add_name_search(conn, schema)
+    return info
 
 
 async def open_realm(
