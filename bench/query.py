@@ -1,5 +1,12 @@
-"""Query service benchmark: query_data latency, vector recall, change-feed throughput,
-publish-to-visible freshness.
+"""Query service benchmark: answer recall@25, query_data latency, vector recall,
+change-feed throughput, publish-to-visible freshness.
+
+First, answer recall@25 (``bench/answers.py``): a 300-document corpus of hub entities is
+loaded through the writer and its single-entity questions ("Which companies did H
+acquire?", "Who mentored P?") are asked through ``query_data`` in each relation mode; the
+figure is the share of the corpus triples answering a question among its first 25
+relations (target: at least 90%), with "first right" the share of questions whose first
+relation answers them.
 
 For each realm size (entities) it builds a realm of 384-dimension hashing embeddings:
 
@@ -23,7 +30,7 @@ documents through Kafka to a real ``tidegraph indexer`` and times publish-to-vis
 (Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
 
 Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP``. Run:
-``.venv/bin/python bench/query.py [--sizes 10000,100000]``.
+``.venv/bin/python bench/query.py [--sizes 10000,100000] [--answers-only]``.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from typing import Any
 
 import httpx
 import psycopg
+from answers import answer_recall, make_answer_corpus
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -61,7 +69,9 @@ from tidegraph.indexer.extraction.prepared import (
 from tidegraph.indexer.graph.rules import period_bounds, render_entity, render_relation
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.write.writer import write_document
+from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
+from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.retrieval import _query_texts
@@ -688,6 +698,57 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
     return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
+# ---------------------------------------------------------------------------- answers
+
+ANSWER_MODES = ("local", "mix", "hybrid", "global")
+
+
+async def bench_answers(args: argparse.Namespace) -> None:
+    """Answer recall@25 on the hub corpus, through the app in-process (ASGI)."""
+    made, questions = make_answer_corpus(SYL)
+    docs = [Doc(d.key, d.text, d.entities, d.relations) for d in made]
+    realm = f"ba_{uuid.uuid4().hex[:8]}"
+    answers = sum(len(q.answers) for q in questions)
+    print(
+        f"\n== answer recall@25: {len(docs)} documents, "
+        f"{sum(len(d.relations) for d in docs):,} relations, {len(questions)} questions "
+        f"({answers} answering triples) ==",
+        flush=True,
+    )
+    await load_writer(args.dsn, realm, docs)
+    pool = make_pool(args.dsn, min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        app = create_app(
+            QuerySettings(), Deps(pool=pool, embedders=lambda r, p: HashingEmbedder(DIM))
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            print(
+                f"  {'mode':<8}{'recall@25':>11}{'  subject':>10}{'  object':>9}{'first right':>13}"
+            )
+            for mode in ANSWER_MODES:
+                f = await answer_recall(client, realm, questions, mode)
+                print(
+                    f"  {mode:<8}{f.recall['all']:>11.1%}{f.recall['subject']:>10.1%}"
+                    f"{f.recall['object']:>9.1%}{f.first_right:>13.1%}",
+                    flush=True,
+                )
+    finally:
+        await pool.close()
+        if not args.keep:
+            await _drop(args.dsn, realm)
+
+
+async def _drop(dsn: str, realm: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"realm_{realm}"))
+        )
+        await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
+        await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,))
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -747,14 +808,7 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
     count, rate = await publish_rate(dsn, bootstrap, realm)
     print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
     if not args.keep:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(
-                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"realm_{realm}"))
-            )
-            await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
-            await conn.execute(
-                "DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,)
-            )
+        await _drop(dsn, realm)
 
 
 def main() -> None:
@@ -771,6 +825,8 @@ def main() -> None:
     p.add_argument("--no-freshness", dest="freshness", action="store_false")
     p.add_argument("--keep", action="store_true", help="keep the bench realms")
     p.add_argument("--reuse", help="measure an already loaded realm (one size only)")
+    p.add_argument("--answers-only", action="store_true", help="answer recall@25 only")
+    p.add_argument("--no-answers", dest="answers", action="store_false")
     args = p.parse_args()
     args.ef = {
         "entities": args.ef_entities,
@@ -786,6 +842,10 @@ def main() -> None:
         f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
+    if args.answers or args.answers_only:
+        asyncio.run(bench_answers(args))
+    if args.answers_only:
+        return
     for size in args.sizes:
         asyncio.run(bench_size(args, size))
 
