@@ -18,14 +18,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.connectors.bulk import Input, read_inputs
 from tidegraph.indexer.extraction.pipeline import Pipeline
-from tidegraph.indexer.extraction.prepared import (
-    EntityFact,
-    PreparedChunk,
-    PreparedDocument,
-    RelationFact,
-)
+from tidegraph.indexer.extraction.prepared import EntityFact, RelationFact
 from tidegraph.indexer.extraction.rules import RulesExtractor
-from tidegraph.indexer.write.writer import WriteResult, write_document
+from tidegraph.indexer.write.writer import WriteResult
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
@@ -48,33 +43,16 @@ async def write_doc(
 ) -> WriteResult:
     """Write one document version whose chunks have the given texts."""
     vectors = await graph.embedder.embed([text for text, _, _ in chunks])
-    prepared = PreparedDocument(
+    prepared = graph.prepared(
+        doc_key,
+        chunks,
+        vectors,
         space=space,
-        doc_key=doc_key,
-        content_hash=content_hash,
-        source_version=None,
         order_key=order_key,
+        content_hash=content_hash,
         title=doc_key,
-        source="test",
-        metadata={},
-        chunks=tuple(
-            PreparedChunk(i, text, vectors[i], tuple(es), tuple(rs))
-            for i, (text, es, rs) in enumerate(chunks)
-        ),
-        vectors={},
     )
-    result = await write_document(
-        graph.conn,
-        graph.info,
-        graph._pos(),
-        graph.embedder,
-        prepared,
-        space=space,
-        doc_key=doc_key,
-        source_version=None,
-    )
-    graph.offset += 1
-    return result
+    return await graph.write(space, doc_key, prepared)
 
 
 def embedders(embedder: QueryEmbedder | None = None) -> Any:
@@ -141,15 +119,5 @@ async def index_corpus(graph: GraphHarness, folder: Path, *, space: str = "defau
         prepared = await pipeline.prepare(
             doc.model_copy(update={"order_key": f"{i:06d}"}), graph.info
         )
-        await write_document(
-            graph.conn,
-            graph.info,
-            graph._pos(),
-            graph.embedder,
-            prepared,
-            space=space,
-            doc_key=doc.doc_key,
-            source_version=None,
-        )
-        graph.offset += 1
+        await graph.write(space, doc.doc_key, prepared)
     return len(docs)

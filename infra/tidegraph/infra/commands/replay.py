@@ -34,8 +34,7 @@ from tidegraph.indexer.replay.rebuild import (
 )
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured
-from tidegraph.schemas._validation import RecordValidationError
-from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.errors import ConfigError, RecordValidationError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.settings import Settings, load_settings
