@@ -158,6 +158,11 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             raise InvalidRequest(
                 f"relation_top_k {relation_top_k} exceeds the limit {settings.max_relation_top_k}"
             )
+        if (body.max_relation_edges or 0) > settings.max_relation_edges:
+            raise InvalidRequest(
+                f"max_relation_edges {body.max_relation_edges} exceeds the limit "
+                f"{settings.max_relation_edges}"
+            )
         return RetrievalParams(
             body.query,
             body.mode,
@@ -171,6 +176,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             tuple(body.relation_types) if body.relation_types is not None else None,
             body.fusion,
             body.similarity_share,
+            body.mmr_lambda if body.mmr else None,
+            body.node_distance,
+            body.max_relation_edges,
         )
 
     async def run_retrieval(

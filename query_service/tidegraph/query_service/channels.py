@@ -322,3 +322,58 @@ def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
 def last_write(schema: str) -> sql.Composed:
     """When the realm's graph last changed (for the stale-communities warning)."""
     return sql.SQL("SELECT last_write_at FROM {}").format(table(schema, "meta"))
+
+
+def relation_distances(schema: str, scope: Scope, bound: int) -> sql.Composed:
+    """Node distance (paper §7.4) of relations ``%(ids)s`` from the matched entities
+    ``%(seeds)s``: a breadth-first search over admitted edges, ``bound`` hops deep, each
+    level excluding the entities of the levels before. A relation's distance is one more
+    than its nearer endpoint's (an edge on a seed is 1, as in the walk); relations with no
+    endpoint within ``bound - 1`` hops are absent. Rows: relation id, distance."""
+    if bound < 1:
+        raise ValueError("a node-distance bound must be at least 1")
+    rel = table(schema, "relations")
+    f = edge_filter(schema, scope)
+    levels: list[sql.Composable] = [
+        sql.SQL("d0 AS (SELECT DISTINCT s AS id FROM unnest(%(seeds)s::bigint[]) AS s)")
+    ]
+    for k in range(1, bound):
+        seen = sql.SQL(" UNION ").join(
+            sql.SQL("SELECT id FROM {}").format(sql.Identifier(f"d{j}")) for j in range(k)
+        )
+        levels.append(
+            sql.SQL(
+                "{lvl} AS (SELECT r.object_id AS id FROM {prev} p JOIN {rel} r"
+                " ON r.subject_id = p.id WHERE {f}"
+                " UNION SELECT r.subject_id FROM {prev} p JOIN {rel} r"
+                " ON r.object_id = p.id WHERE {f} EXCEPT ({seen}))"
+            ).format(
+                lvl=sql.Identifier(f"d{k}"),
+                prev=sql.Identifier(f"d{k - 1}"),
+                rel=rel,
+                f=f,
+                seen=seen,
+            )
+        )
+    reached = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT id, {} AS d FROM {}").format(sql.Literal(k), sql.Identifier(f"d{k}"))
+        for k in range(bound)
+    )
+    return sql.SQL(
+        "WITH {levels}, reached AS ({reached})"
+        " SELECT r.id, min(x.d) + 1 AS distance FROM {rel} r"
+        " JOIN reached x ON x.id = r.subject_id OR x.id = r.object_id"
+        " WHERE r.id = ANY(%(ids)s::bigint[]) GROUP BY r.id"
+    ).format(levels=sql.SQL(", ").join(levels), reached=reached, rel=rel)
+
+
+def relation_similarities(schema: str) -> sql.Composed:
+    """Pairwise cosine similarity of the embeddings of relations ``%(ids)s`` (each pair
+    once, positive ones only: MMR counts a missing pair as unrelated)."""
+    rel = table(schema, "relations")
+    return sql.SQL(
+        "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) AS s"
+        " FROM {rel} a JOIN {rel} b ON a.id < b.id"
+        " WHERE a.id = ANY(%(ids)s::bigint[]) AND b.id = ANY(%(ids)s::bigint[])"
+        " AND 1 - (a.embedding <=> b.embedding) > 0"
+    ).format(rel=rel)

@@ -27,7 +27,13 @@ class QuerySettings(BaseSettings):
     max_relation_top_k: int = Field(200, ge=1, description="Most relations one answer carries.")
     max_page: int = Field(1000, ge=1, description="Largest page of changes/relations/entities.")
     edge_cap: int = Field(
-        40, ge=1, description="Most relations one matched entity may contribute to a walk."
+        40,
+        ge=1,
+        description="Most relations one matched entity contributes to a walk, unless the "
+        "request sets `max_relation_edges`.",
+    )
+    max_relation_edges: int = Field(
+        200, ge=1, description="Largest `max_relation_edges` a request may ask for."
     )
     channel_depth: int = Field(
         30, ge=1, description="Candidates each relation channel hands to fusion."

@@ -63,6 +63,39 @@ class QueryDataRequest(BaseModel):
     similarity_share: float = Field(
         0.5, ge=0.0, le=1.0, description="Quota fusion: the similarity channel's share."
     )
+    mmr: bool = Field(
+        False,
+        description="Maximal marginal relevance over the fused relations (paper §7.4): each "
+        "next relation maximises `mmr_lambda`·relevance − (1 − `mmr_lambda`)·(its largest "
+        "embedding cosine to the relations already placed), relevance falling linearly with "
+        "the fused rank, so a restatement of a fact already placed (by another channel, in "
+        "other words or the other direction) gives its slot to a new fact. Applied within "
+        "the predicate-focus groups, which keep leading. Off by default.",
+    )
+    mmr_lambda: float = Field(
+        0.7,
+        ge=0.0,
+        le=1.0,
+        description="MMR trade-off: 1 keeps the fused order, lower values diversify more.",
+    )
+    node_distance: bool = Field(
+        False,
+        description="Rank the fused relations by their true graph distance from the matched "
+        "entities (paper §7.4), nearer first, the fused order breaking ties: a breadth-first "
+        "search of at most `hops` hops (at least 1) from the matched entities over the edges "
+        "this request admits (space, `as_of`, `as_believed_at`, `include_superseded`, "
+        "`relation_types`). An edge on a matched entity is at distance 1; relations not "
+        "reached within the bound go last with `hop` null. Each relation's `hop` then is "
+        "that distance. Applied within the predicate-focus groups; off by default.",
+    )
+    max_relation_edges: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Most relations any single matched entity contributes to the walk "
+        "(paper §7.2), so a hub cannot fill the traversal channel; at most the service's "
+        "`max_relation_edges`. Not given: the service's `edge_cap` (40).",
+    )
 
     @field_validator("query")
     @classmethod

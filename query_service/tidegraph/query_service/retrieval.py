@@ -28,6 +28,13 @@ focus (:mod:`~tidegraph.query_service.focus`) is a fourth candidate channel, and
 are placed before the rest of the fused list. Entities matched only by vector are kept
 down to a similarity floor.
 
+Two rerankings of the fused relations are request options, off by default (paper §7.4,
+:mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from
+the matched entities under the request's filters replaces the hop the channels report) and
+maximal marginal relevance over the relations' embeddings. Both widen the candidate window
+to twice the relations returned and act within the predicate-focus groups. What one matched
+entity contributes to the walk is capped (``max_relation_edges``, paper §7.2).
+
 A request uses one pooled connection and three pipelined rounds: seeds and the independent
 channels; the walk and mention expansion from the seeds; details of what survived fusion.
 """
@@ -55,6 +62,7 @@ from tidegraph.query_service.keywords import (
     extract_keywords,
     websearch_text,
 )
+from tidegraph.query_service.rerank import by_distance, mmr
 from tidegraph.schemas.names import name_key
 from tidegraph.store.realms import RealmInfo
 
@@ -96,6 +104,13 @@ class RetrievalParams:
     fusion: Fusion = "rrf"
     similarity_share: float = 0.5
     """Quota fusion only: the similarity channel's share of the relation slots."""
+    mmr_lambda: float | None = None
+    """Maximal marginal relevance over the fused relations with this λ; ``None``: off."""
+    node_distance: bool = False
+    """Rank the fused relations by their graph distance from the matched entities."""
+    max_relation_edges: int | None = None
+    """Most relations one matched entity contributes to the walk; ``None``: the service's
+    ``edge_cap``."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +289,7 @@ async def search(
     named_text = channels_text(keywords.low)
     names = _name_candidates(params.query, keywords)
     focus = question_focus(params.query, names)
+    edge_cap = params.max_relation_edges or limits.edge_cap
     p = channels.parameters(
         scope,
         qvec=vec["query"],
@@ -282,8 +298,8 @@ async def search(
         top_k=params.top_k,
         depth=depth,
         hops=params.hops,
-        cap=limits.edge_cap,
-        fanout=max(4, limits.edge_cap // 4),
+        cap=edge_cap,
+        fanout=max(4, edge_cap // 4),
         over=params.top_k * 3,
         names=names,
         fts=named_text,
@@ -379,23 +395,52 @@ async def search(
     chunk_lists = [chunk_vec, chunk_mentions]
     fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
 
-    # Round 3: details of what survived fusion.
+    # Round 3: details of what survived fusion (and what reranking needs of them).
     t = time.perf_counter()
     margin = params.relation_top_k if params.space == "*" else 10  # room for de-duplication
-    p["ids"] = [f.key for f in fused[: params.relation_top_k + margin]]
+    reranked = params.node_distance or params.mmr_lambda is not None
+    window = params.relation_top_k * (2 if reranked else 1) + margin
+    p["ids"] = [f.key for f in fused[:window]]
     p["chunk_ids"] = [f.key for f in fused_chunks]
     rel_rows: list[Any] = []
     chunk_rows: list[Any] = []
+    distance: dict[int, int] = {}
+    similarity: dict[tuple[int, int], float] = {}
     if p["ids"] or p["chunk_ids"]:
         async with conn.pipeline():
-            cur_rel = cur_chk = None
+            cur_rel = cur_chk = cur_dist = cur_pairs = None
             if p["ids"]:
                 cur_rel = await conn.execute(channels.relation_details(s, scope), p)
+                if params.node_distance and seeds:
+                    bound = max(params.hops, 1)
+                    cur_dist = await conn.execute(channels.relation_distances(s, scope, bound), p)
+                if params.mmr_lambda is not None and len(p["ids"]) > 1:
+                    cur_pairs = await conn.execute(channels.relation_similarities(s), p)
             if p["chunk_ids"]:
                 cur_chk = await conn.execute(channels.chunk_details(s), p)
         rel_rows = await cur_rel.fetchall() if cur_rel is not None else []
         chunk_rows = await cur_chk.fetchall() if cur_chk is not None else []
+        if cur_dist is not None:
+            distance = {int(r[0]): int(r[1]) for r in await cur_dist.fetchall()}
+        if cur_pairs is not None:
+            similarity = {(int(a), int(b)): float(x) for a, b, x in await cur_pairs.fetchall()}
     timings["details"] = _ms(t)
+    if reranked:
+        fused = rerank_groups(
+            fused[:window],
+            focus_fit,
+            distance if params.node_distance else None,
+            similarity,
+            params.mmr_lambda,
+        )
+        for rid, d in distance.items():
+            hops[rid] = min(hops.get(rid, d), d)
+        stats["rerank"] = {
+            "mmr_lambda": params.mmr_lambda,
+            "node_distance": params.node_distance,
+            "candidates": len(p["ids"]),
+            "reached": len(distance),
+        }
 
     relations = _relations(fused, rel_rows, list(lists), hops, params.relation_top_k)
     chunks = _chunks(fused_chunks, chunk_rows, ["similarity", "mentions"])
@@ -499,6 +544,32 @@ def focus_first(
         + [f for f in ordered if fit.get(f.key) is False]
         + [f for f in ordered if f.key not in fit]
     )
+
+
+def rerank_groups(
+    fused: list[Fused[int]],
+    fit: dict[int, bool],
+    distance: dict[int, int] | None,
+    similarity: dict[tuple[int, int], float],
+    lam: float | None,
+) -> list[Fused[int]]:
+    """Node-distance reranking, then MMR (:mod:`~tidegraph.query_service.rerank`), each
+    within the groups :func:`focus_first` made, so the relations the question asks about
+    still lead. ``distance`` ``None``: no distance reranking; ``lam`` ``None``: no MMR."""
+    by_key = {f.key: f for f in fused}
+    groups = (
+        [f.key for f in fused if fit.get(f.key) is True],
+        [f.key for f in fused if fit.get(f.key) is False],
+        [f.key for f in fused if f.key not in fit],
+    )
+    out: list[Fused[int]] = []
+    for keys in groups:
+        if distance is not None:
+            keys = by_distance(keys, distance)
+        if lam is not None:
+            keys = mmr(keys, similarity, lam=lam)
+        out.extend(by_key[k] for k in keys)
+    return out
 
 
 def _relations(
