@@ -200,8 +200,8 @@ def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
     """The predicate focus (:mod:`~tidegraph.query_service.focus`): admitted relations
     incident to an entity named ``%(fnames)s`` whose predicate shares an English stem with
     the terms ``%(fterms)s``. Rows: relation id, whether the named entity holds the role
-    ``%(froles)s`` gives it (an unknown role fits either way); fitting ones first, then
-    best corroborated, newest."""
+    ``%(froles)s`` gives it (an unknown role, or a predicate of ``%(symmetric)s``, fits
+    either way); fitting ones first, then best corroborated, newest."""
     ent, alias, rel = (table(schema, n) for n in ("entities", "entity_aliases", "relations"))
     ef, rf = entity_filter(scope), edge_filter(schema, scope)
     return sql.SQL(
@@ -213,11 +213,13 @@ def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
         "  JOIN {ent} e ON e.id = a.entity_id WHERE {ef}),"
         " q AS (SELECT websearch_to_tsquery('english', %(fterms)s) AS q),"
         " hits AS ("
-        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'subject', true) AS fit"
+        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'subject', true)"
+        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
         "  FROM named n JOIN {rel} r ON r.subject_id = n.id CROSS JOIN q"
         "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf}"
         "  UNION ALL"
-        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'object', true) AS fit"
+        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'object', true)"
+        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
         "  FROM named n JOIN {rel} r ON r.object_id = n.id CROSS JOIN q"
         "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf})"
         " SELECT id, bool_or(fit) AS fit FROM hits GROUP BY id"

@@ -26,7 +26,9 @@ Relations the question asks about lead in every mode that returns relations: the
 focus (:mod:`~tidegraph.query_service.focus`) is a fourth candidate channel, and its hits
 — relations of a named entity whose predicate the question names, in the role it asks —
 are placed before the rest of the fused list. Entities matched only by vector are kept
-down to a similarity floor.
+down to a similarity floor. A symmetric predicate of the realm
+(``RealmConfig.symmetric_predicates``) states one fact whichever way it is stored: both
+directions fit the focus, and an answer carries the fact once.
 
 Two rerankings of the fused relations are request options, off by default (paper §7.4,
 :mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from
@@ -306,6 +308,7 @@ async def search(
         fnames=list(focus.roles),
         froles=list(focus.roles.values()),
         fterms=focus.query_text,
+        symmetric=sorted(realm.config.symmetric_predicates),
     )
 
     # Round 1: seeds and every channel that does not depend on them.
@@ -358,6 +361,8 @@ async def search(
     if cur_focus is not None:
         focus_fit = {int(r[0]): bool(r[1]) for r in await cur_focus.fetchall()}
         lists[FOCUS] = list(focus_fit)
+        fitting = sum(focus_fit.values())
+        stats["focus"] = {"fitting": fitting, "other_role": len(focus_fit) - fitting}
     if cur_comm is not None and cur_last is not None:
         community_rows = await cur_comm.fetchall()
         row = await cur_last.fetchone()
@@ -442,7 +447,14 @@ async def search(
             "reached": len(distance),
         }
 
-    relations = _relations(fused, rel_rows, list(lists), hops, params.relation_top_k)
+    relations = _relations(
+        fused,
+        rel_rows,
+        list(lists),
+        hops,
+        params.relation_top_k,
+        realm.config.symmetric_predicates,
+    )
     chunks = _chunks(fused_chunks, chunk_rows, ["similarity", "mentions"])
     communities, warnings = _communities(community_rows, last_write, params.top_k, limits)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
@@ -578,9 +590,11 @@ def _relations(
     names: list[str],
     hops: dict[int, int],
     limit: int,
+    symmetric: frozenset[str] = frozenset(),
 ) -> list[RelationHit]:
     """Hits in fused order, de-duplicated on (subject, predicate, object, negated) ignoring
-    case — the same fact in two spaces is one line of evidence with both provenances."""
+    case — the same fact in two spaces is one line of evidence with both provenances. For a
+    ``symmetric`` predicate the pair is unordered: ``B p A`` merges into ``A p B``."""
     by_id = {int(r[0]): r for r in rows}
     out: list[RelationHit] = []
     index: dict[tuple[str, str, str, bool], int] = {}
@@ -590,14 +604,14 @@ def _relations(
             continue
         (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs) = row
         chans = [names[c] for c in f.channels]
-        key = (subj.lower(), pred.lower(), obj.lower(), bool(neg))
+        key = _fact_key(subj, pred, obj, bool(neg), symmetric)
         if key in index:
             prev = out[index[key]]
             out[index[key]] = RelationHit(
                 **{
                     **prev.__dict__,
                     "channels": _union(prev.channels, chans),
-                    "doc_keys": _union(prev.doc_keys, list(docs)),
+                    "doc_keys": sorted({*prev.doc_keys, *docs}),
                     "hop": _min_hop(prev.hop, hops.get(int(rid))),
                 }
             )
@@ -627,6 +641,17 @@ def _relations(
             )
         )
     return out
+
+
+def _fact_key(
+    subject: str, predicate: str, obj: str, negated: bool, symmetric: frozenset[str]
+) -> tuple[str, str, str, bool]:
+    """What makes two relation rows one fact (names ignoring case; a symmetric predicate's
+    pair unordered)."""
+    a, b = subject.lower(), obj.lower()
+    if predicate in symmetric and b < a:
+        a, b = b, a
+    return (a, predicate.lower(), b, negated)
 
 
 def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[ChunkHit]:
