@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tidegraph.query_service import channels, reads
 from tidegraph.query_service.auth import authorize
 from tidegraph.query_service.config import QuerySettings
+from tidegraph.query_service.context import BLOCKS
 from tidegraph.query_service.db import (
     RealmCatalog,
     unavailable,
@@ -231,7 +232,14 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 await realm_meta(conn, realm, auth)
             raise ChatModelNotConfigured()
         data = await run_retrieval(realm, auth, params)
-        prompt = build_prompt(body.query, data, body.max_prompt_chars)
+        given = body.token_budgets
+        budgets = {b: n for b in BLOCKS if given and (n := getattr(given, b)) is not None}
+        prompt = build_prompt(body.query, data, body.max_prompt_chars, budgets)
+        for block, st in prompt.blocks.items():
+            metrics.context_items.labels(block, "retrieved").observe(st.retrieved_items)
+            metrics.context_items.labels(block, "prompt").observe(st.prompt_items)
+            metrics.context_chars.labels(block, "retrieved").observe(st.retrieved_chars)
+            metrics.context_chars.labels(block, "prompt").observe(st.prompt_chars)
         try:
             answer = await deps.chat(SYSTEM_PROMPT, prompt.text)
         except TidegraphError as exc:
@@ -245,6 +253,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                     "prompt_chars": prompt.prompt_chars,
                     "clipped": prompt.clipped,
                     "budget": prompt.budget,
+                    "blocks": prompt.blocks,
                 },
                 "data": data,
             }

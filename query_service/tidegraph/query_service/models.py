@@ -123,6 +123,17 @@ class QueryDataRequest(BaseModel):
         return out
 
 
+class TokenBudgets(BaseModel):
+    """Token budgets per prompt block; a block not named has none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    communities: int | None = Field(None, ge=0, le=10_000_000, description="Community reports.")
+    passages: int | None = Field(None, ge=0, le=10_000_000, description="Passages.")
+    entities: int | None = Field(None, ge=0, le=10_000_000, description="Entity lines.")
+    relations: int | None = Field(None, ge=0, le=10_000_000, description="Relation lines.")
+
+
 class QueryRequest(QueryDataRequest):
     """``POST /v1/realms/{realm}/query``: retrieval plus synthesis."""
 
@@ -131,6 +142,16 @@ class QueryRequest(QueryDataRequest):
         ge=1,
         le=10_000_000,
         description="Evidence character budget; passages over it are clipped, never dropped.",
+    )
+    token_budgets: TokenBudgets | None = Field(
+        None,
+        description="Per-block token budgets (paper §8.3), none by default. Tokens are "
+        "estimated as characters / 4. A budgeted block keeps its best-ranked items whole "
+        "while they fit; the first passage or report that does not fit is clipped to the "
+        "rest when at least 80 characters remain, later items are left out (entity and "
+        "relation lines are kept whole or left out). Left-out passages get no reference "
+        "number. `prompt.blocks` reports what each block kept; `max_prompt_chars` applies "
+        "after these budgets.",
     )
 
 
@@ -204,11 +225,25 @@ class ReferenceOut(BaseModel):
     citation: str
 
 
+class BlockStatsOut(BaseModel):
+    retrieved_items: int = Field(description="Items retrieval returned for the block.")
+    retrieved_chars: int = Field(description="Their characters as rendered for the prompt.")
+    prompt_items: int = Field(description="Items that reached the prompt, whole or clipped.")
+    prompt_chars: int = Field(description="Their characters in the prompt.")
+    token_budget: int | None = Field(description="The block's token budget; null: none.")
+
+
 class PromptStats(BaseModel):
-    retrieved_chars: int
-    prompt_chars: int
-    clipped: int
-    budget: int | None
+    retrieved_chars: int = Field(description="Evidence characters retrieved, all blocks.")
+    prompt_chars: int = Field(description="Evidence characters that reached the prompt.")
+    clipped: int = Field(description="Passages and reports clipped to meet the budgets.")
+    budget: int | None = Field(description="`max_prompt_chars` as given.")
+    blocks: dict[str, BlockStatsOut] = Field(
+        description="Per block — `communities`, `passages`, `entities`, `relations` — items "
+        "and characters retrieved against reaching the prompt (paper §8.3); also exported "
+        "as the histograms `tidegraph_context_items` and `tidegraph_context_chars` labelled "
+        "by block and stage (`retrieved`, `prompt`)."
+    )
 
 
 class QueryResponse(BaseModel):
