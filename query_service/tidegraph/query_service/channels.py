@@ -272,7 +272,9 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
     """Everything a response carries about relations ``%(ids)s``.
 
     ``state`` is the belief state at ``as_believed_at`` when one is given, else the
-    current status; ``doc_keys`` are the documents of the live chunks asserting it.
+    current status; ``doc_keys`` are the documents of the live chunks asserting it;
+    ``order_key`` the document order of the latest live document asserting it (current
+    belief, whatever ``as_believed_at``).
     """
     if scope.believed_at is None:
         state = sql.SQL("r.status, r.superseded_by")
@@ -289,7 +291,7 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
         "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
         " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
         " ARRAY(SELECT DISTINCT s.doc_key FROM {src} s WHERE s.relation_id = r.id"
-        "  ORDER BY 1) AS doc_keys"
+        "  ORDER BY 1) AS doc_keys, r.order_key"
         " FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
         " JOIN {ent} eo ON eo.id = r.object_id{join}"
         " WHERE r.id = ANY(%(ids)s::bigint[])"
@@ -303,11 +305,13 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
 
 
 def chunk_details(schema: str) -> sql.Composed:
-    """Text and provenance of chunks ``%(chunk_ids)s``."""
+    """Text and provenance of chunks ``%(chunk_ids)s``, with their document's order
+    (its current version's ``order_key``)."""
     return sql.SQL(
-        "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text FROM {chunks} c"
+        "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text, d.order_key FROM {chunks} c"
+        " LEFT JOIN {docs} d ON d.space = c.space AND d.doc_key = c.doc_key"
         " WHERE c.id = ANY(%(chunk_ids)s::bigint[])"
-    ).format(chunks=table(schema, "chunks"))
+    ).format(chunks=table(schema, "chunks"), docs=table(schema, "documents"))
 
 
 def communities_ranked(schema: str, scope: Scope) -> sql.Composed:

@@ -184,6 +184,12 @@ class RelationOut(BaseModel):
     channels: list[str]
     doc_keys: list[str]
     score: float
+    order_key: str | None = Field(
+        None,
+        description="Document order (`order_key`: publication date, fiscal year …) of the "
+        "latest live document asserting the relation; the synthesis prompt shows it as "
+        "`[stated …]` and resolves conflicting statements to the most recent one.",
+    )
 
 
 class ChunkOut(BaseModel):
@@ -195,6 +201,9 @@ class ChunkOut(BaseModel):
     citation: str
     channels: list[str]
     score: float
+    order_key: str | None = Field(
+        None, description="The `order_key` of the passage's document (current version)."
+    )
 
 
 class CommunityOut(BaseModel):

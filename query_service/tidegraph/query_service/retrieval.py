@@ -168,6 +168,9 @@ class RelationHit:
     channels: list[str]
     doc_keys: list[str]
     score: float
+    order_key: str | None = None
+    """Document order (publication date …) of the latest live document asserting it: what
+    decides, between conflicting statements, which is the most recent."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,8 @@ class ChunkHit:
     citation: str
     channels: list[str]
     score: float
+    order_key: str | None = None
+    """Its document's order (publication date …)."""
 
 
 @dataclass(frozen=True)
@@ -602,7 +607,7 @@ def _relations(
         row = by_id.get(f.key)
         if row is None:
             continue
-        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs) = row
+        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs, order) = row
         chans = [names[c] for c in f.channels]
         key = _fact_key(subj, pred, obj, bool(neg), symmetric)
         if key in index:
@@ -613,6 +618,9 @@ def _relations(
                     "channels": _union(prev.channels, chans),
                     "doc_keys": sorted({*prev.doc_keys, *docs}),
                     "hop": _min_hop(prev.hop, hops.get(int(rid))),
+                    "order_key": max(
+                        (o for o in (prev.order_key, order) if o is not None), default=None
+                    ),
                 }
             )
             continue
@@ -638,6 +646,7 @@ def _relations(
                 chans,
                 list(docs),
                 round(f.score, 6),
+                order,
             )
         )
     return out
@@ -661,7 +670,7 @@ def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[
         row = by_id.get(f.key)
         if row is None:
             continue
-        cid, sp, doc_key, ordinal, text = row
+        cid, sp, doc_key, ordinal, text, order = row
         out.append(
             ChunkHit(
                 str(cid),
@@ -672,6 +681,7 @@ def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[
                 f"{doc_key}#{int(ordinal)}",
                 [names[c] for c in f.channels],
                 round(f.score, 6),
+                order,
             )
         )
     return out

@@ -4,8 +4,11 @@ The prompt has four blocks — community reports, numbered passages, entities, r
 with reports first when present, because they carry corpus-level structure no passage holds.
 Each relation carries its validity period (``[from 2023-05-10]``,
 ``[valid 2022-01-01 to 2022-03-31]``), which is what makes ordering and duration questions
-answerable at all; a denial is rendered as one (``(A) --[NOT p]--> (B)``), never as an
-assertion. Passages are numbered and listed as references so citations resolve to documents.
+answerable at all, and, like each passage, the order of the document stating it
+(``[stated 2024-06-30]``): the system prompt resolves conflicting records to the most recent
+statement and asks for the dates that decided it (paper §8.5). A denial is rendered as one
+(``(A) --[NOT p]--> (B)``), never as an assertion. Passages are numbered and listed as
+references so citations resolve to documents.
 
 No budget applies by default: everything retrieved reaches the model. A caller may set a
 character budget; then long passages and reports are clipped (marked ``…``) — never dropped —
@@ -44,8 +47,12 @@ SYSTEM_PROMPT = (
     "their number in square brackets, e.g. [2]. A relation written --[NOT p]--> is denied "
     "by the source: never report it as holding. Dates in brackets beside a relation are the "
     "period it held; use them for questions about order and duration. A relation marked "
-    "[superseded] was replaced by a later source. If the evidence does not answer the "
-    "question, say so."
+    "[superseded] was replaced by a later source. [stated D] beside a passage or relation "
+    "is the order of the document stating it (its date, where the source is dated). When "
+    "records conflict — they cannot all hold, such as two different values for one thing "
+    "at one time — answer with the most recent statement: the one with the latest stated "
+    "date, or else not superseded; name the dates that decided it. If the evidence does not "
+    "answer the question, say so."
 )
 
 
@@ -85,7 +92,8 @@ class Prompt:
 
 
 def render_relation(r: RelationHit) -> str:
-    """``(A) --[p]--> (B)`` with the validity period, denial and supersession marked."""
+    """``(A) --[p]--> (B)`` with the validity period, denial, statement order and
+    supersession marked."""
     pred = f"NOT {r.predicate}" if r.negated else r.predicate
     line = f"({r.subject}) --[{pred}]--> ({r.object})"
     if r.valid_from and r.valid_to:
@@ -94,6 +102,8 @@ def render_relation(r: RelationHit) -> str:
         line += f" [from {r.valid_from}]"
     elif r.valid_to:
         line += f" [until {r.valid_to}]"
+    if r.order_key:
+        line += f" [stated {r.order_key}]"
     if r.status == "superseded":
         line += " [superseded]"
     return line
@@ -148,8 +158,8 @@ def build_prompt(
         blocks.append(
             "## Passages\n"
             + "\n\n".join(
-                f"[{ref.n}] ({ref.citation})\n{text}"
-                for ref, text in zip(references, kept["passages"], strict=True)
+                f"[{ref.n}] ({ref.citation}){_stated(c.order_key)}\n{text}"
+                for ref, c, text in zip(references, chunks, kept["passages"], strict=True)
             )
         )
     if kept["entities"]:
@@ -171,6 +181,10 @@ def build_prompt(
         budget,
         stats,
     )
+
+
+def _stated(order_key: str | None) -> str:
+    return f" [stated {order_key}]" if order_key else ""
 
 
 def _report_text(c: CommunityHit) -> str:
