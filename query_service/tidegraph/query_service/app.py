@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Annotated, Any
 
@@ -36,6 +36,7 @@ from tidegraph.query_service.db import (
     RealmCatalog,
     unavailable,
 )
+from tidegraph.query_service.decompose import merge, sub_questions
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder, checked
 from tidegraph.query_service.errors import (
     ChatModelNotConfigured,
@@ -180,6 +181,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             body.mmr_lambda if body.mmr else None,
             body.node_distance,
             body.max_relation_edges,
+            body.decompose,
         )
 
     async def run_retrieval(
@@ -191,10 +193,21 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             return RetrievalResult([], [], [], [], {"mode": "bypass"})
         embedder = embedder_for(meta)
         started = time.perf_counter()
+        parts = sub_questions(params.query) if params.decompose else [params.query]
+        asked = [replace(params, query=part) for part in parts]
         # keywords and vectors may come from models: no connection is held meanwhile
-        prepared = await prepare(params, embedder, meta.dimension, deps.keyword_model)
+        prepared = [await prepare(p, embedder, meta.dimension, deps.keyword_model) for p in asked]
         async with deps.pool.connection() as conn:
-            result = await search(conn, meta, prepared, params, limits)
+            results = [
+                await search(conn, meta, pr, p, limits)
+                for pr, p in zip(prepared, asked, strict=True)
+            ]
+        result = results[0]
+        if len(results) > 1:
+            result = merge(results, params.top_k, params.relation_top_k)
+            result.stats["mode"] = params.mode
+        if params.decompose:
+            result.stats["decomposition"] = parts
         metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
         result.stats["embedder"] = meta.embedder
         return result

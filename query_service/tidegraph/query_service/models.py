@@ -88,6 +88,17 @@ class QueryDataRequest(BaseModel):
         "reached within the bound go last with `hop` null. Each relation's `hop` then is "
         "that distance. Applied within the predicate-focus groups; off by default.",
     )
+    decompose: bool = Field(
+        False,
+        description="Query decomposition for multi-event questions (paper §8.5; off by "
+        "default, as the paper measured it costing accuracy on single-event questions): the "
+        "question is split lexically into sub-questions (at `?` or `;` followed by more "
+        "text, at `and`/`but`/`or`/a comma opening a new question such as `and when did …`, "
+        "at `before`/`after` followed by a capitalised name; at most 4), each retrieved on "
+        "its own, and entities, relations, passages and reports merged by reciprocal rank "
+        "(entities named in any part first). `stats.decomposition` lists the parts; a "
+        "question with one part is retrieved as usual.",
+    )
     max_relation_edges: int | None = Field(
         None,
         ge=1,

@@ -113,6 +113,9 @@ class RetrievalParams:
     max_relation_edges: int | None = None
     """Most relations one matched entity contributes to the walk; ``None``: the service's
     ``edge_cap``."""
+    decompose: bool = False
+    """Retrieve each sub-question of a multi-event question on its own and merge
+    (:mod:`~tidegraph.query_service.decompose`)."""
 
 
 @dataclass(frozen=True)
