@@ -29,8 +29,14 @@ throughput draining the realm's whole outbox to a fresh topic. Finally it publis
 documents through Kafka to a real ``tidegraph indexer`` and times publish-to-visible
 (Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
 
+Against the server it also prints, per mode that walks, the latency with each retrieval
+mechanism of the request on and off (MMR, node distance, ``max_relation_edges``,
+decomposition, all of them at once), the settings taking turns per query; with
+``--mechanisms-only`` the same table alone, in-process against PostgreSQL only.
+
 Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP``. Run:
-``.venv/bin/python bench/query.py [--sizes 10000,100000] [--answers-only]``.
+``.venv/bin/python bench/query.py [--sizes 10000,100000] [--answers-only]
+[--mechanisms-only]``.
 """
 
 from __future__ import annotations
@@ -693,6 +699,76 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
     return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
+# ---------------------------------------------------------------------------- mechanisms
+
+MECHANISMS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "mmr": {"mmr": True},
+    "node_distance": {"node_distance": True},
+    "max_relation_edges=10": {"max_relation_edges": 10},
+    "decompose": {"decompose": True},
+    "all on": {"mmr": True, "node_distance": True, "max_relation_edges": 10, "decompose": True},
+}
+
+
+async def mechanism_latency(
+    client: httpx.AsyncClient, realm: str, queries: list[str], mode: str, requests: int
+) -> dict[str, tuple[float, float]]:
+    """p50 and p99 (ms) of ``query_data`` per mechanism setting, one client, the settings
+    taking turns on each query so drift in the machine's load falls on all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in MECHANISMS}
+    for q in queries[:10]:  # warm caches
+        await client.post(f"/v1/realms/{realm}/query_data", json={"query": q, "mode": mode})
+    for n in range(requests):
+        q = queries[(n * 7) % len(queries)]
+        for name, extra in MECHANISMS.items():
+            body = {"query": q, "mode": mode, **extra}
+            t = time.perf_counter()
+            r = await client.post(f"/v1/realms/{realm}/query_data", json=body)
+            samples[name].append((time.perf_counter() - t) * 1000)
+            if r.status_code != 200:
+                raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
+    out = {}
+    for name, xs in samples.items():
+        xs.sort()
+        out[name] = (statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.99))])
+    return out
+
+
+def print_mechanisms(mode: str, figures: dict[str, tuple[float, float]]) -> None:
+    base = figures["default"][0]
+    print(f"  {mode}: {'setting':<24}{'p50 ms':>9}{'p99 ms':>9}{'p50 vs default':>16}")
+    for name, (p50, p99) in figures.items():
+        print(f"  {'':<{len(mode) + 2}}{name:<24}{p50:>9.1f}{p99:>9.1f}{p50 / base - 1:>+16.0%}")
+
+
+async def bench_mechanisms(args: argparse.Namespace, size: int) -> None:
+    """Retrieval mechanisms on and off on a writer-loaded realm, through the app in-process
+    (ASGI): PostgreSQL only, no Kafka and no server process."""
+    realm = args.reuse or f"bm{size}_{uuid.uuid4().hex[:6]}"
+    docs = make_corpus(size)
+    print(f"\n== mechanisms on and off: {size:,} entities ==", flush=True)
+    if not args.reuse:
+        await load_writer(args.dsn, realm, docs)
+    pool = make_pool(args.dsn, min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        app = create_app(
+            QuerySettings(), Deps(pool=pool, embedders=lambda r, p: HashingEmbedder(DIM))
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            for mode in args.modes:
+                figures = await mechanism_latency(
+                    client, realm, make_queries(docs), mode, args.requests
+                )
+                print_mechanisms(mode, figures)
+    finally:
+        await pool.close()
+        if not args.keep and not args.reuse:
+            await _drop(args.dsn, realm)
+
+
 # ---------------------------------------------------------------------------- answers
 
 ANSWER_MODES = ("local", "mix", "hybrid", "global")
@@ -794,6 +870,12 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
                     url, realm, queries, mode, clients, args.requests * max(1, clients // 2)
                 )
                 print(f"  {mode:<8}{clients:>8}{p50:>10.1f}{p99:>10.1f}{rps:>10.0f}", flush=True)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            print("  retrieval mechanisms, one client, each setting in turn per query:")
+            for mode in args.modes:
+                if mode in ("mix", "local", "hybrid"):
+                    figures = await mechanism_latency(client, realm, queries, mode, args.requests)
+                    print_mechanisms(mode, figures)
         if args.freshness and size == args.sizes[0]:
             f50, f99 = await freshness(dsn, bootstrap, url)
             print(f"  freshness publish-to-visible: p50 {f50:.1f} ms, p99 {f99:.1f} ms", flush=True)
@@ -822,6 +904,11 @@ def main() -> None:
     p.add_argument("--reuse", help="measure an already loaded realm (one size only)")
     p.add_argument("--answers-only", action="store_true", help="answer recall@25 only")
     p.add_argument("--no-answers", dest="answers", action="store_false")
+    p.add_argument(
+        "--mechanisms-only",
+        action="store_true",
+        help="latency with each retrieval mechanism on and off, in-process, PostgreSQL only",
+    )
     args = p.parse_args()
     args.ef = {
         "entities": args.ef_entities,
@@ -837,6 +924,10 @@ def main() -> None:
         f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
+    if args.mechanisms_only:
+        for size in args.sizes:
+            asyncio.run(bench_mechanisms(args, size))
+        return
     if args.answers or args.answers_only:
         asyncio.run(bench_answers(args))
     if args.answers_only:

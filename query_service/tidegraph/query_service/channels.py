@@ -378,8 +378,9 @@ def relation_similarities(schema: str) -> sql.Composed:
     once, positive ones only: MMR counts a missing pair as unrelated)."""
     rel = table(schema, "relations")
     return sql.SQL(
-        "SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) AS s"
-        " FROM {rel} a JOIN {rel} b ON a.id < b.id"
-        " WHERE a.id = ANY(%(ids)s::bigint[]) AND b.id = ANY(%(ids)s::bigint[])"
-        " AND 1 - (a.embedding <=> b.embedding) > 0"
+        "WITH v AS MATERIALIZED (SELECT id, embedding FROM {rel}"
+        "  WHERE id = ANY(%(ids)s::bigint[]))"
+        " SELECT id_a, id_b, s FROM (SELECT a.id AS id_a, b.id AS id_b,"
+        "  1 - (a.embedding <=> b.embedding) AS s FROM v a JOIN v b ON a.id < b.id) x"
+        " WHERE s > 0"
     ).format(rel=rel)
