@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.models.hashing import HashingEmbedder
-from tidegraph.query_service.rerank import by_distance, mmr
+from tidegraph.query_service.fusion import Fused
+from tidegraph.query_service.rerank import by_distance, mmr, rerank_groups
 from tidegraph.schemas.realm_config import RealmConfig
 
 from graph_helpers import GraphHarness, ent, rel
@@ -72,6 +73,33 @@ def test_mmr_demotes_a_restatement_and_reads_pairs_either_way() -> None:
     assert mmr(keys, {("fact", "restated"): 1.0}, lam=0.4) == ["fact", "b", "c", "restated"]
     with pytest.raises(ValueError, match="λ"):
         mmr(keys, {}, lam=1.5)
+
+
+@given(
+    keys_st,
+    st.dictionaries(st.integers(0, 40), st.booleans()),
+    st.one_of(st.none(), st.dictionaries(st.integers(0, 40), st.integers(1, 4))),
+    pairs_st,
+    st.one_of(st.none(), st.floats(0.0, 1.0)),
+)
+def test_reranking_never_crosses_the_focus_groups(
+    keys: list[int],
+    fit: dict[int, bool],
+    distance: dict[int, int] | None,
+    similarity: dict[tuple[int, int], float],
+    lam: float | None,
+) -> None:
+    fused = [Fused(k, 1.0 / (i + 1), (0,), (i + 1,)) for i, k in enumerate(keys)]
+    out = [f.key for f in rerank_groups(fused, fit, distance, similarity, lam)]
+    assert sorted(out) == sorted(keys)
+    group = [0 if fit.get(k) is True else 1 if fit.get(k) is False else 2 for k in out]
+    assert group == sorted(group)
+    if distance is None and lam is None:
+        assert out == [k for g in range(3) for k, h in zip(keys, _groups(keys, fit)) if h == g]
+
+
+def _groups(keys: list[int], fit: dict[int, bool]) -> list[int]:
+    return [0 if fit.get(k) is True else 1 if fit.get(k) is False else 2 for k in keys]
 
 
 # ------------------------------------------------------------ through query_data

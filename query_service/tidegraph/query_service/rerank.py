@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
+from tidegraph.query_service.fusion import Fused
+
 K = TypeVar("K", bound=Hashable)
 
 DEFAULT_LAMBDA = 0.7
@@ -70,3 +72,30 @@ def mmr(
             if s > closest[k]:
                 closest[k] = s
     return picked
+
+
+def rerank_groups(
+    fused: list[Fused[int]],
+    fit: dict[int, bool],
+    distance: dict[int, int] | None,
+    similarity: dict[tuple[int, int], float],
+    lam: float | None,
+) -> list[Fused[int]]:
+    """:func:`by_distance`, then :func:`mmr`, each within the predicate-focus groups (``fit``
+    True, then False, then the rest, as ``retrieval.focus_first`` placed them), so the
+    relations the question asks about still lead. ``distance`` ``None``: no distance
+    reranking; ``lam`` ``None``: no MMR."""
+    by_key = {f.key: f for f in fused}
+    groups = (
+        [f.key for f in fused if fit.get(f.key) is True],
+        [f.key for f in fused if fit.get(f.key) is False],
+        [f.key for f in fused if f.key not in fit],
+    )
+    out: list[Fused[int]] = []
+    for keys in groups:
+        if distance is not None:
+            keys = by_distance(keys, distance)
+        if lam is not None:
+            keys = mmr(keys, similarity, lam=lam)
+        out.extend(by_key[k] for k in keys)
+    return out

@@ -64,7 +64,7 @@ from tidegraph.query_service.keywords import (
     extract_keywords,
     websearch_text,
 )
-from tidegraph.query_service.rerank import by_distance, mmr
+from tidegraph.query_service.rerank import rerank_groups
 from tidegraph.schemas.names import name_key
 from tidegraph.store.realms import RealmInfo
 
@@ -564,32 +564,6 @@ def focus_first(
         + [f for f in ordered if fit.get(f.key) is False]
         + [f for f in ordered if f.key not in fit]
     )
-
-
-def rerank_groups(
-    fused: list[Fused[int]],
-    fit: dict[int, bool],
-    distance: dict[int, int] | None,
-    similarity: dict[tuple[int, int], float],
-    lam: float | None,
-) -> list[Fused[int]]:
-    """Node-distance reranking, then MMR (:mod:`~tidegraph.query_service.rerank`), each
-    within the groups :func:`focus_first` made, so the relations the question asks about
-    still lead. ``distance`` ``None``: no distance reranking; ``lam`` ``None``: no MMR."""
-    by_key = {f.key: f for f in fused}
-    groups = (
-        [f.key for f in fused if fit.get(f.key) is True],
-        [f.key for f in fused if fit.get(f.key) is False],
-        [f.key for f in fused if f.key not in fit],
-    )
-    out: list[Fused[int]] = []
-    for keys in groups:
-        if distance is not None:
-            keys = by_distance(keys, distance)
-        if lam is not None:
-            keys = mmr(keys, similarity, lam=lam)
-        out.extend(by_key[k] for k in keys)
-    return out
 
 
 def _relations(
