@@ -296,3 +296,18 @@ async def test_max_relation_edges_caps_each_matched_entity(
         f"/v1/realms/{realm}/query_data", json={**q, "max_relation_edges": 500}
     )
     assert response.status_code == 422 and "max_relation_edges" in response.text
+
+
+@pytest.mark.postgres
+async def test_mmr_and_node_distance_keep_the_requests_filters(
+    client: httpx.AsyncClient, realm: str
+) -> None:
+    on = {"mmr": True, "node_distance": True, "relation_top_k": 40, "hops": 3}
+    other = await query_data(client, realm, query="Ada Lovelace", space="other", **on)
+    assert {r["space"] for r in other["relations"]} == {"other"}
+    assert _lines(other) == [("Ada Lovelace", "knows", "Zeno Ray")]
+    dated = await query_data(client, realm, query="Ada Lovelace", as_of="1900-01-01", **on)
+    assert ("Ada Lovelace", "knows", "Cato Pell") not in _lines(dated)
+    assert all(r["space"] == "default" for r in dated["relations"])
+    then = await query_data(client, realm, query="Ada Lovelace", as_of="1805-01-01", **on)
+    assert _hops(then)[("Ada Lovelace", "knows", "Cato Pell")] == 1
