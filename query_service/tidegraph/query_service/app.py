@@ -28,7 +28,7 @@ from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tidegraph.query_service import channels, reads
+from tidegraph.query_service import channels, reads, topics
 from tidegraph.query_service.auth import authorize
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.context import BLOCKS
@@ -50,6 +50,7 @@ from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.models import (
     ChangesResponse,
+    CommunitiesResponse,
     DocumentResponse,
     EntitiesResponse,
     ErrorResponse,
@@ -381,6 +382,27 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             )
         nxt = int(rows[-1]["id"]) if len(rows) == limit and name is None else None
         return _json({"entities": rows, "next_after_id": nxt})
+
+    @app.get("/v1/realms/{realm}/communities", tags=["graph"], response_model=CommunitiesResponse)
+    async def communities(
+        realm: RealmPath,
+        space: Annotated[str, Query(max_length=64)] = "*",
+        level: Annotated[int | None, Query(ge=0, le=64)] = None,
+        after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        auth: Auth = None,
+    ) -> Response:
+        """The nested topic tree (paper §6.1): communities with their level, parent and
+        children, as the last community build stored them."""
+        _space(space, wildcard=True)
+        if limit > settings.max_page:
+            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        async with deps.pool.connection() as conn:
+            meta = await realm_meta(conn, realm, auth)
+            page = await topics.community_tree(
+                conn, meta, space=space, level=level, after_id=after_id, limit=limit
+            )
+        return _json(page)
 
     return app
 

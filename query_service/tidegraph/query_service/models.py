@@ -334,6 +334,38 @@ class EntitiesResponse(BaseModel):
     )
 
 
+class CommunityListed(BaseModel):
+    id: str
+    space: str
+    level: int = Field(
+        description="Level in the topic tree (paper §6.1): 0 the finest communities, each "
+        "higher level grouping those below it."
+    )
+    parent_id: str | None = Field(
+        description="The community one level up that contains this one; null for a root "
+        "(the top level, or one whose parent's report failed at build)."
+    )
+    children: list[str] = Field(
+        description="Ids of the communities one level down that this one contains, by id."
+    )
+    title: str
+    summary: str
+    rating: float
+    size: int = Field(description="Member entities.")
+    built_at: datetime
+
+
+class CommunitiesResponse(BaseModel):
+    communities: list[CommunityListed] = Field(
+        description="The topic tree of the last community build, by id; every item names "
+        "its parent and all its children, so containment is complete on any page."
+    )
+    levels: list[int] = Field(description="Levels present in the space filter, ascending.")
+    built_at: datetime | None = Field(description="When the last build ran; null: never.")
+    stale: bool = Field(description="The graph has changed since the last build.")
+    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str
