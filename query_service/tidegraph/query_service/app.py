@@ -28,7 +28,7 @@ from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tidegraph.query_service import channels, reads, topics
+from tidegraph.query_service import channels, reads, telemetry, topics
 from tidegraph.query_service.auth import authorize
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.context import BLOCKS
@@ -44,6 +44,7 @@ from tidegraph.query_service.errors import (
     EmbedderMismatch,
     InvalidRequest,
     QueryServiceError,
+    TelemetryOff,
     Unavailable,
 )
 from tidegraph.query_service.keywords import KeywordModel
@@ -51,6 +52,8 @@ from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.models import (
     ChangesResponse,
     CommunitiesResponse,
+    CoverageCommunitiesResponse,
+    CoverageEntitiesResponse,
     DocumentResponse,
     EntitiesResponse,
     ErrorResponse,
@@ -211,7 +214,20 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             result.stats["decomposition"] = parts
         metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
         result.stats["embedder"] = meta.embedder
+        if meta.config.coverage_telemetry:
+            await record_coverage(meta, params, result)
         return result
+
+    async def record_coverage(
+        meta: RealmInfo, params: RetrievalParams, result: RetrievalResult
+    ) -> None:
+        """Read-side bookkeeping: a failure is logged and counted, never answered."""
+        try:
+            async with deps.pool.connection() as conn:
+                await telemetry.record(conn, meta, params.query, params.mode, result)
+        except Exception as exc:  # noqa: BLE001 — nothing here may fail the query
+            metrics.telemetry_failures.labels(meta.realm).inc()
+            log.warning("realm %s: coverage telemetry not recorded: %s", meta.realm, exc)
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, str]:
@@ -403,6 +419,58 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 conn, meta, space=space, level=level, after_id=after_id, limit=limit
             )
         return _json(page)
+
+    async def coverage_meta(conn: AsyncConnection[Any], realm: str, auth: str | None) -> RealmInfo:
+        meta = await realm_meta(conn, realm, auth)
+        if not meta.config.coverage_telemetry:
+            raise TelemetryOff(realm)
+        return meta
+
+    @app.get(
+        "/v1/realms/{realm}/coverage/communities",
+        tags=["coverage"],
+        response_model=CoverageCommunitiesResponse,
+    )
+    async def least_retrieved_communities(
+        realm: RealmPath,
+        space: Annotated[str, Query(max_length=64)] = "*",
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        auth: Auth = None,
+    ) -> Response:
+        """The current communities recorded queries reached least (paper §6.1)."""
+        _space(space, wildcard=True)
+        if limit > settings.max_page:
+            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        async with deps.pool.connection() as conn:
+            meta = await coverage_meta(conn, realm, auth)
+            rows = await telemetry.least_retrieved_communities(conn, meta, space=space, limit=limit)
+            first = await telemetry.since(conn, meta)
+        return _json({"communities": rows, "since": first})
+
+    @app.get(
+        "/v1/realms/{realm}/coverage/entities",
+        tags=["coverage"],
+        response_model=CoverageEntitiesResponse,
+    )
+    async def never_retrieved_entities(
+        realm: RealmPath,
+        space: Annotated[str, Query(max_length=64)] = "*",
+        after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        auth: Auth = None,
+    ) -> Response:
+        """Live entities no recorded query has touched (paper §6.1), by id."""
+        _space(space, wildcard=True)
+        if limit > settings.max_page:
+            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        async with deps.pool.connection() as conn:
+            meta = await coverage_meta(conn, realm, auth)
+            rows = await telemetry.never_retrieved_entities(
+                conn, meta, space=space, after_id=after_id, limit=limit
+            )
+            first = await telemetry.since(conn, meta)
+        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        return _json({"entities": rows, "since": first, "next_after_id": nxt})
 
     return app
 

@@ -52,6 +52,12 @@ class ServiceMetrics:
             buckets=_CHAR_BUCKETS,
             registry=registry,
         )
+        self.telemetry_failures = Counter(
+            "tidegraph_telemetry_write_failures",
+            "Coverage telemetry records that failed to write (the query was answered).",
+            ["realm"],
+            registry=registry,
+        )
         self.errors = Counter(
             "tidegraph_http_errors",
             "Error answers by code.",

@@ -366,6 +366,41 @@ class CommunitiesResponse(BaseModel):
     next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
 
 
+class CoverageCommunity(BaseModel):
+    id: str
+    space: str
+    level: int
+    title: str
+    size: int
+    retrievals: int = Field(description="Recorded queries that reported it since its build.")
+    last_retrieved_at: datetime | None = Field(description="The latest of them; null: none.")
+
+
+class CoverageCommunitiesResponse(BaseModel):
+    communities: list[CoverageCommunity] = Field(
+        description="Current communities, fewest recorded retrievals first (never retrieved "
+        "first among equals, then the longest unretrieved), then by id. A rebuild gives "
+        "communities new ids: counts restart with it."
+    )
+    since: datetime | None = Field(description="First recorded query; null: none yet.")
+
+
+class CoverageEntity(BaseModel):
+    id: str
+    space: str
+    name: str
+    type: str
+
+
+class CoverageEntitiesResponse(BaseModel):
+    entities: list[CoverageEntity] = Field(
+        description="Live entities no recorded query touched (neither reported nor an end "
+        "of a reported relation), by id."
+    )
+    since: datetime | None = Field(description="First recorded query; null: none yet.")
+    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str

@@ -66,7 +66,30 @@ CREATE TABLE IF NOT EXISTS tidegraph.publisher_positions (
 );
 """
 
-_REALM = """
+_TELEMETRY = """
+CREATE TABLE IF NOT EXISTS {schema}.retrievals (
+    id             bigserial PRIMARY KEY,
+    at             timestamptz NOT NULL DEFAULT now(),
+    query_hash     text   NOT NULL,
+    mode           text   NOT NULL,
+    entity_ids     bigint[] NOT NULL,
+    community_ids  bigint[] NOT NULL
+);
+CREATE INDEX IF NOT EXISTS retrievals_at ON {schema}.retrievals (at);
+"""
+
+TELEMETRY_TABLE = "retrievals"
+"""Coverage telemetry (paper §6.1): one row per recorded query, holding the hash of its
+text (never the text), the entities and communities it touched and when; a realm created
+before it gets it when a service next opens it (:mod:`tidegraph.store.upgrades`)."""
+
+
+def telemetry_ddl(schema: str) -> sql.Composed:
+    """The coverage telemetry table alone (idempotent)."""
+    return sql.SQL(_TELEMETRY).format(schema=sql.Identifier(schema))
+
+
+_REALM_TABLES = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.meta (
     singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -224,6 +247,8 @@ CREATE TABLE IF NOT EXISTS {schema}.community_members (
     PRIMARY KEY (community_id, entity_id)
 );
 """
+
+_REALM = _REALM_TABLES + _TELEMETRY
 
 _NAME_SEARCH_INDEXES = """
 CREATE INDEX IF NOT EXISTS entities_name_words ON {schema}.entities

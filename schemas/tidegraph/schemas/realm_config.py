@@ -90,6 +90,13 @@ class RealmConfig(BaseModel):
         "ranked first, with both directions' documents, and a question naming either side "
         "asks about it in the role it gives. Empty by default; each preset names its own.",
     )
+    coverage_telemetry: bool = Field(
+        False,
+        description="Record, per query, a hash of the query text (never the text), the "
+        "entities and communities the answer touched, and when (paper §6.1): what the "
+        "coverage endpoints and retention read. A failed record is logged and counted, "
+        "never fails the query. Off by default.",
+    )
     extractor: Extractor = Field("rules", description="`llm` or the offline `rules` extractor.")
     embedder: str = Field("hashing:384", description=EMBEDDER_HELP + "; fixed at realm creation.")
 

@@ -25,7 +25,9 @@ from tidegraph.store.upgrades import (
     NameKeyConflict,
     add_name_keys,
     add_name_search,
+    add_telemetry,
     has_name_search,
+    has_telemetry,
 )
 
 
@@ -128,9 +130,9 @@ async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None
     """A registered realm, opened (and upgraded if need be); ``None`` when there is none
     (an invalid name included).
 
-    A live realm missing the name-lookup indexes gets them here rather than in
-    :func:`open_realm`, which also opens shadow schemas a bulk load fills before it builds
-    its search indexes."""
+    A live realm missing the name-lookup indexes or the telemetry table gets them here
+    rather than in :func:`open_realm`, which also opens shadow schemas a bulk load fills
+    before it builds its search indexes."""
     if _REALM.fullmatch(realm) is None:
         return None
     schema = realm_schema(realm)
@@ -139,6 +141,8 @@ async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None
     info = await open_realm(conn, realm)
     if not await has_name_search(conn, schema):
         await add_name_search(conn, schema)
+    if not await has_telemetry(conn, schema):
+        await add_telemetry(conn, schema)
     return info
 
 

@@ -12,7 +12,12 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
-from tidegraph.schemas.ddl import NAME_SEARCH_INDEXES, name_search_ddl
+from tidegraph.schemas.ddl import (
+    NAME_SEARCH_INDEXES,
+    TELEMETRY_TABLE,
+    name_search_ddl,
+    telemetry_ddl,
+)
 from tidegraph.schemas.names import name_key
 from tidegraph.store.locks import lock_realm_schema
 
@@ -90,3 +95,21 @@ async def add_name_search(conn: AsyncConnection[Any], schema: str) -> None:
     async with conn.transaction():
         await lock_realm_schema(conn, schema)
         await conn.execute(name_search_ddl(schema))
+
+
+async def has_telemetry(conn: AsyncConnection[Any], schema: str) -> bool:
+    """Whether the realm has the coverage telemetry table."""
+    cur = await conn.execute(
+        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'r'",
+        (schema, TELEMETRY_TABLE),
+    )
+    return await cur.fetchone() is not None
+
+
+async def add_telemetry(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before coverage telemetry its table (idempotent; under the
+    realm's write lock)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(telemetry_ddl(schema))
