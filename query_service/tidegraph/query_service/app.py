@@ -373,6 +373,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         name: Annotated[str | None, Query(max_length=1024)] = None,
         space: Annotated[str, Query(max_length=64)] = "*",
         include_dormant: bool = False,
+        include_archived: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
         auth: Auth = None,
@@ -393,6 +394,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 name=name,
                 space=space,
                 include_dormant=include_dormant,
+                include_archived=include_archived,
                 after_id=after_id,
                 limit=limit,
             )

@@ -81,10 +81,26 @@ def _space(alias: str, scope: Scope) -> sql.Composable:
     return sql.SQL("{}.space = %(space)s").format(sql.Identifier(alias))
 
 
+def _archived(alias: str, scope: Scope) -> sql.Composed:
+    """Entity ``alias`` is archived by retention (at the belief instant, when one is given)."""
+    if scope.believed_at is None:
+        return sql.SQL("{}.archived_since IS NOT NULL").format(sql.Identifier(alias))
+    return sql.SQL("{}.archived_since <= %(believed)s").format(sql.Identifier(alias))
+
+
 def edge_filter(schema: str, scope: Scope, alias: str = "r") -> sql.Composed:
-    """The predicate an edge must pass to be walked or returned, whatever the channel."""
+    """The predicate an edge must pass to be walked or returned, whatever the channel.
+
+    An edge with an archived end is withheld like the entity (a probe of the small partial
+    index ``entities_archived``), so no channel leads to or reports an archived entity."""
     r = sql.Identifier(alias)
-    parts: list[sql.Composable] = [_space(alias, scope)]
+    parts: list[sql.Composable] = [
+        _space(alias, scope),
+        sql.SQL(
+            "NOT EXISTS (SELECT 1 FROM {ent} ax WHERE ax.id IN ({r}.subject_id, {r}.object_id)"
+            " AND {archived})"
+        ).format(ent=table(schema, "entities"), r=r, archived=_archived("ax", scope)),
+    ]
     if scope.believed_at is None:
         parts.append(sql.SQL("{}.status = ANY(%(states)s)").format(r))
     else:
@@ -122,14 +138,18 @@ def chunk_filter(scope: Scope, alias: str = "c") -> sql.Composed:
 
 
 def entity_filter(scope: Scope, alias: str = "e") -> sql.Composed:
-    """Entities not dormant (at the belief instant, when one is given), in scope."""
+    """Entities neither dormant nor archived (at the belief instant, when one is given), in
+    scope."""
     e = sql.Identifier(alias)
     if scope.believed_at is None:
-        alive: sql.Composable = sql.SQL("{}.dormant_since IS NULL").format(e)
+        alive: sql.Composable = sql.SQL(
+            "{e}.dormant_since IS NULL AND {e}.archived_since IS NULL"
+        ).format(e=e)
     else:
         alive = sql.SQL(
             "{e}.created_at <= %(believed)s"
             " AND ({e}.dormant_since IS NULL OR {e}.dormant_since > %(believed)s)"
+            " AND ({e}.archived_since IS NULL OR {e}.archived_since > %(believed)s)"
         ).format(e=e)
     return sql.SQL(" AND ").join([_space(alias, scope), alive])
 

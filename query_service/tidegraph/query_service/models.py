@@ -322,6 +322,11 @@ class EntityListed(BaseModel):
     description: str
     aliases: list[str]
     dormant_since: datetime | None
+    archived_since: datetime | None = Field(
+        None,
+        description="Since when retention archived it (withheld from retrieval and "
+        "communities, preserved, reversible with `tidegraph unarchive`); null: not archived.",
+    )
 
 
 class EntitiesResponse(BaseModel):

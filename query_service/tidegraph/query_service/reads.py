@@ -224,15 +224,18 @@ async def list_entities(
     include_dormant: bool,
     after_id: int,
     limit: int,
+    include_archived: bool = False,
 ) -> list[dict[str, Any]]:
-    """Entities by id, live ones unless asked; with ``name``, a ranked lookup instead
-    (:func:`_name_lookup`)."""
+    """Entities by id, live ones unless asked (dormant, archived); with ``name``, a ranked
+    lookup instead (:func:`_name_lookup`)."""
     s = meta.schema
     conds: list[sql.Composable] = []
     if space != ANY_SPACE:
         conds.append(sql.SQL("e.space = %(space)s"))
     if not include_dormant:
         conds.append(sql.SQL("e.dormant_since IS NULL"))
+    if not include_archived:
+        conds.append(sql.SQL("e.archived_since IS NULL"))
     params = {"after_id": after_id, "space": space, "limit": limit}
     if name is None:
         conds.append(sql.SQL("e.id > %(after_id)s"))
@@ -253,12 +256,15 @@ async def list_entities(
             "description": d,
             "aliases": list(a),
             "dormant_since": ds,
+            "archived_since": ars,
         }
-        for i, sp, n, t, d, a, ds in await cur.fetchall()
+        for i, sp, n, t, d, a, ds, ars in await cur.fetchall()
     ]
 
 
-_ENTITY_LISTED = sql.SQL("e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since")
+_ENTITY_LISTED = sql.SQL(
+    "e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since, e.archived_since"
+)
 _PREFIX_WORD = re.compile(r"[^\W_]+")
 
 

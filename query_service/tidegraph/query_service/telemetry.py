@@ -96,13 +96,14 @@ async def least_retrieved_communities(
 async def never_retrieved_entities(
     conn: AsyncConnection[Any], meta: RealmInfo, *, space: str, after_id: int, limit: int
 ) -> list[dict[str, Any]]:
-    """Live entities no recorded query touched, by id."""
+    """Live entities (neither dormant nor archived) no recorded query touched, by id."""
     s = meta.schema
     cur = await conn.execute(
         sql.SQL(
             "SELECT e.id, e.space, e.name, e.type FROM {ent} e"
             " LEFT JOIN (SELECT DISTINCT unnest(entity_ids) AS id FROM {ret}) t ON t.id = e.id"
-            " WHERE t.id IS NULL AND e.dormant_since IS NULL AND e.id > %(after)s AND {f}"
+            " WHERE t.id IS NULL AND e.dormant_since IS NULL AND e.archived_since IS NULL"
+            " AND e.id > %(after)s AND {f}"
             " ORDER BY e.id LIMIT %(limit)s"
         ).format(ent=table(s, "entities"), ret=table(s, "retrievals"), f=_space("e", space)),
         {"space": space, "after": after_id, "limit": limit},

@@ -84,6 +84,19 @@ text (never the text), the entities and communities it touched and when; a realm
 before it gets it when a service next opens it (:mod:`tidegraph.store.upgrades`)."""
 
 
+_ARCHIVAL = """
+ALTER TABLE {schema}.entities ADD COLUMN IF NOT EXISTS archived_since timestamptz;
+CREATE INDEX IF NOT EXISTS entities_archived ON {schema}.entities (id)
+    WHERE archived_since IS NOT NULL;
+"""
+
+
+def archival_ddl(schema: str) -> sql.Composed:
+    """Retention's ``entities.archived_since`` and the partial index every retrieval channel
+    probes to withhold archived entities and their relations (idempotent)."""
+    return sql.SQL(_ARCHIVAL).format(schema=sql.Identifier(schema))
+
+
 def telemetry_ddl(schema: str) -> sql.Composed:
     """The coverage telemetry table alone (idempotent)."""
     return sql.SQL(_TELEMETRY).format(schema=sql.Identifier(schema))
@@ -146,9 +159,12 @@ CREATE TABLE IF NOT EXISTS {schema}.entities (
     aliases        text[] NOT NULL DEFAULT '{{}}',
     embedding      vector({dim}) NOT NULL,
     dormant_since  timestamptz,
+    archived_since timestamptz,
     created_at     timestamptz NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS entities_name_key ON {schema}.entities (space, name_key);
+CREATE INDEX IF NOT EXISTS entities_archived ON {schema}.entities (id)
+    WHERE archived_since IS NOT NULL;
 CREATE TABLE IF NOT EXISTS {schema}.entity_aliases (
     space        text   NOT NULL,
     alias_lower  text   NOT NULL,

@@ -23,6 +23,7 @@ from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.locks import lock_realm_schema
 from tidegraph.store.upgrades import (
     NameKeyConflict,
+    add_archival,
     add_name_keys,
     add_name_search,
     add_telemetry,
@@ -168,6 +169,8 @@ async def open_realm(
     types = await _column_types(conn, schema)
     if ("entities", "name") in types and ("entities", "name_key") not in types:
         await _add_name_keys(conn, info)
+    if ("entities", "name") in types and ("entities", "archived_since") not in types:
+        await add_archival(conn, schema)
     verify_embedding_columns(info, types)
     return info
 

@@ -15,6 +15,7 @@ from psycopg import AsyncConnection, sql
 from tidegraph.schemas.ddl import (
     NAME_SEARCH_INDEXES,
     TELEMETRY_TABLE,
+    archival_ddl,
     name_search_ddl,
     telemetry_ddl,
 )
@@ -113,3 +114,11 @@ async def add_telemetry(conn: AsyncConnection[Any], schema: str) -> None:
     async with conn.transaction():
         await lock_realm_schema(conn, schema)
         await conn.execute(telemetry_ddl(schema))
+
+
+async def add_archival(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before retention its ``archived_since`` column and index
+    (idempotent; under the realm's write lock)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(archival_ddl(schema))
