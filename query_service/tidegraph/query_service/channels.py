@@ -45,6 +45,9 @@ class Scope:
     """Admit superseded relations next to current ones."""
     relation_types: tuple[str, ...] | None
     """Admitted predicates; ``None`` admits all."""
+    archived: bool = True
+    """The realm may hold archived entities, so edges are checked for archived ends;
+    ``False`` only when it is known to hold none (:func:`has_archived`)."""
 
     @property
     def states(self) -> list[str]:
@@ -88,19 +91,34 @@ def _archived(alias: str, scope: Scope) -> sql.Composed:
     return sql.SQL("{}.archived_since <= %(believed)s").format(sql.Identifier(alias))
 
 
+def has_archived(schema: str) -> sql.Composed:
+    """Whether any entity of the realm is archived (a probe of ``entities_archived``)."""
+    return sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE archived_since IS NOT NULL)").format(
+        table(schema, "entities")
+    )
+
+
 def edge_filter(schema: str, scope: Scope, alias: str = "r") -> sql.Composed:
     """The predicate an edge must pass to be walked or returned, whatever the channel.
 
-    An edge with an archived end is withheld like the entity (a probe of the small partial
-    index ``entities_archived``), so no channel leads to or reports an archived entity."""
+    An edge with an archived end is withheld like the entity, so no channel leads to or
+    reports an archived entity. ``NOT IN`` over an uncorrelated subquery is a hashed
+    subplan, read once per statement through the partial index ``entities_archived``, and
+    stays a filter: an ``EXISTS`` would become an anti-join and cost the vector channel its
+    HNSW index scan."""
     r = sql.Identifier(alias)
-    parts: list[sql.Composable] = [
-        _space(alias, scope),
-        sql.SQL(
-            "NOT EXISTS (SELECT 1 FROM {ent} ax WHERE ax.id IN ({r}.subject_id, {r}.object_id)"
-            " AND {archived})"
-        ).format(ent=table(schema, "entities"), r=r, archived=_archived("ax", scope)),
-    ]
+    parts: list[sql.Composable] = [_space(alias, scope)]
+    if scope.archived:
+        parts.append(
+            sql.SQL(
+                "NOT ({r}.subject_id IN ({withheld})) AND NOT ({r}.object_id IN ({withheld}))"
+            ).format(
+                r=r,
+                withheld=sql.SQL("SELECT ax.id FROM {} ax WHERE {}").format(
+                    table(schema, "entities"), _archived("ax", scope)
+                ),
+            )
+        )
     if scope.believed_at is None:
         parts.append(sql.SQL("{}.status = ANY(%(states)s)").format(r))
     else:

@@ -288,12 +288,15 @@ async def search(
     timings["embed"] = prepared.embed_ms
 
     s = realm.schema
+    cur = await conn.execute(channels.has_archived(s))
+    archived_row = await cur.fetchone()
     scope = Scope(
         params.space,
         params.as_of,
         params.as_believed_at,
         params.include_superseded,
         params.relation_types,
+        archived=bool(archived_row and archived_row[0]),
     )
     depth = max(limits.channel_depth, params.relation_top_k)
     named_text = channels_text(keywords.low)
