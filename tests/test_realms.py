@@ -188,3 +188,28 @@ async def test_realm_from_before_retention_gets_archival_on_open(
         [(indexdef,)] = await cur.fetchall()
         assert "WHERE (archived_since IS NOT NULL)" in indexdef
         await open_realm(conn, realm)  # once upgraded, opening changes nothing
+
+
+def test_realm_telemetry_command_turns_recording_on_and_off(
+    pg_dsn: str, unique_name: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    realm = unique_name("r")
+    assert main(["realm", "create", realm, "--pg-dsn", pg_dsn]) == 0
+
+    async def state() -> tuple[bool, bool]:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            info = await open_realm(conn, realm)
+            cur = await conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{info.schema}.retrievals",)
+            )
+            row = await cur.fetchone()
+            return info.config.coverage_telemetry, bool(row and row[0])
+
+    assert asyncio.run(state()) == (False, True)
+    assert main(["realm", "telemetry", realm, "on", "--pg-dsn", pg_dsn]) == 0
+    assert asyncio.run(state()) == (True, True)
+    assert main(["realm", "show", realm, "--pg-dsn", pg_dsn]) == 0
+    assert '"coverage_telemetry": true' in capsys.readouterr().out
+    assert main(["realm", "telemetry", realm, "off", "--pg-dsn", pg_dsn]) == 0
+    assert asyncio.run(state())[0] is False
+    assert main(["realm", "telemetry", unique_name("nx"), "on", "--pg-dsn", pg_dsn]) != 0

@@ -211,6 +211,22 @@ async def _add_name_keys(conn: AsyncConnection[Any], info: RealmInfo) -> None:
         raise RealmSchemaError(f"realm {info.realm!r}: {exc}") from exc
 
 
+async def set_coverage_telemetry(conn: AsyncConnection[Any], realm: str, on: bool) -> RealmInfo:
+    """Turn a realm's coverage telemetry on or off: the one configuration field that may
+    change after creation, since it changes no stored fact, only what queries record."""
+    info = await open_realm(conn, realm)
+    config = info.config.model_copy(update={"coverage_telemetry": on})
+    async with conn.transaction():
+        await lock_realm_schema(conn, info.schema)
+        await conn.execute(
+            sql.SQL("UPDATE {} SET config = %s").format(sql.Identifier(info.schema, "meta")),
+            (Jsonb(orjson.loads(config.to_json())),),
+        )
+        if on and not await has_telemetry(conn, info.schema):
+            await add_telemetry(conn, info.schema)
+    return await open_realm(conn, realm)
+
+
 def check_embedder(info: RealmInfo, embedder_id: str) -> None:
     """Writing or querying with another embedder than the pinned one fails loudly."""
     if embedder_id != info.embedder:
