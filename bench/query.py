@@ -1,5 +1,12 @@
-"""Query service benchmark: query_data latency, vector recall, change-feed throughput,
-publish-to-visible freshness.
+"""Query service benchmark: answer recall@25, query_data latency, vector recall,
+change-feed throughput, publish-to-visible freshness.
+
+First, answer recall@25 (``bench/answers.py``): a 300-document corpus of hub entities is
+loaded through the writer and its single-entity questions ("Which companies did H
+acquire?", "Who mentored P?") are asked through ``query_data`` in each relation mode; the
+figure is the share of the corpus triples answering a question among its first 25
+relations (target: at least 90%), with "first right" the share of questions whose first
+relation answers them.
 
 For each realm size (entities) it builds a realm of 384-dimension hashing embeddings:
 
@@ -22,8 +29,14 @@ throughput draining the realm's whole outbox to a fresh topic. Finally it publis
 documents through Kafka to a real ``tidegraph indexer`` and times publish-to-visible
 (Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
 
+Against the server it also prints, per mode that walks, the latency with each retrieval
+mechanism of the request on and off (MMR, node distance, ``max_relation_edges``,
+decomposition, all of them at once), the settings taking turns per query; with
+``--mechanisms-only`` the same table alone, in-process against PostgreSQL only.
+
 Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP``. Run:
-``.venv/bin/python bench/query.py [--sizes 10000,100000]``.
+``.venv/bin/python bench/query.py [--sizes 10000,100000] [--answers-only]
+[--mechanisms-only]``.
 """
 
 from __future__ import annotations
@@ -47,6 +60,7 @@ from typing import Any
 
 import httpx
 import psycopg
+from answers import answer_recall, make_answer_corpus
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -61,7 +75,9 @@ from tidegraph.indexer.graph.rules import period_bounds, render_entity, render_r
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.write.units import RecordUnit
 from tidegraph.indexer.write.writer import UNKNOWN, Version, apply_version
+from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
+from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.retrieval import _query_texts
@@ -688,6 +704,127 @@ async def freshness(dsn: str, bootstrap: str, url: str, n: int = 60) -> tuple[fl
     return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
+# ---------------------------------------------------------------------------- mechanisms
+
+MECHANISMS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "mmr": {"mmr": True},
+    "node_distance": {"node_distance": True},
+    "max_relation_edges=10": {"max_relation_edges": 10},
+    "decompose": {"decompose": True},
+    "all on": {"mmr": True, "node_distance": True, "max_relation_edges": 10, "decompose": True},
+}
+
+
+async def mechanism_latency(
+    client: httpx.AsyncClient, realm: str, queries: list[str], mode: str, requests: int
+) -> dict[str, tuple[float, float]]:
+    """p50 and p99 (ms) of ``query_data`` per mechanism setting, one client, the settings
+    taking turns on each query so drift in the machine's load falls on all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in MECHANISMS}
+    for q in queries[:10]:  # warm caches
+        await client.post(f"/v1/realms/{realm}/query_data", json={"query": q, "mode": mode})
+    for n in range(requests):
+        q = queries[(n * 7) % len(queries)]
+        for name, extra in MECHANISMS.items():
+            body = {"query": q, "mode": mode, **extra}
+            t = time.perf_counter()
+            r = await client.post(f"/v1/realms/{realm}/query_data", json=body)
+            samples[name].append((time.perf_counter() - t) * 1000)
+            if r.status_code != 200:
+                raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
+    out = {}
+    for name, xs in samples.items():
+        xs.sort()
+        out[name] = (statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.99))])
+    return out
+
+
+def print_mechanisms(mode: str, figures: dict[str, tuple[float, float]]) -> None:
+    base = figures["default"][0]
+    print(f"  {mode}: {'setting':<24}{'p50 ms':>9}{'p99 ms':>9}{'p50 vs default':>16}")
+    for name, (p50, p99) in figures.items():
+        print(f"  {'':<{len(mode) + 2}}{name:<24}{p50:>9.1f}{p99:>9.1f}{p50 / base - 1:>+16.0%}")
+
+
+async def bench_mechanisms(args: argparse.Namespace, size: int) -> None:
+    """Retrieval mechanisms on and off on a writer-loaded realm, through the app in-process
+    (ASGI): PostgreSQL only, no Kafka and no server process."""
+    realm = args.reuse or f"bm{size}_{uuid.uuid4().hex[:6]}"
+    docs = make_corpus(size)
+    print(f"\n== mechanisms on and off: {size:,} entities ==", flush=True)
+    if not args.reuse:
+        await load_writer(args.dsn, realm, docs)
+    pool = make_pool(args.dsn, min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        app = create_app(
+            QuerySettings(), Deps(pool=pool, embedders=lambda r, p: HashingEmbedder(DIM))
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            for mode in args.modes:
+                figures = await mechanism_latency(
+                    client, realm, make_queries(docs), mode, args.requests
+                )
+                print_mechanisms(mode, figures)
+    finally:
+        await pool.close()
+        if not args.keep and not args.reuse:
+            await _drop(args.dsn, realm)
+
+
+# ---------------------------------------------------------------------------- answers
+
+ANSWER_MODES = ("local", "mix", "hybrid", "global")
+
+
+async def bench_answers(args: argparse.Namespace) -> None:
+    """Answer recall@25 on the hub corpus, through the app in-process (ASGI)."""
+    made, questions = make_answer_corpus(SYL)
+    docs = [Doc(d.key, d.text, d.entities, d.relations) for d in made]
+    realm = f"ba_{uuid.uuid4().hex[:8]}"
+    answers = sum(len(q.answers) for q in questions)
+    print(
+        f"\n== answer recall@25: {len(docs)} documents, "
+        f"{sum(len(d.relations) for d in docs):,} relations, {len(questions)} questions "
+        f"({answers} answering triples) ==",
+        flush=True,
+    )
+    await load_writer(args.dsn, realm, docs)
+    pool = make_pool(args.dsn, min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        app = create_app(
+            QuerySettings(), Deps(pool=pool, embedders=lambda r, p: HashingEmbedder(DIM))
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            print(
+                f"  {'mode':<8}{'recall@25':>11}{'  subject':>10}{'  object':>9}{'first right':>13}"
+            )
+            for mode in ANSWER_MODES:
+                f = await answer_recall(client, realm, questions, mode)
+                print(
+                    f"  {mode:<8}{f.recall['all']:>11.1%}{f.recall['subject']:>10.1%}"
+                    f"{f.recall['object']:>9.1%}{f.first_right:>13.1%}",
+                    flush=True,
+                )
+    finally:
+        await pool.close()
+        if not args.keep:
+            await _drop(args.dsn, realm)
+
+
+async def _drop(dsn: str, realm: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"realm_{realm}"))
+        )
+        await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
+        await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,))
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -738,6 +875,12 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
                     url, realm, queries, mode, clients, args.requests * max(1, clients // 2)
                 )
                 print(f"  {mode:<8}{clients:>8}{p50:>10.1f}{p99:>10.1f}{rps:>10.0f}", flush=True)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            print("  retrieval mechanisms, one client, each setting in turn per query:")
+            for mode in args.modes:
+                if mode in ("mix", "local", "hybrid"):
+                    figures = await mechanism_latency(client, realm, queries, mode, args.requests)
+                    print_mechanisms(mode, figures)
         if args.freshness and size == args.sizes[0]:
             f50, f99 = await freshness(dsn, bootstrap, url)
             print(f"  freshness publish-to-visible: p50 {f50:.1f} ms, p99 {f99:.1f} ms", flush=True)
@@ -747,14 +890,7 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
     count, rate = await publish_rate(dsn, bootstrap, realm)
     print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
     if not args.keep:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute(
-                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"realm_{realm}"))
-            )
-            await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
-            await conn.execute(
-                "DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,)
-            )
+        await _drop(dsn, realm)
 
 
 def main() -> None:
@@ -771,6 +907,13 @@ def main() -> None:
     p.add_argument("--no-freshness", dest="freshness", action="store_false")
     p.add_argument("--keep", action="store_true", help="keep the bench realms")
     p.add_argument("--reuse", help="measure an already loaded realm (one size only)")
+    p.add_argument("--answers-only", action="store_true", help="answer recall@25 only")
+    p.add_argument("--no-answers", dest="answers", action="store_false")
+    p.add_argument(
+        "--mechanisms-only",
+        action="store_true",
+        help="latency with each retrieval mechanism on and off, in-process, PostgreSQL only",
+    )
     args = p.parse_args()
     args.ef = {
         "entities": args.ef_entities,
@@ -786,6 +929,14 @@ def main() -> None:
         f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
+    if args.mechanisms_only:
+        for size in args.sizes:
+            asyncio.run(bench_mechanisms(args, size))
+        return
+    if args.answers or args.answers_only:
+        asyncio.run(bench_answers(args))
+    if args.answers_only:
+        return
     for size in args.sizes:
         asyncio.run(bench_size(args, size))
 

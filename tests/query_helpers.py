@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.connectors.bulk import Input, read_inputs
+from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.indexer.extraction.prepared import EntityFact, RelationFact
+from tidegraph.indexer.extraction.rules import RulesExtractor
 from tidegraph.indexer.write.writer import WriteResult
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
@@ -99,3 +103,24 @@ async def query_data(client: httpx.AsyncClient, realm: str, **body: Any) -> dict
 
 def triples(result: dict[str, Any]) -> set[tuple[str, str, str]]:
     return {(r["subject"], r["predicate"], r["object"]) for r in result["relations"]}
+
+
+async def index_corpus(graph: GraphHarness, folder: Path, *, space: str = "default") -> int:
+    """Index every file of ``folder`` the way the indexer prepares and applies documents —
+    the offline rules extractor and ``graph.embedder`` — in doc_key order, each document
+    ordered after the previous one. Returns the number of documents written."""
+    pipeline = Pipeline(lambda info: RulesExtractor(), lambda info: graph.embedder)
+    docs = sorted(
+        (
+            item.doc
+            for item in read_inputs([folder], graph.info.realm, space=space)
+            if isinstance(item, Input)
+        ),
+        key=lambda d: d.doc_key,
+    )
+    for i, doc in enumerate(docs):
+        prepared = await pipeline.prepare(
+            doc.model_copy(update={"order_key": f"{i:06d}"}), graph.info
+        )
+        await graph.write(space, doc.doc_key, prepared)
+    return len(docs)

@@ -93,7 +93,14 @@ async def test_keys_reach_only_their_realms(
         mine = {"Authorization": "Bearer alpha-key"}
         ok = await client.post(f"/v1/realms/{a}/query_data", json=q, headers=mine)
         assert ok.status_code == 200
-        for path in ("query_data", "changes", "relations", "entities", "documents/bio.md"):
+        for path in (
+            "query_data",
+            "changes",
+            "relations",
+            "entities",
+            "communities",
+            "documents/bio.md",
+        ):
             method = client.post if path == "query_data" else client.get
             kwargs: dict[str, Any] = {"json": q} if path == "query_data" else {}
             r = await method(f"/v1/realms/{b}/{path}", headers=mine, **kwargs)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidegraph.query_service.context import MIN_CLIP_CHARS
 from tidegraph.query_service.fusion import quota_interleave, rrf
 from tidegraph.query_service.keywords import (
     Keywords,
@@ -17,7 +18,7 @@ from tidegraph.query_service.keywords import (
     websearch_text,
 )
 from tidegraph.query_service.retrieval import ChunkHit, RelationHit, RetrievalResult
-from tidegraph.query_service.synthesis import MIN_CLIP_CHARS, build_prompt, render_relation
+from tidegraph.query_service.synthesis import build_prompt, render_relation
 
 ranked = st.lists(st.integers(0, 30), max_size=25)
 lists_of = st.lists(ranked, max_size=4)

@@ -165,3 +165,51 @@ def test_realm_create_and_show_commands(
         main(["realm", "create", unique_name("r"), "--config", str(bad), "--pg-dsn", pg_dsn]) != 0
     )
     assert main(["realm", "show", "Bad-Name", "--pg-dsn", pg_dsn]) != 0
+
+
+async def test_realm_from_before_retention_gets_archival_on_open(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """A realm without ``entities.archived_since`` (created before retention) gets the
+    column and its partial index when opened; every retrieval filter reads them."""
+    realm = unique_name("r")
+    schema = f"realm_{realm}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, realm, RealmConfig(embedder="hashing:4"))
+        await conn.execute(f"DROP INDEX {schema}.entities_archived")
+        await conn.execute(f"ALTER TABLE {schema}.entities DROP COLUMN archived_since")
+        await open_realm(conn, realm)
+        cur = await conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s"
+            " AND indexname = 'entities_archived'",
+            (schema,),
+        )
+        [(indexdef,)] = await cur.fetchall()
+        assert "WHERE (archived_since IS NOT NULL)" in indexdef
+        await open_realm(conn, realm)  # once upgraded, opening changes nothing
+
+
+def test_realm_telemetry_command_turns_recording_on_and_off(
+    pg_dsn: str, unique_name: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    realm = unique_name("r")
+    assert main(["realm", "create", realm, "--pg-dsn", pg_dsn]) == 0
+
+    async def state() -> tuple[bool, bool]:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            info = await open_realm(conn, realm)
+            cur = await conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{info.schema}.retrievals",)
+            )
+            row = await cur.fetchone()
+            return info.config.coverage_telemetry, bool(row and row[0])
+
+    assert asyncio.run(state()) == (False, True)
+    assert main(["realm", "telemetry", realm, "on", "--pg-dsn", pg_dsn]) == 0
+    assert asyncio.run(state()) == (True, True)
+    assert main(["realm", "show", realm, "--pg-dsn", pg_dsn]) == 0
+    assert '"coverage_telemetry": true' in capsys.readouterr().out
+    assert main(["realm", "telemetry", realm, "off", "--pg-dsn", pg_dsn]) == 0
+    assert asyncio.run(state())[0] is False
+    assert main(["realm", "telemetry", unique_name("nx"), "on", "--pg-dsn", pg_dsn]) != 0

@@ -23,7 +23,8 @@ from tidegraph.schemas.errors import RecordValidationError
 
 CONTRACT_KINDS = {
     "document_indexed", "document_replaced", "document_deleted", "document_failed",
-    "entity_added", "entity_dormant", "entity_revived", "entity_updated", "relation_added",
+    "entity_added", "entity_dormant", "entity_revived", "entity_updated", "entity_archived",
+    "entity_unarchived", "relation_added",
     "relation_superseded", "relation_retracted", "relation_restored", "communities_built",
     "communities_stale",
 }  # fmt: skip

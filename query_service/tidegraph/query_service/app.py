@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Annotated, Any
 
@@ -28,7 +28,7 @@ from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tidegraph.query_service import channels, reads
+from tidegraph.query_service import channels, reads, telemetry, topics
 from tidegraph.query_service.auth import (
     authorize,
     reaches_every_realm,
@@ -36,10 +36,12 @@ from tidegraph.query_service.auth import (
     require_every_realm,
 )
 from tidegraph.query_service.config import QuerySettings
+from tidegraph.query_service.context import BLOCKS
 from tidegraph.query_service.db import (
     RealmCatalog,
     unavailable,
 )
+from tidegraph.query_service.decompose import merge, sub_questions
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder, checked
 from tidegraph.query_service.errors import (
     ChatModelNotConfigured,
@@ -47,6 +49,7 @@ from tidegraph.query_service.errors import (
     EmbedderMismatch,
     InvalidRequest,
     QueryServiceError,
+    TelemetryOff,
     Unavailable,
 )
 from tidegraph.query_service.explorer import mount_explorer
@@ -58,11 +61,15 @@ from tidegraph.query_service.retrieval import (
     RetrievalParams,
     RetrievalResult,
     prepare,
+    relation_cap,
     search,
 )
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
 from tidegraph.schemas.api import (
     ChangesResponse,
+    CommunitiesResponse,
+    CoverageCommunitiesResponse,
+    CoverageEntitiesResponse,
     DocumentResponse,
     EntitiesResponse,
     ErrorResponse,
@@ -131,6 +138,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         settings.rrf_k,
         settings.community_weights,
         (settings.ef_search, settings.ef_search_relations, settings.ef_search_chunks),
+        settings.entity_similarity_floor,
     )
     embedders: dict[tuple[str, str], QueryEmbedder] = {}
     gate = deps.gate or DatabaseGate(deps.pool, settings.gate_timings())
@@ -162,17 +170,22 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             raise InvalidRequest(f"top_k {body.top_k} exceeds the limit {settings.max_top_k}")
         if body.hops > settings.max_hops:
             raise InvalidRequest(f"hops {body.hops} exceeds the limit {settings.max_hops}")
-        if body.relation_top_k > settings.max_relation_top_k:
+        relation_top_k = relation_cap(body.top_k, body.relation_top_k)
+        if relation_top_k > settings.max_relation_top_k:
             raise InvalidRequest(
-                f"relation_top_k {body.relation_top_k} exceeds the limit "
-                f"{settings.max_relation_top_k}"
+                f"relation_top_k {relation_top_k} exceeds the limit {settings.max_relation_top_k}"
+            )
+        if (body.max_relation_edges or 0) > settings.max_relation_edges:
+            raise InvalidRequest(
+                f"max_relation_edges {body.max_relation_edges} exceeds the limit "
+                f"{settings.max_relation_edges}"
             )
         return RetrievalParams(
             body.query,
             body.mode,
             body.space,
             body.top_k,
-            body.relation_top_k,
+            relation_top_k,
             body.hops,
             body.as_of,
             body.as_believed_at,
@@ -180,6 +193,10 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             tuple(body.relation_types) if body.relation_types is not None else None,
             body.fusion,
             body.similarity_share,
+            body.mmr_lambda if body.mmr else None,
+            body.node_distance,
+            body.max_relation_edges,
+            body.decompose,
         )
 
     async def lookup(realm: str, auth: str | None) -> RealmInfo:
@@ -194,12 +211,40 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             return RetrievalResult([], [], [], [], {"mode": "bypass"})
         embedder = embedder_for(meta)
         started = time.perf_counter()
+        parts = sub_questions(params.query) if params.decompose else [params.query]
+        asked = [replace(params, query=part) for part in parts]
         # keywords and vectors may come from models: no connection is held meanwhile
-        prepared = await prepare(params, embedder, meta.dimension, deps.keyword_model)
-        result = await gate.run(lambda conn: search(conn, meta, prepared, params, limits))
+        prepared = [await prepare(p, embedder, meta.dimension, deps.keyword_model) for p in asked]
+
+        async def searched(conn: AsyncConnection[Any]) -> list[RetrievalResult]:
+            return [
+                await search(conn, meta, pr, p, limits)
+                for pr, p in zip(prepared, asked, strict=True)
+            ]
+
+        results = await gate.run(searched)
+        result = results[0]
+        if len(results) > 1:
+            result = merge(results, params.top_k, params.relation_top_k)
+            result.stats["mode"] = params.mode
+        if params.decompose:
+            result.stats["decomposition"] = parts
         metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
         result.stats["embedder"] = meta.embedder
+        if meta.config.coverage_telemetry:
+            await record_coverage(meta, params, result)
         return result
+
+    async def record_coverage(
+        meta: RealmInfo, params: RetrievalParams, result: RetrievalResult
+    ) -> None:
+        """Read-side bookkeeping: a failure is logged and counted, never answered."""
+        try:
+            async with deps.pool.connection() as conn:
+                await telemetry.record(conn, meta, params.query, params.mode, result)
+        except Exception as exc:  # noqa: BLE001 — nothing here may fail the query
+            metrics.telemetry_failures.labels(meta.realm).inc()
+            log.warning("realm %s: coverage telemetry not recorded: %s", meta.realm, exc)
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, str]:
@@ -234,11 +279,13 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     @app.get("/v1/realms", tags=["graph"], response_model=RealmsResponse)
     async def realms(auth: Auth = None) -> Response:
         """The realms this key may read, with their sizes and head sequence."""
-        async with deps.pool.connection() as conn:
+
+        async def read(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
             registered = await list_realms(conn)
             names = set(readable(keys, auth, [r for r, _ in registered]))
-            rows = await reads.realm_summaries(conn, [(r, s) for r, s in registered if r in names])
-        return _json({"realms": rows})
+            return await reads.realm_summaries(conn, [(r, s) for r, s in registered if r in names])
+
+        return _json({"realms": await gate.run(read)})
 
     @app.post("/v1/realms/{realm}/query_data", tags=["query"], response_model=QueryDataResponse)
     async def query_data(realm: RealmPath, body: QueryDataRequest, auth: Auth = None) -> Response:
@@ -253,7 +300,14 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             await lookup(realm, auth)
             raise ChatModelNotConfigured()
         data = await run_retrieval(realm, auth, params)
-        prompt = build_prompt(body.query, data, body.max_prompt_chars)
+        given = body.token_budgets
+        budgets = {b: n for b in BLOCKS if given and (n := getattr(given, b)) is not None}
+        prompt = build_prompt(body.query, data, body.max_prompt_chars, budgets)
+        for block, st in prompt.blocks.items():
+            metrics.context_items.labels(block, "retrieved").observe(st.retrieved_items)
+            metrics.context_items.labels(block, "prompt").observe(st.prompt_items)
+            metrics.context_chars.labels(block, "retrieved").observe(st.retrieved_chars)
+            metrics.context_chars.labels(block, "prompt").observe(st.prompt_chars)
         try:
             answer = await deps.chat(SYSTEM_PROMPT, prompt.text)
         except TidegraphError as exc:
@@ -267,6 +321,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                     "prompt_chars": prompt.prompt_chars,
                     "clipped": prompt.clipped,
                     "budget": prompt.budget,
+                    "blocks": prompt.blocks,
                 },
                 "data": data,
             }
@@ -357,11 +412,14 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         name: Annotated[str | None, Query(max_length=1024)] = None,
         space: Annotated[str, Query(max_length=64)] = "*",
         include_dormant: bool = False,
+        include_archived: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
         auth: Auth = None,
     ) -> Response:
-        """Entities by canonical name or alias."""
+        """Entities by id; with `name`, a ranked lookup by name or alias: exact matches
+        first, then names and aliases beginning with it, then those with words beginning
+        with its words (`name=Ada` finds Ada Lovelace). A lookup is one page."""
         if name is not None:
             _text("name", name)
         _space(space, wildcard=True)
@@ -375,12 +433,92 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 name=name,
                 space=space,
                 include_dormant=include_dormant,
+                include_archived=include_archived,
                 after_id=after_id,
                 limit=limit,
             )
         )
-        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        nxt = int(rows[-1]["id"]) if len(rows) == limit and name is None else None
         return _json({"entities": rows, "next_after_id": nxt})
+
+    @app.get("/v1/realms/{realm}/communities", tags=["graph"], response_model=CommunitiesResponse)
+    async def communities(
+        realm: RealmPath,
+        space: Annotated[str, Query(max_length=64)] = "*",
+        level: Annotated[int | None, Query(ge=0, le=64)] = None,
+        after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        auth: Auth = None,
+    ) -> Response:
+        """The nested topic tree (paper §6.1): communities with their level, parent and
+        children, as the last community build stored them."""
+        _space(space, wildcard=True)
+        if limit > settings.max_page:
+            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        meta = await lookup(realm, auth)
+        page = await gate.run(
+            lambda conn: topics.community_tree(
+                conn, meta, space=space, level=level, after_id=after_id, limit=limit
+            )
+        )
+        return _json(page)
+
+    async def coverage_meta(realm: str, auth: str | None) -> RealmInfo:
+        meta = await lookup(realm, auth)
+        if not meta.config.coverage_telemetry:
+            raise TelemetryOff(realm)
+        return meta
+
+    @app.get(
+        "/v1/realms/{realm}/coverage/communities",
+        tags=["coverage"],
+        response_model=CoverageCommunitiesResponse,
+    )
+    async def least_retrieved_communities(
+        realm: RealmPath,
+        space: Annotated[str, Query(max_length=64)] = "*",
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        auth: Auth = None,
+    ) -> Response:
+        """The current communities recorded queries reached least (paper §6.1)."""
+        _space(space, wildcard=True)
+        if limit > settings.max_page:
+            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        meta = await coverage_meta(realm, auth)
+
+        async def read(conn: AsyncConnection[Any]) -> dict[str, Any]:
+            rows = await telemetry.least_retrieved_communities(conn, meta, space=space, limit=limit)
+            return {"communities": rows, "since": await telemetry.since(conn, meta)}
+
+        return _json(await gate.run(read))
+
+    @app.get(
+        "/v1/realms/{realm}/coverage/entities",
+        tags=["coverage"],
+        response_model=CoverageEntitiesResponse,
+    )
+    async def never_retrieved_entities(
+        realm: RealmPath,
+        space: Annotated[str, Query(max_length=64)] = "*",
+        after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        auth: Auth = None,
+    ) -> Response:
+        """Live entities no recorded query has touched (paper §6.1), by id."""
+        _space(space, wildcard=True)
+        if limit > settings.max_page:
+            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        meta = await coverage_meta(realm, auth)
+
+        async def read(conn: AsyncConnection[Any]) -> tuple[list[dict[str, Any]], Any]:
+            rows = await telemetry.never_retrieved_entities(
+                conn, meta, space=space, after_id=after_id, limit=limit
+            )
+            return rows, await telemetry.since(conn, meta)
+
+        rows, first = await gate.run(read)
+        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        return _json({"entities": rows, "since": first, "next_after_id": nxt})
 
     return app
 

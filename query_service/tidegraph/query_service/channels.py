@@ -45,6 +45,9 @@ class Scope:
     """Admit superseded relations next to current ones."""
     relation_types: tuple[str, ...] | None
     """Admitted predicates; ``None`` admits all."""
+    archived: bool = True
+    """The realm may hold archived entities, so edges are checked for archived ends;
+    ``False`` only when it is known to hold none (:func:`has_archived`)."""
 
     @property
     def states(self) -> list[str]:
@@ -81,10 +84,41 @@ def _space(alias: str, scope: Scope) -> sql.Composable:
     return sql.SQL("{}.space = %(space)s").format(sql.Identifier(alias))
 
 
+def _archived(alias: str, scope: Scope) -> sql.Composed:
+    """Entity ``alias`` is archived by retention (at the belief instant, when one is given)."""
+    if scope.believed_at is None:
+        return sql.SQL("{}.archived_since IS NOT NULL").format(sql.Identifier(alias))
+    return sql.SQL("{}.archived_since <= %(believed)s").format(sql.Identifier(alias))
+
+
+def has_archived(schema: str) -> sql.Composed:
+    """Whether any entity of the realm is archived (a probe of ``entities_archived``)."""
+    return sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE archived_since IS NOT NULL)").format(
+        table(schema, "entities")
+    )
+
+
 def edge_filter(schema: str, scope: Scope, alias: str = "r") -> sql.Composed:
-    """The predicate an edge must pass to be walked or returned, whatever the channel."""
+    """The predicate an edge must pass to be walked or returned, whatever the channel.
+
+    An edge with an archived end is withheld like the entity, so no channel leads to or
+    reports an archived entity. ``NOT IN`` over an uncorrelated subquery is a hashed
+    subplan, read once per statement through the partial index ``entities_archived``, and
+    stays a filter: an ``EXISTS`` would become an anti-join and cost the vector channel its
+    HNSW index scan."""
     r = sql.Identifier(alias)
     parts: list[sql.Composable] = [_space(alias, scope)]
+    if scope.archived:
+        parts.append(
+            sql.SQL(
+                "NOT ({r}.subject_id IN ({withheld})) AND NOT ({r}.object_id IN ({withheld}))"
+            ).format(
+                r=r,
+                withheld=sql.SQL("SELECT ax.id FROM {} ax WHERE {}").format(
+                    table(schema, "entities"), _archived("ax", scope)
+                ),
+            )
+        )
     if scope.believed_at is None:
         parts.append(sql.SQL("{}.status = ANY(%(states)s)").format(r))
     else:
@@ -122,14 +156,18 @@ def chunk_filter(scope: Scope, alias: str = "c") -> sql.Composed:
 
 
 def entity_filter(scope: Scope, alias: str = "e") -> sql.Composed:
-    """Entities not dormant (at the belief instant, when one is given), in scope."""
+    """Entities neither dormant nor archived (at the belief instant, when one is given), in
+    scope."""
     e = sql.Identifier(alias)
     if scope.believed_at is None:
-        alive: sql.Composable = sql.SQL("{}.dormant_since IS NULL").format(e)
+        alive: sql.Composable = sql.SQL(
+            "{e}.dormant_since IS NULL AND {e}.archived_since IS NULL"
+        ).format(e=e)
     else:
         alive = sql.SQL(
             "{e}.created_at <= %(believed)s"
             " AND ({e}.dormant_since IS NULL OR {e}.dormant_since > %(believed)s)"
+            " AND ({e}.archived_since IS NULL OR {e}.archived_since > %(believed)s)"
         ).format(e=e)
     return sql.SQL(" AND ").join([_space(alias, scope), alive])
 
@@ -196,6 +234,38 @@ def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Comp
     ).format(q=sql.Placeholder(param), rel=table(schema, "relations"), f=edge_filter(schema, scope))
 
 
+def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
+    """The predicate focus (:mod:`~tidegraph.query_service.focus`): admitted relations
+    incident to an entity named ``%(fnames)s`` whose predicate shares an English stem with
+    the terms ``%(fterms)s``. Rows: relation id, whether the named entity holds the role
+    ``%(froles)s`` gives it (an unknown role, or a predicate of ``%(symmetric)s``, fits
+    either way); fitting ones first, then best corroborated, newest."""
+    ent, alias, rel = (table(schema, n) for n in ("entities", "entity_aliases", "relations"))
+    ef, rf = entity_filter(scope), edge_filter(schema, scope)
+    return sql.SQL(
+        "WITH wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
+        "  AS w(key, role)),"
+        " named AS (SELECT e.id, w.role FROM wanted w JOIN {ent} e ON e.name_key = w.key"
+        "  WHERE {ef}"
+        "  UNION SELECT e.id, w.role FROM wanted w JOIN {alias} a ON a.alias_lower = w.key"
+        "  JOIN {ent} e ON e.id = a.entity_id WHERE {ef}),"
+        " q AS (SELECT websearch_to_tsquery('english', %(fterms)s) AS q),"
+        " hits AS ("
+        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'subject', true)"
+        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
+        "  FROM named n JOIN {rel} r ON r.subject_id = n.id CROSS JOIN q"
+        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf}"
+        "  UNION ALL"
+        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'object', true)"
+        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
+        "  FROM named n JOIN {rel} r ON r.object_id = n.id CROSS JOIN q"
+        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf})"
+        " SELECT id, bool_or(fit) AS fit FROM hits GROUP BY id"
+        " ORDER BY bool_or(fit) DESC, max(weight) DESC, max(t_created) DESC, id DESC"
+        " LIMIT %(depth)s"
+    ).format(ent=ent, alias=alias, rel=rel, ef=ef, rf=rf)
+
+
 def traversal(schema: str, scope: Scope) -> sql.Composed:
     """Relation channel 1: a bounded walk of ``%(hops)s`` steps from ``%(seeds)s``.
 
@@ -240,7 +310,9 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
     """Everything a response carries about relations ``%(ids)s``.
 
     ``state`` is the belief state at ``as_believed_at`` when one is given, else the
-    current status; ``doc_keys`` are the documents of the live chunks asserting it.
+    current status; ``doc_keys`` are the documents of the live chunks asserting it;
+    ``order_key`` the document order of the latest live document asserting it (current
+    belief, whatever ``as_believed_at``).
     """
     if scope.believed_at is None:
         state = sql.SQL("r.status, r.superseded_by")
@@ -257,7 +329,7 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
         "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
         " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
         " ARRAY(SELECT DISTINCT s.doc_key FROM {src} s WHERE s.relation_id = r.id"
-        "  ORDER BY 1) AS doc_keys"
+        "  ORDER BY 1) AS doc_keys, r.order_key"
         " FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
         " JOIN {ent} eo ON eo.id = r.object_id{join}"
         " WHERE r.id = ANY(%(ids)s::bigint[])"
@@ -271,11 +343,13 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
 
 
 def chunk_details(schema: str) -> sql.Composed:
-    """Text and provenance of chunks ``%(chunk_ids)s``."""
+    """Text and provenance of chunks ``%(chunk_ids)s``, with their document's order
+    (its current version's ``order_key``)."""
     return sql.SQL(
-        "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text FROM {chunks} c"
+        "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text, d.order_key FROM {chunks} c"
+        " LEFT JOIN {docs} d ON d.space = c.space AND d.doc_key = c.doc_key"
         " WHERE c.id = ANY(%(chunk_ids)s::bigint[])"
-    ).format(chunks=table(schema, "chunks"))
+    ).format(chunks=table(schema, "chunks"), docs=table(schema, "documents"))
 
 
 def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
@@ -292,3 +366,59 @@ def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
 def last_write(schema: str) -> sql.Composed:
     """When the realm's graph last changed (for the stale-communities warning)."""
     return sql.SQL("SELECT last_write_at FROM {}").format(table(schema, "meta"))
+
+
+def relation_distances(schema: str, scope: Scope, bound: int) -> sql.Composed:
+    """Node distance (paper §7.4) of relations ``%(ids)s`` from the matched entities
+    ``%(seeds)s``: a breadth-first search over admitted edges, ``bound`` hops deep, each
+    level excluding the entities of the levels before. A relation's distance is one more
+    than its nearer endpoint's (an edge on a seed is 1, as in the walk); relations with no
+    endpoint within ``bound - 1`` hops are absent. Rows: relation id, distance."""
+    if bound < 1:
+        raise ValueError("a node-distance bound must be at least 1")
+    rel = table(schema, "relations")
+    f = edge_filter(schema, scope)
+    levels: list[sql.Composable] = [
+        sql.SQL("d0 AS (SELECT DISTINCT s AS id FROM unnest(%(seeds)s::bigint[]) AS s)")
+    ]
+    for k in range(1, bound):
+        seen = sql.SQL(" UNION ").join(
+            sql.SQL("SELECT id FROM {}").format(sql.Identifier(f"d{j}")) for j in range(k)
+        )
+        levels.append(
+            sql.SQL(
+                "{lvl} AS (SELECT r.object_id AS id FROM {prev} p JOIN {rel} r"
+                " ON r.subject_id = p.id WHERE {f}"
+                " UNION SELECT r.subject_id FROM {prev} p JOIN {rel} r"
+                " ON r.object_id = p.id WHERE {f} EXCEPT ({seen}))"
+            ).format(
+                lvl=sql.Identifier(f"d{k}"),
+                prev=sql.Identifier(f"d{k - 1}"),
+                rel=rel,
+                f=f,
+                seen=seen,
+            )
+        )
+    reached = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT id, {} AS d FROM {}").format(sql.Literal(k), sql.Identifier(f"d{k}"))
+        for k in range(bound)
+    )
+    return sql.SQL(
+        "WITH {levels}, reached AS ({reached})"
+        " SELECT r.id, min(x.d) + 1 AS distance FROM {rel} r"
+        " JOIN reached x ON x.id = r.subject_id OR x.id = r.object_id"
+        " WHERE r.id = ANY(%(ids)s::bigint[]) GROUP BY r.id"
+    ).format(levels=sql.SQL(", ").join(levels), reached=reached, rel=rel)
+
+
+def relation_similarities(schema: str) -> sql.Composed:
+    """Pairwise cosine similarity of the embeddings of relations ``%(ids)s`` (each pair
+    once, positive ones only: MMR counts a missing pair as unrelated)."""
+    rel = table(schema, "relations")
+    return sql.SQL(
+        "WITH v AS MATERIALIZED (SELECT id, embedding FROM {rel}"
+        "  WHERE id = ANY(%(ids)s::bigint[]))"
+        " SELECT id_a, id_b, s FROM (SELECT a.id AS id_a, b.id AS id_b,"
+        "  1 - (a.embedding <=> b.embedding) AS s FROM v a JOIN v b ON a.id < b.id) x"
+        " WHERE s > 0"
+    ).format(rel=rel)

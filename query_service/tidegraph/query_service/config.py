@@ -29,7 +29,13 @@ class QuerySettings(BaseSettings):
     max_relation_top_k: int = Field(200, ge=1, description="Most relations one answer carries.")
     max_page: int = Field(1000, ge=1, description="Largest page of changes/relations/entities.")
     edge_cap: int = Field(
-        40, ge=1, description="Most relations one matched entity may contribute to a walk."
+        40,
+        ge=1,
+        description="Most relations one matched entity contributes to a walk, unless the "
+        "request sets `max_relation_edges`.",
+    )
+    max_relation_edges: int = Field(
+        200, ge=1, description="Largest `max_relation_edges` a request may ask for."
     )
     channel_depth: int = Field(
         30, ge=1, description="Candidates each relation channel hands to fusion."
@@ -44,6 +50,13 @@ class QuerySettings(BaseSettings):
         le=1000,
         description="HNSW candidate list for relation similarity: rendered triples are short "
         "and alike, so their graph needs a wider search for the same recall.",
+    )
+    entity_similarity_floor: float = Field(
+        0.1,
+        ge=-1.0,
+        le=1.0,
+        description="Least cosine similarity for an entity matched by vector to be reported "
+        "and walked from (entities named in the question always are).",
     )
     ef_search_chunks: int = Field(64, ge=10, le=1000, description="HNSW list for passages.")
     community_weights: tuple[float, float, float] = Field(

@@ -10,6 +10,7 @@
         │   ├── RealmNotFound              the realm does not exist (or its name is invalid)
         │   └── DocumentNotFound           no such document in the space
         ├── EmbedderMismatch               409: the query embedder is not the realm's pinned one
+        ├── TelemetryOff                   409: coverage asked of a realm that records none
         └── Unavailable                    503, retriable: database down, no chat model
             ├── ChatModelNotConfigured     no chat model for ``/query``
             └── DatabaseDown               (query_service.gate) PostgreSQL does not answer
@@ -113,6 +114,20 @@ class EmbedderMismatch(QueryServiceError):
         self.realm = realm
         self.pinned = pinned
         self.given = given
+
+
+class TelemetryOff(QueryServiceError):
+    """Coverage readings need the realm's coverage telemetry, which is off."""
+
+    status = 409
+    code = "telemetry_off"
+
+    def __init__(self, realm: str) -> None:
+        super().__init__(
+            f"realm {realm!r} records no coverage telemetry (its configuration's "
+            "coverage_telemetry is false), so what queries reach is unknown"
+        )
+        self.realm = realm
 
 
 class Unavailable(QueryServiceError):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.08, 0.15, 0.3, 0.6, 1.0, 3.0)
+_ITEM_BUCKETS = (0, 1, 2, 5, 10, 25, 50, 100, 250, 1000)
+_CHAR_BUCKETS = (0, 100, 500, 1000, 2500, 5000, 10_000, 25_000, 50_000, 100_000, 1_000_000)
 
 
 class ServiceMetrics:
@@ -34,6 +36,26 @@ class ServiceMetrics:
             "Time spent in retrieval per mode.",
             ["mode"],
             buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.context_items = Histogram(
+            "tidegraph_context_items",
+            "Items per prompt block of a query answer, retrieved and reaching the prompt.",
+            ["block", "stage"],
+            buckets=_ITEM_BUCKETS,
+            registry=registry,
+        )
+        self.context_chars = Histogram(
+            "tidegraph_context_chars",
+            "Characters per prompt block of a query answer, retrieved and reaching the prompt.",
+            ["block", "stage"],
+            buckets=_CHAR_BUCKETS,
+            registry=registry,
+        )
+        self.telemetry_failures = Counter(
+            "tidegraph_telemetry_write_failures",
+            "Coverage telemetry records that failed to write (the query was answered).",
+            ["realm"],
             registry=registry,
         )
         self.errors = Counter(

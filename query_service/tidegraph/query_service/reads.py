@@ -9,6 +9,7 @@ splits a commit, so paging by ``after_seq = next_seq`` is gap-free and duplicate
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -262,33 +263,29 @@ async def list_entities(
     include_dormant: bool,
     after_id: int,
     limit: int,
+    include_archived: bool = False,
 ) -> list[dict[str, Any]]:
-    """Entities by canonical name or alias (case-insensitive), live ones unless asked."""
+    """Entities by id, live ones unless asked (dormant, archived); with ``name``, a ranked
+    lookup instead (:func:`_name_lookup`)."""
     s = meta.schema
-    conds: list[sql.Composable] = [sql.SQL("e.id > %(after_id)s")]
+    conds: list[sql.Composable] = []
     if space != ANY_SPACE:
         conds.append(sql.SQL("e.space = %(space)s"))
     if not include_dormant:
         conds.append(sql.SQL("e.dormant_since IS NULL"))
-    if name is not None:
-        conds.append(
-            sql.SQL(
-                "(e.name_key = %(name)s OR EXISTS (SELECT 1 FROM {a} a"
-                " WHERE a.entity_id = e.id AND a.alias_lower = %(name)s))"
-            ).format(a=table(s, "entity_aliases"))
-        )
-    cur = await conn.execute(
-        sql.SQL(
-            "SELECT e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since"
-            " FROM {} e WHERE {} ORDER BY e.id LIMIT %(limit)s"
-        ).format(table(s, "entities"), sql.SQL(" AND ").join(conds)),
-        {
-            "after_id": after_id,
-            "space": space,
-            "limit": limit,
-            "name": None if name is None else name_key(name),
-        },
-    )
+    if not include_archived:
+        conds.append(sql.SQL("e.archived_since IS NULL"))
+    params = {"after_id": after_id, "space": space, "limit": limit}
+    if name is None:
+        conds.append(sql.SQL("e.id > %(after_id)s"))
+        query = sql.SQL(
+            "SELECT {cols} FROM {ent} e WHERE {conds} ORDER BY e.id LIMIT %(limit)s"
+        ).format(cols=_ENTITY_LISTED, ent=table(s, "entities"), conds=sql.SQL(" AND ").join(conds))
+    else:
+        prefix = _prefix_query(name)
+        query = _name_lookup(s, conds, bool(prefix))
+        params |= {"name": name_key(name), "prefix": prefix}
+    cur = await conn.execute(query, params)
     return [
         {
             "id": str(i),
@@ -298,6 +295,67 @@ async def list_entities(
             "description": d,
             "aliases": list(a),
             "dormant_since": ds,
+            "archived_since": ars,
         }
-        for i, sp, n, t, d, a, ds in await cur.fetchall()
+        for i, sp, n, t, d, a, ds, ars in await cur.fetchall()
     ]
+
+
+_ENTITY_LISTED = sql.SQL(
+    "e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since, e.archived_since"
+)
+_PREFIX_WORD = re.compile(r"[^\W_]+")
+
+
+def _prefix_query(name: str) -> str:
+    """``to_tsquery`` text: every word of ``name`` as a prefix (``ada:* & lov:*``); words
+    are letters and digits only, so nothing in it is tsquery syntax."""
+    return " & ".join(f"{w}:*" for w in _PREFIX_WORD.findall(name_key(name)))
+
+
+def _name_lookup(schema: str, conds: list[sql.Composable], prefixed: bool) -> sql.Composed:
+    """Entities whose name or an alias equals ``%(name)s`` or has words starting with its
+    words (``Ada`` finds *Ada Lovelace*, ``lovel`` too, and the alias *Ada King*), through
+    the word-prefix indexes. Ranked: exact name, exact alias, then a name, then an alias,
+    that begins with the whole query as a word, that begins with it at all, and that merely
+    has words starting with it; shorter names first within a rank."""
+    ent, alias = table(schema, "entities"), table(schema, "entity_aliases")
+    rank = (
+        "CASE WHEN {col} = %(name)s THEN 0 WHEN starts_with({col}, %(name)s || ' ') THEN 1"
+        " WHEN starts_with({col}, %(name)s) THEN 2 ELSE 3 END"
+    )
+    where = sql.SQL(" AND ").join([sql.SQL("true"), *conds])
+    branches = [
+        sql.SQL("SELECT e.id, 0 AS rank FROM {ent} e WHERE e.name_key = %(name)s"),
+        sql.SQL("SELECT a.entity_id, 1 FROM {alias} a WHERE a.alias_lower = %(name)s"),
+    ]
+    if prefixed:
+        branches += [
+            sql.SQL(
+                "SELECT e.id, 2 * ({name_rank}) FROM {ent} e"
+                " WHERE to_tsvector('simple', e.name_key) @@ to_tsquery('simple', %(prefix)s)"
+            ),
+            sql.SQL(
+                "SELECT a.entity_id, 2 * ({alias_rank}) + 1 FROM {alias} a"
+                " WHERE to_tsvector('simple', a.alias_lower) @@ to_tsquery('simple', %(prefix)s)"
+            ),
+        ]
+    return sql.SQL(
+        "WITH hits AS ({branches})"
+        " SELECT {cols} FROM (SELECT id, min(rank) AS rank FROM hits GROUP BY id) h"
+        " JOIN {ent} e ON e.id = h.id WHERE {where}"
+        " ORDER BY h.rank, length(e.name), e.id LIMIT %(limit)s"
+    ).format(
+        branches=sql.SQL(" UNION ALL ").join(
+            b.format(
+                ent=ent,
+                alias=alias,
+                name_rank=sql.SQL(rank).format(col=sql.SQL("e.name_key")),
+                alias_rank=sql.SQL(rank).format(col=sql.SQL("a.alias_lower")),
+            )
+            for b in branches
+        ),
+        ent=ent,
+        cols=_ENTITY_LISTED,
+        where=where,
+    )

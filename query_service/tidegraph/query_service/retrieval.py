@@ -22,6 +22,21 @@ named-thing search when there is one), and community reports by a blend of simil
 rating and size when a space has any, so it never hard-fails before communities are built
 (paper §6).
 
+Relations the question asks about lead in every mode that returns relations: the predicate
+focus (:mod:`~tidegraph.query_service.focus`) is a fourth candidate channel, and its hits
+— relations of a named entity whose predicate the question names, in the role it asks —
+are placed before the rest of the fused list. Entities matched only by vector are kept
+down to a similarity floor. A symmetric predicate of the realm
+(``RealmConfig.symmetric_predicates``) states one fact whichever way it is stored: both
+directions fit the focus, and an answer carries the fact once.
+
+Two rerankings of the fused relations are request options, off by default (paper §7.4,
+:mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from
+the matched entities under the request's filters replaces the hop the channels report) and
+maximal marginal relevance over the relations' embeddings. Both widen the candidate window
+to twice the relations returned and act within the predicate-focus groups. What one matched
+entity contributes to the walk is capped (``max_relation_edges``, paper §7.2).
+
 A request uses one pooled connection and three pipelined rounds: seeds and the independent
 channels; the walk and mention expansion from the seeds; details of what survived fusion.
 """
@@ -41,6 +56,7 @@ from psycopg import AsyncConnection
 from tidegraph.query_service import channels
 from tidegraph.query_service.channels import Scope
 from tidegraph.query_service.embedding import QueryEmbedder, check_vectors
+from tidegraph.query_service.focus import question_focus
 from tidegraph.query_service.fusion import Fused, quota_interleave, rrf
 from tidegraph.query_service.keywords import (
     KeywordModel,
@@ -48,6 +64,7 @@ from tidegraph.query_service.keywords import (
     extract_keywords,
     websearch_text,
 )
+from tidegraph.query_service.rerank import rerank_groups
 from tidegraph.schemas.names import name_key
 from tidegraph.store.realms import RealmInfo
 
@@ -56,7 +73,18 @@ MODES: tuple[Mode, ...] = ("mix", "local", "global", "hybrid", "naive", "bypass"
 Fusion = Literal["rrf", "quota"]
 
 TRAVERSAL, SIMILARITY, FULLTEXT, RANKED = "traversal", "similarity", "fulltext", "ranked"
+FOCUS = "predicate"
 _WORD = re.compile(r"[^\W_][\w.'’&-]*\w|[^\W_]")
+
+
+DEFAULT_RELATION_TOP_K = 25
+"""Relations an answer carries when the request says neither ``relation_top_k`` nor a
+``top_k`` above it (the paper measures on-topic share over these 25)."""
+
+
+def relation_cap(top_k: int, relation_top_k: int | None) -> int:
+    """Relations returned: as asked, else the larger of the default and ``top_k``."""
+    return relation_top_k if relation_top_k is not None else max(DEFAULT_RELATION_TOP_K, top_k)
 
 
 @dataclass(frozen=True)
@@ -68,8 +96,8 @@ class RetrievalParams:
     space: str = "default"
     top_k: int = 10
     """Entities, chunks and community reports returned."""
-    relation_top_k: int = 25
-    """Relations returned after fusion and de-duplication."""
+    relation_top_k: int = DEFAULT_RELATION_TOP_K
+    """Relations returned after fusion and de-duplication (see :func:`relation_cap`)."""
     hops: int = 2
     as_of: date | None = None
     as_believed_at: datetime | None = None
@@ -78,6 +106,16 @@ class RetrievalParams:
     fusion: Fusion = "rrf"
     similarity_share: float = 0.5
     """Quota fusion only: the similarity channel's share of the relation slots."""
+    mmr_lambda: float | None = None
+    """Maximal marginal relevance over the fused relations with this λ; ``None``: off."""
+    node_distance: bool = False
+    """Rank the fused relations by their graph distance from the matched entities."""
+    max_relation_edges: int | None = None
+    """Most relations one matched entity contributes to the walk; ``None``: the service's
+    ``edge_cap``."""
+    decompose: bool = False
+    """Retrieve each sub-question of a multi-event question on its own and merge
+    (:mod:`~tidegraph.query_service.decompose`)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +131,10 @@ class RetrievalLimits:
     """Similarity, rating, size."""
     ef_search: tuple[int, int, int] = (100, 400, 64)
     """HNSW ``ef_search`` for entities (and communities), relations, chunks."""
+    entity_floor: float = 0.1
+    """Least cosine similarity of an entity matched by vector: below it the nearest
+    entities are noise (a negative similarity points away from the question), and are
+    neither reported nor walked from."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +171,9 @@ class RelationHit:
     channels: list[str]
     doc_keys: list[str]
     score: float
+    order_key: str | None = None
+    """Document order (publication date …) of the latest live document asserting it: what
+    decides, between conflicting statements, which is the most recent."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +186,8 @@ class ChunkHit:
     citation: str
     channels: list[str]
     score: float
+    order_key: str | None = None
+    """Its document's order (publication date …)."""
 
 
 @dataclass(frozen=True)
@@ -241,15 +288,21 @@ async def search(
     timings["embed"] = prepared.embed_ms
 
     s = realm.schema
+    cur = await conn.execute(channels.has_archived(s))
+    archived_row = await cur.fetchone()
     scope = Scope(
         params.space,
         params.as_of,
         params.as_believed_at,
         params.include_superseded,
         params.relation_types,
+        archived=bool(archived_row and archived_row[0]),
     )
     depth = max(limits.channel_depth, params.relation_top_k)
     named_text = channels_text(keywords.low)
+    names = _name_candidates(params.query, keywords)
+    focus = question_focus(params.query, names)
+    edge_cap = params.max_relation_edges or limits.edge_cap
     p = channels.parameters(
         scope,
         qvec=vec["query"],
@@ -258,11 +311,15 @@ async def search(
         top_k=params.top_k,
         depth=depth,
         hops=params.hops,
-        cap=limits.edge_cap,
-        fanout=max(4, limits.edge_cap // 4),
+        cap=edge_cap,
+        fanout=max(4, edge_cap // 4),
         over=params.top_k * 3,
-        names=_name_candidates(params.query, keywords),
+        names=names,
         fts=named_text,
+        fnames=list(focus.roles),
+        froles=list(focus.roles.values()),
+        fterms=focus.query_text,
+        symmetric=sorted(realm.config.symmetric_predicates),
     )
 
     # Round 1: seeds and every channel that does not depend on them.
@@ -275,7 +332,7 @@ async def search(
     last_write: datetime | None = None
     async with conn.pipeline():
         cur_name = cur_vec = cur_sim = cur_fts = cur_chunks = cur_rank = cur_rank_fts = None
-        cur_comm = cur_last = None
+        cur_comm = cur_last = cur_focus = None
         ef_entities, ef_relations, ef_chunks = limits.ef_search
         if walk:
             cur_name = await conn.execute(channels.entities_by_name(s, scope), p)
@@ -293,6 +350,8 @@ async def search(
             cur_rank = await conn.execute(channels.relations_by_vector(s, scope, "gvec"), p)
             if p["fts"] and not walk:
                 cur_rank_fts = await conn.execute(channels.relations_by_text(s, scope), p)
+        if (walk or ranked) and p["fterms"] and p["fnames"]:
+            cur_focus = await conn.execute(channels.relations_by_focus(s, scope), p)
         if with_communities:
             await conn.execute(channels.set_ef_search(ef_entities))
             cur_comm = await conn.execute(channels.communities_ranked(s, scope), p)
@@ -309,13 +368,19 @@ async def search(
         sims = [int(r[0]) for r in await cur_rank.fetchall()]
         texts_ = [int(r[0]) for r in await cur_rank_fts.fetchall()] if cur_rank_fts else []
         lists[RANKED] = [f.key for f in rrf([sims, texts_], k=limits.rrf_k)]
+    focus_fit: dict[int, bool] = {}
+    if cur_focus is not None:
+        focus_fit = {int(r[0]): bool(r[1]) for r in await cur_focus.fetchall()}
+        lists[FOCUS] = list(focus_fit)
+        fitting = sum(focus_fit.values())
+        stats["focus"] = {"fitting": fitting, "other_role": len(focus_fit) - fitting}
     if cur_comm is not None and cur_last is not None:
         community_rows = await cur_comm.fetchall()
         row = await cur_last.fetchone()
         last_write = row[0] if row else None
     timings["seeds_and_channels"] = _ms(t)
 
-    entities = _entities(by_name, by_vec, params.top_k)
+    entities = _entities(by_name, by_vec, params.top_k, limits.entity_floor)
     seeds = [int(e.id) for e in entities]
     stats["seeds"] = len(seeds)
 
@@ -339,30 +404,68 @@ async def search(
             chunk_mentions = [int(r[0]) for r in await cur_ment.fetchall()]
     timings["walk"] = _ms(t)
 
-    fused = _fuse_relations(lists, params, limits)
+    if walk:  # a focus hit is incident to a named entity, which is a seed
+        for rid in focus_fit:
+            hops.setdefault(rid, 1)
+    fused = focus_first(_fuse_relations(lists, params, limits), list(lists), focus_fit)
     chunk_lists = [chunk_vec, chunk_mentions]
     fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
 
-    # Round 3: details of what survived fusion.
+    # Round 3: details of what survived fusion (and what reranking needs of them).
     t = time.perf_counter()
     margin = params.relation_top_k if params.space == "*" else 10  # room for de-duplication
-    p["ids"] = [f.key for f in fused[: params.relation_top_k + margin]]
+    reranked = params.node_distance or params.mmr_lambda is not None
+    window = params.relation_top_k * (2 if reranked else 1) + margin
+    p["ids"] = [f.key for f in fused[:window]]
     p["chunk_ids"] = [f.key for f in fused_chunks]
     rel_rows: list[Any] = []
     chunk_rows: list[Any] = []
+    distance: dict[int, int] = {}
+    similarity: dict[tuple[int, int], float] = {}
     if p["ids"] or p["chunk_ids"]:
         async with conn.pipeline():
-            cur_rel = cur_chk = None
+            cur_rel = cur_chk = cur_dist = cur_pairs = None
             if p["ids"]:
                 cur_rel = await conn.execute(channels.relation_details(s, scope), p)
+                if params.node_distance and seeds:
+                    bound = max(params.hops, 1)
+                    cur_dist = await conn.execute(channels.relation_distances(s, scope, bound), p)
+                if params.mmr_lambda is not None and len(p["ids"]) > 1:
+                    cur_pairs = await conn.execute(channels.relation_similarities(s), p)
             if p["chunk_ids"]:
                 cur_chk = await conn.execute(channels.chunk_details(s), p)
         rel_rows = await cur_rel.fetchall() if cur_rel is not None else []
         chunk_rows = await cur_chk.fetchall() if cur_chk is not None else []
+        if cur_dist is not None:
+            distance = {int(r[0]): int(r[1]) for r in await cur_dist.fetchall()}
+        if cur_pairs is not None:
+            similarity = {(int(a), int(b)): float(x) for a, b, x in await cur_pairs.fetchall()}
     timings["details"] = _ms(t)
+    if reranked:
+        fused = rerank_groups(
+            fused[:window],
+            focus_fit,
+            distance if params.node_distance else None,
+            similarity,
+            params.mmr_lambda,
+        )
+        for rid, d in distance.items():
+            hops[rid] = min(hops.get(rid, d), d)
+        stats["rerank"] = {
+            "mmr_lambda": params.mmr_lambda,
+            "node_distance": params.node_distance,
+            "candidates": len(p["ids"]),
+            "reached": len(distance),
+        }
 
-    names = list(lists)
-    relations = _relations(fused, rel_rows, names, hops, params.relation_top_k)
+    relations = _relations(
+        fused,
+        rel_rows,
+        list(lists),
+        hops,
+        params.relation_top_k,
+        realm.config.symmetric_predicates,
+    )
     chunks = _chunks(fused_chunks, chunk_rows, ["similarity", "mentions"])
     communities, warnings = _communities(community_rows, last_write, params.top_k, limits)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
@@ -398,14 +501,17 @@ def _name_candidates(query: str, keywords: Keywords) -> list[str]:
     return list(out)[:64]
 
 
-def _entities(by_name: list[Any], by_vec: list[Any], top_k: int) -> list[EntityHit]:
-    """Named entities first (they are what the question is about), then nearest by vector."""
+def _entities(by_name: list[Any], by_vec: list[Any], top_k: int, floor: float) -> list[EntityHit]:
+    """Named entities first (they are what the question is about), then nearest by vector
+    down to the similarity ``floor``."""
     out: dict[int, EntityHit] = {}
     for i, sp, name, typ, desc, aliases in sorted(by_name, key=lambda r: int(r[0])):
         out.setdefault(int(i), EntityHit(str(i), sp, name, typ, desc, list(aliases), "name", 1.0))
     for i, sp, name, typ, desc, aliases, d in by_vec:
         if len(out) >= max(top_k, len(by_name)):
             break
+        if _sim(d) < floor:
+            break  # rows come nearest first
         hit = EntityHit(str(i), sp, name, typ, desc, list(aliases), "vector", _sim(d))
         out.setdefault(int(i), hit)
     return list(out.values())
@@ -440,15 +546,40 @@ def _fuse_relations(
     return out
 
 
+def focus_first(
+    fused: list[Fused[int]], names: list[str], fit: dict[int, bool]
+) -> list[Fused[int]]:
+    """The predicate focus leads (:mod:`~tidegraph.query_service.focus`): its hits in the
+    fitting role, then in the other role, then every other candidate — each group in fused
+    order. A focus hit the fusion left out (the quota merge truncates) is still placed."""
+    if not fit:
+        return fused
+    placed = {f.key for f in fused}
+    channel = names.index(FOCUS)
+    missing = [
+        Fused(key, 0.0, (channel,), (rank,))
+        for rank, key in enumerate(fit, start=1)
+        if key not in placed
+    ]
+    ordered = [*fused, *missing]
+    return (
+        [f for f in ordered if fit.get(f.key) is True]
+        + [f for f in ordered if fit.get(f.key) is False]
+        + [f for f in ordered if f.key not in fit]
+    )
+
+
 def _relations(
     fused: list[Fused[int]],
     rows: list[Any],
     names: list[str],
     hops: dict[int, int],
     limit: int,
+    symmetric: frozenset[str] = frozenset(),
 ) -> list[RelationHit]:
     """Hits in fused order, de-duplicated on (subject, predicate, object, negated) ignoring
-    case — the same fact in two spaces is one line of evidence with both provenances."""
+    case — the same fact in two spaces is one line of evidence with both provenances. For a
+    ``symmetric`` predicate the pair is unordered: ``B p A`` merges into ``A p B``."""
     by_id = {int(r[0]): r for r in rows}
     out: list[RelationHit] = []
     index: dict[tuple[str, str, str, bool], int] = {}
@@ -456,17 +587,20 @@ def _relations(
         row = by_id.get(f.key)
         if row is None:
             continue
-        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs) = row
+        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs, order) = row
         chans = [names[c] for c in f.channels]
-        key = (subj.lower(), pred.lower(), obj.lower(), bool(neg))
+        key = _fact_key(subj, pred, obj, bool(neg), symmetric)
         if key in index:
             prev = out[index[key]]
             out[index[key]] = RelationHit(
                 **{
                     **prev.__dict__,
                     "channels": _union(prev.channels, chans),
-                    "doc_keys": _union(prev.doc_keys, list(docs)),
+                    "doc_keys": sorted({*prev.doc_keys, *docs}),
                     "hop": _min_hop(prev.hop, hops.get(int(rid))),
+                    "order_key": max(
+                        (o for o in (prev.order_key, order) if o is not None), default=None
+                    ),
                 }
             )
             continue
@@ -492,9 +626,21 @@ def _relations(
                 chans,
                 list(docs),
                 round(f.score, 6),
+                order,
             )
         )
     return out
+
+
+def _fact_key(
+    subject: str, predicate: str, obj: str, negated: bool, symmetric: frozenset[str]
+) -> tuple[str, str, str, bool]:
+    """What makes two relation rows one fact (names ignoring case; a symmetric predicate's
+    pair unordered)."""
+    a, b = subject.lower(), obj.lower()
+    if predicate in symmetric and b < a:
+        a, b = b, a
+    return (a, predicate.lower(), b, negated)
 
 
 def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[ChunkHit]:
@@ -504,7 +650,7 @@ def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[
         row = by_id.get(f.key)
         if row is None:
             continue
-        cid, sp, doc_key, ordinal, text = row
+        cid, sp, doc_key, ordinal, text, order = row
         out.append(
             ChunkHit(
                 str(cid),
@@ -515,6 +661,7 @@ def _chunks(fused: list[Fused[int]], rows: list[Any], names: list[str]) -> list[
                 f"{doc_key}#{int(ordinal)}",
                 [names[c] for c in f.channels],
                 round(f.score, 6),
+                order,
             )
         )
     return out

@@ -4,21 +4,36 @@ The prompt has four blocks — community reports, numbered passages, entities, r
 with reports first when present, because they carry corpus-level structure no passage holds.
 Each relation carries its validity period (``[from 2023-05-10]``,
 ``[valid 2022-01-01 to 2022-03-31]``), which is what makes ordering and duration questions
-answerable at all; a denial is rendered as one (``(A) --[NOT p]--> (B)``), never as an
-assertion. Passages are numbered and listed as references so citations resolve to documents.
+answerable at all, and, like each passage, the order of the document stating it
+(``[stated 2024-06-30]``): the system prompt resolves conflicting records to the most recent
+statement and asks for the dates that decided it (paper §8.5). A denial is rendered as one
+(``(A) --[NOT p]--> (B)``), never as an assertion. Passages are numbered and listed as
+references so citations resolve to documents.
 
 No budget applies by default: everything retrieved reaches the model. A caller may set a
 character budget; then long passages and reports are clipped (marked ``…``) — never dropped —
 and the response reports retrieved characters against characters that reached the prompt.
-Entity and relation lines are short, exact evidence and are kept whole.
+Entity and relation lines are short, exact evidence and are kept whole. A caller may also
+give each block a token budget (:mod:`~tidegraph.query_service.context`), which keeps a
+block's best-ranked items; the response then counts, per block, what was left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tidegraph.query_service.context import (
+    BLOCKS,
+    CLIPPABLE,
+    MIN_CLIP_CHARS,
+    Block,
+    BlockStats,
+    block_stats,
+    clip,
+    fit_block,
+)
 from tidegraph.query_service.retrieval import (
     CommunityHit,
     EntityHit,
@@ -26,18 +41,18 @@ from tidegraph.query_service.retrieval import (
     RetrievalResult,
 )
 
-MIN_CLIP_CHARS = 80
-"""A clipped passage keeps at least this much, so it still says what it is about."""
-ELLIPSIS = "…"
-
 SYSTEM_PROMPT = (
     "You answer questions from the evidence given: community reports, numbered passages, "
     "entities and relations of a knowledge graph. Use only that evidence. Cite passages by "
     "their number in square brackets, e.g. [2]. A relation written --[NOT p]--> is denied "
     "by the source: never report it as holding. Dates in brackets beside a relation are the "
     "period it held; use them for questions about order and duration. A relation marked "
-    "[superseded] was replaced by a later source. If the evidence does not answer the "
-    "question, say so."
+    "[superseded] was replaced by a later source. [stated D] beside a passage or relation "
+    "is the order of the document stating it (its date, where the source is dated). When "
+    "records conflict — they cannot all hold, such as two different values for one thing "
+    "at one time — answer with the most recent statement: the one with the latest stated "
+    "date, or else not superseded; name the dates that decided it. If the evidence does not "
+    "answer the question, say so."
 )
 
 
@@ -69,12 +84,16 @@ class Prompt:
     prompt_chars: int
     """Characters of that evidence that reached the prompt."""
     clipped: int
-    """How many passages or reports were clipped to meet the budget."""
+    """How many passages or reports were clipped to meet the budgets."""
     budget: int | None
+    blocks: dict[Block, BlockStats]
+    """Per block (:mod:`~tidegraph.query_service.context`): retrieved against reaching the
+    prompt."""
 
 
 def render_relation(r: RelationHit) -> str:
-    """``(A) --[p]--> (B)`` with the validity period, denial and supersession marked."""
+    """``(A) --[p]--> (B)`` with the validity period, denial, statement order and
+    supersession marked."""
     pred = f"NOT {r.predicate}" if r.negated else r.predicate
     line = f"({r.subject}) --[{pred}]--> ({r.object})"
     if r.valid_from and r.valid_to:
@@ -83,6 +102,8 @@ def render_relation(r: RelationHit) -> str:
         line += f" [from {r.valid_from}]"
     elif r.valid_to:
         line += f" [until {r.valid_to}]"
+    if r.order_key:
+        line += f" [stated {r.order_key}]"
     if r.status == "superseded":
         line += " [superseded]"
     return line
@@ -95,47 +116,75 @@ def render_entity(e: EntityHit) -> str:
     return f"{head}: {e.description}" if e.description else head
 
 
-def build_prompt(question: str, data: RetrievalResult, budget: int | None = None) -> Prompt:
-    """The prompt for ``question`` over ``data``; ``budget`` caps evidence characters."""
-    reports = [_report_text(c) for c in data.communities]
-    passages = [c.text for c in data.chunks]
-    entities = [render_entity(e) for e in data.entities]
-    relations = [render_relation(r) for r in data.relations]
-    fixed = sum(len(x) for x in entities) + sum(len(x) for x in relations)
-    clippable = reports + passages
-    retrieved = fixed + sum(len(x) for x in clippable)
-    clipped_texts, n_clipped = _clip(clippable, None if budget is None else budget - fixed)
-    reports_out = clipped_texts[: len(reports)]
-    passages_out = clipped_texts[len(reports) :]
-    references = [Reference(i + 1, c.doc_key, c.id, c.citation) for i, c in enumerate(data.chunks)]
+def build_prompt(
+    question: str,
+    data: RetrievalResult,
+    budget: int | None = None,
+    token_budgets: Mapping[Block, int] | None = None,
+) -> Prompt:
+    """The prompt for ``question`` over ``data``. ``token_budgets`` caps blocks (see
+    :mod:`~tidegraph.query_service.context`); then ``budget`` caps evidence characters by
+    clipping reports and passages, never dropping one."""
+    rendered: dict[Block, list[str]] = {
+        "communities": [_report_text(c) for c in data.communities],
+        "passages": [c.text for c in data.chunks],
+        "entities": [render_entity(e) for e in data.entities],
+        "relations": [render_relation(r) for r in data.relations],
+    }
+    budgets = dict(token_budgets or {})
+    kept = {b: fit_block(rendered[b], budgets.get(b), b in CLIPPABLE) for b in BLOCKS}
+    n_clipped = sum(
+        1 for b in CLIPPABLE for old, new in zip(rendered[b], kept[b], strict=False) if new != old
+    )
+    fixed = sum(len(x) for b in BLOCKS if b not in CLIPPABLE for x in kept[b])
+    clippable = kept["communities"] + kept["passages"]
+    clipped_texts, n_more = _clip(clippable, None if budget is None else budget - fixed)
+    n_clipped += n_more
+    kept["communities"] = clipped_texts[: len(kept["communities"])]
+    kept["passages"] = clipped_texts[len(kept["communities"]) :]
+    communities = data.communities[: len(kept["communities"])]
+    chunks = data.chunks[: len(kept["passages"])]
+    references = [Reference(i + 1, c.doc_key, c.id, c.citation) for i, c in enumerate(chunks)]
     blocks: list[str] = []
-    if reports_out:
+    if kept["communities"]:
         blocks.append(
             "## Community reports\n"
             + "\n\n".join(
                 f"### {c.title}\n{text}"
-                for c, text in zip(data.communities, reports_out, strict=True)
+                for c, text in zip(communities, kept["communities"], strict=True)
             )
         )
-    if passages_out:
+    if kept["passages"]:
         blocks.append(
             "## Passages\n"
             + "\n\n".join(
-                f"[{ref.n}] ({ref.citation})\n{text}"
-                for ref, text in zip(references, passages_out, strict=True)
+                f"[{ref.n}] ({ref.citation}){_stated(c.order_key)}\n{text}"
+                for ref, c, text in zip(references, chunks, kept["passages"], strict=True)
             )
         )
-    if entities:
-        blocks.append("## Entities\n" + "\n".join(f"- {x}" for x in entities))
-    if relations:
-        blocks.append("## Relations\n" + "\n".join(f"- {x}" for x in relations))
+    if kept["entities"]:
+        blocks.append("## Entities\n" + "\n".join(f"- {x}" for x in kept["entities"]))
+    if kept["relations"]:
+        blocks.append("## Relations\n" + "\n".join(f"- {x}" for x in kept["relations"]))
     if not blocks:
         blocks.append("## Evidence\n(nothing was retrieved)")
     if references:
         blocks.append("## References\n" + "\n".join(f"[{r.n}] {r.citation}" for r in references))
     text = "\n\n".join(blocks) + f"\n\n## Question\n{question}\n"
-    prompt_chars = fixed + sum(len(x) for x in clipped_texts)
-    return Prompt(text, references, retrieved, prompt_chars, n_clipped, budget)
+    stats = {b: block_stats(rendered[b], kept[b], budgets.get(b)) for b in BLOCKS}
+    return Prompt(
+        text,
+        references,
+        sum(x.retrieved_chars for x in stats.values()),
+        sum(x.prompt_chars for x in stats.values()),
+        n_clipped,
+        budget,
+        stats,
+    )
+
+
+def _stated(order_key: str | None) -> str:
+    return f" [stated {order_key}]" if order_key else ""
 
 
 def _report_text(c: CommunityHit) -> str:
@@ -162,7 +211,7 @@ def _clip(texts: Sequence[str], budget: int | None) -> tuple[list[str], int]:
     clipped = 0
     for t in texts:
         if len(t) > cap:
-            out.append(t[: cap - len(ELLIPSIS)].rstrip() + ELLIPSIS)
+            out.append(clip(t, cap))
             clipped += 1
         else:
             out.append(t)

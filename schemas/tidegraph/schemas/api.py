@@ -37,8 +37,23 @@ class QueryDataRequest(BaseModel):
     query: str = Field(min_length=1, max_length=20000, description="The question.")
     mode: Mode = Field("mix", description="Retrieval mode (paper Table 3); others are a 422.")
     space: str = Field("default", description="A space, or `*` to read every space.")
-    top_k: int = Field(10, ge=1, le=1000, description="Entities, chunks and reports returned.")
-    relation_top_k: int = Field(25, ge=1, le=1000, description="Relations returned.")
+    top_k: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="Entities, chunks and community reports returned; also widens the "
+        "relations returned when `relation_top_k` is not given.",
+    )
+    relation_top_k: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Relations returned (after fusion and de-duplication). Not given: "
+        "the larger of 25 and `top_k`, so asking for more entities also returns more "
+        "relations. Relations incident to an entity the question names, whose predicate "
+        'the question asks about ("What did X design?" → X\'s `designed` relations, '
+        "X as subject), come first.",
+    )
     hops: int = Field(2, ge=0, le=10, description="Traversal depth from matched entities.")
     as_of: date | None = Field(None, description="Valid-time date; undated relations match.")
     as_believed_at: AwareDatetime | None = Field(
@@ -51,6 +66,50 @@ class QueryDataRequest(BaseModel):
     fusion: Literal["rrf", "quota"] = Field("rrf", description="How relation channels merge.")
     similarity_share: float = Field(
         0.5, ge=0.0, le=1.0, description="Quota fusion: the similarity channel's share."
+    )
+    mmr: bool = Field(
+        False,
+        description="Maximal marginal relevance over the fused relations (paper §7.4): each "
+        "next relation maximises `mmr_lambda`·relevance − (1 − `mmr_lambda`)·(its largest "
+        "embedding cosine to the relations already placed), relevance falling linearly with "
+        "the fused rank, so a restatement of a fact already placed (by another channel, in "
+        "other words or the other direction) gives its slot to a new fact. Applied within "
+        "the predicate-focus groups, which keep leading. Off by default.",
+    )
+    mmr_lambda: float = Field(
+        0.7,
+        ge=0.0,
+        le=1.0,
+        description="MMR trade-off: 1 keeps the fused order, lower values diversify more.",
+    )
+    node_distance: bool = Field(
+        False,
+        description="Rank the fused relations by their true graph distance from the matched "
+        "entities (paper §7.4), nearer first, the fused order breaking ties: a breadth-first "
+        "search of at most `hops` hops (at least 1) from the matched entities over the edges "
+        "this request admits (space, `as_of`, `as_believed_at`, `include_superseded`, "
+        "`relation_types`). An edge on a matched entity is at distance 1; relations not "
+        "reached within the bound go last with `hop` null. Each relation's `hop` then is "
+        "that distance. Applied within the predicate-focus groups; off by default.",
+    )
+    decompose: bool = Field(
+        False,
+        description="Query decomposition for multi-event questions (paper §8.5; off by "
+        "default, as the paper measured it costing accuracy on single-event questions): the "
+        "question is split lexically into sub-questions (at `?` or `;` followed by more "
+        "text, at `and`/`but`/`or`/a comma opening a new question such as `and when did …`, "
+        "at `before`/`after` followed by a capitalised name; at most 4), each retrieved on "
+        "its own, and entities, relations, passages and reports merged by reciprocal rank "
+        "(entities named in any part first). `stats.decomposition` lists the parts; a "
+        "question with one part is retrieved as usual.",
+    )
+    max_relation_edges: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Most relations any single matched entity contributes to the walk "
+        "(paper §7.2), so a hub cannot fill the traversal channel; at most the service's "
+        "`max_relation_edges`. Not given: the service's `edge_cap` (40).",
     )
 
     @field_validator("query")
@@ -79,6 +138,17 @@ class QueryDataRequest(BaseModel):
         return out
 
 
+class TokenBudgets(BaseModel):
+    """Token budgets per prompt block; a block not named has none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    communities: int | None = Field(None, ge=0, le=10_000_000, description="Community reports.")
+    passages: int | None = Field(None, ge=0, le=10_000_000, description="Passages.")
+    entities: int | None = Field(None, ge=0, le=10_000_000, description="Entity lines.")
+    relations: int | None = Field(None, ge=0, le=10_000_000, description="Relation lines.")
+
+
 class QueryRequest(QueryDataRequest):
     """``POST /v1/realms/{realm}/query``: retrieval plus synthesis."""
 
@@ -87,6 +157,16 @@ class QueryRequest(QueryDataRequest):
         ge=1,
         le=10_000_000,
         description="Evidence character budget; passages over it are clipped, never dropped.",
+    )
+    token_budgets: TokenBudgets | None = Field(
+        None,
+        description="Per-block token budgets (paper §8.3), none by default. Tokens are "
+        "estimated as characters / 4. A budgeted block keeps its best-ranked items whole "
+        "while they fit; the first passage or report that does not fit is clipped to the "
+        "rest when at least 80 characters remain, later items are left out (entity and "
+        "relation lines are kept whole or left out). Left-out passages get no reference "
+        "number. `prompt.blocks` reports what each block kept; `max_prompt_chars` applies "
+        "after these budgets.",
     )
 
 
@@ -119,6 +199,12 @@ class RelationOut(BaseModel):
     channels: list[str]
     doc_keys: list[str]
     score: float
+    order_key: str | None = Field(
+        None,
+        description="Document order (`order_key`: publication date, fiscal year …) of the "
+        "latest live document asserting the relation; the synthesis prompt shows it as "
+        "`[stated …]` and resolves conflicting statements to the most recent one.",
+    )
 
 
 class ChunkOut(BaseModel):
@@ -130,6 +216,9 @@ class ChunkOut(BaseModel):
     citation: str
     channels: list[str]
     score: float
+    order_key: str | None = Field(
+        None, description="The `order_key` of the passage's document (current version)."
+    )
 
 
 class CommunityOut(BaseModel):
@@ -160,11 +249,25 @@ class ReferenceOut(BaseModel):
     citation: str
 
 
+class BlockStatsOut(BaseModel):
+    retrieved_items: int = Field(description="Items retrieval returned for the block.")
+    retrieved_chars: int = Field(description="Their characters as rendered for the prompt.")
+    prompt_items: int = Field(description="Items that reached the prompt, whole or clipped.")
+    prompt_chars: int = Field(description="Their characters in the prompt.")
+    token_budget: int | None = Field(description="The block's token budget; null: none.")
+
+
 class PromptStats(BaseModel):
-    retrieved_chars: int
-    prompt_chars: int
-    clipped: int
-    budget: int | None
+    retrieved_chars: int = Field(description="Evidence characters retrieved, all blocks.")
+    prompt_chars: int = Field(description="Evidence characters that reached the prompt.")
+    clipped: int = Field(description="Passages and reports clipped to meet the budgets.")
+    budget: int | None = Field(description="`max_prompt_chars` as given.")
+    blocks: dict[str, BlockStatsOut] = Field(
+        description="Per block — `communities`, `passages`, `entities`, `relations` — items "
+        "and characters retrieved against reaching the prompt (paper §8.3); also exported "
+        "as the histograms `tidegraph_context_items` and `tidegraph_context_chars` labelled "
+        "by block and stage (`retrieved`, `prompt`)."
+    )
 
 
 class QueryResponse(BaseModel):
@@ -223,11 +326,88 @@ class EntityListed(BaseModel):
     description: str
     aliases: list[str]
     dormant_since: datetime | None
+    archived_since: datetime | None = Field(
+        None,
+        description="Since when retention archived it (withheld from retrieval and "
+        "communities, preserved, reversible with `tidegraph unarchive`); null: not archived.",
+    )
 
 
 class EntitiesResponse(BaseModel):
-    entities: list[EntityListed]
-    next_after_id: int | None
+    entities: list[EntityListed] = Field(
+        description="By id; for a `name` lookup, ranked: exact name or alias, then names "
+        "and aliases beginning with it, then those with words beginning with its words."
+    )
+    next_after_id: int | None = Field(
+        description="Pass as `after_id` for the next page; always null for a `name` lookup."
+    )
+
+
+class CommunityListed(BaseModel):
+    id: str
+    space: str
+    level: int = Field(
+        description="Level in the topic tree (paper §6.1): 0 the finest communities, each "
+        "higher level grouping those below it."
+    )
+    parent_id: str | None = Field(
+        description="The community one level up that contains this one; null for a root "
+        "(the top level, or one whose parent's report failed at build)."
+    )
+    children: list[str] = Field(
+        description="Ids of the communities one level down that this one contains, by id."
+    )
+    title: str
+    summary: str
+    rating: float
+    size: int = Field(description="Member entities.")
+    built_at: datetime
+
+
+class CommunitiesResponse(BaseModel):
+    communities: list[CommunityListed] = Field(
+        description="The topic tree of the last community build, by id; every item names "
+        "its parent and all its children, so containment is complete on any page."
+    )
+    levels: list[int] = Field(description="Levels present in the space filter, ascending.")
+    built_at: datetime | None = Field(description="When the last build ran; null: never.")
+    stale: bool = Field(description="The graph has changed since the last build.")
+    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+
+
+class CoverageCommunity(BaseModel):
+    id: str
+    space: str
+    level: int
+    title: str
+    size: int
+    retrievals: int = Field(description="Recorded queries that reported it since its build.")
+    last_retrieved_at: datetime | None = Field(description="The latest of them; null: none.")
+
+
+class CoverageCommunitiesResponse(BaseModel):
+    communities: list[CoverageCommunity] = Field(
+        description="Current communities, fewest recorded retrievals first (never retrieved "
+        "first among equals, then the longest unretrieved), then by id. A rebuild gives "
+        "communities new ids: counts restart with it."
+    )
+    since: datetime | None = Field(description="First recorded query; null: none yet.")
+
+
+class CoverageEntity(BaseModel):
+    id: str
+    space: str
+    name: str
+    type: str
+
+
+class CoverageEntitiesResponse(BaseModel):
+    entities: list[CoverageEntity] = Field(
+        description="Live entities no recorded query touched (neither reported nor an end "
+        "of a reported relation), by id."
+    )
+    since: datetime | None = Field(description="First recorded query; null: none yet.")
+    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
 
 
 class RealmSummary(BaseModel):

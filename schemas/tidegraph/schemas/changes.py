@@ -45,6 +45,8 @@ class ChangeKind(StrEnum):
     ENTITY_DORMANT = "entity_dormant"
     ENTITY_REVIVED = "entity_revived"
     ENTITY_UPDATED = "entity_updated"
+    ENTITY_ARCHIVED = "entity_archived"
+    ENTITY_UNARCHIVED = "entity_unarchived"
     RELATION_ADDED = "relation_added"
     RELATION_SUPERSEDED = "relation_superseded"
     RELATION_RETRACTED = "relation_retracted"
@@ -159,7 +161,11 @@ class GraphChange(BaseModel):
         description="When the graph came to believe this.",
         json_schema_extra={"pattern": RFC3339_PATTERN},
     )
-    kind: ChangeKind
+    kind: ChangeKind = Field(
+        description="What happened. `entity_archived` / `entity_unarchived`: retention "
+        "(paper §6.1) withheld the entity from retrieval and community construction, as "
+        "dormancy does, or gave it back; the entity and its relations are kept either way."
+    )
     doc_key: str | None = Field(None, description="The document whose indexing caused it.")
     entity: EntityRef | None = None
     relation: RelationRef | None = None

@@ -83,6 +83,20 @@ class RealmConfig(BaseModel):
     exclusive_groups: tuple[frozenset[str], ...] = Field(
         (), description="Predicates that cannot co-hold on one ordered pair; later one wins."
     )
+    symmetric_predicates: frozenset[str] = Field(
+        frozenset(),
+        description="Predicates that hold both ways (`worked_with`, `married_to` …): "
+        "`A p B` and `B p A` state one fact, so answers carry it once, in the direction "
+        "ranked first, with both directions' documents, and a question naming either side "
+        "asks about it in the role it gives. Empty by default; each preset names its own.",
+    )
+    coverage_telemetry: bool = Field(
+        False,
+        description="Record, per query, a hash of the query text (never the text), the "
+        "entities and communities the answer touched, and when (paper §6.1): what the "
+        "coverage endpoints and retention read. A failed record is logged and counted, "
+        "never fails the query. Off by default.",
+    )
     extractor: Extractor = Field("rules", description="`llm` or the offline `rules` extractor.")
     embedder: str = Field("hashing:384", description=EMBEDDER_HELP + "; fixed at realm creation.")
 
@@ -115,6 +129,13 @@ class RealmConfig(BaseModel):
                 _predicate(p, "exclusive group member")
         return value
 
+    @field_validator("symmetric_predicates")
+    @classmethod
+    def _symmetric(cls, value: frozenset[str]) -> frozenset[str]:
+        for p in value:
+            _predicate(p, "symmetric predicate")
+        return value
+
     @field_validator("embedder")
     @classmethod
     def _embedder(cls, value: str) -> str:
@@ -133,6 +154,7 @@ class RealmConfig(BaseModel):
         """The contract's JSON form (groups as sorted lists, so output is stable)."""
         body = self.model_dump(mode="json")
         body["exclusive_groups"] = [sorted(g) for g in self.exclusive_groups]
+        body["symmetric_predicates"] = sorted(self.symmetric_predicates)
         return orjson.dumps(body, option=orjson.OPT_INDENT_2)
 
     @classmethod
@@ -239,6 +261,17 @@ _NARRATIVE_ALIASES = {
     "resides_in": "lives_in",
 }
 
+_SYMMETRIC = {
+    "biography": _g(
+        "worked_with", "married_to", "divorced_from", "sibling_of", "friend_of", "rival_of"
+    ),
+    "finance": _g("competes_with", "partners_with"),
+    "narrative": _g(
+        "friend_of", "enemy_of", "rival_of", "ally_of", "opponent_of", "married_to",
+        "divorced_from", "sibling_of", "worked_with",
+    ),
+}  # fmt: skip
+
 PresetName = Literal["biography", "finance", "narrative"]
 PRESET_NAMES: tuple[PresetName, ...] = ("biography", "finance", "narrative")
 
@@ -259,6 +292,7 @@ def preset(
         vocabulary=vocab,
         predicate_aliases=dict(aliases),
         exclusive_groups=groups,
+        symmetric_predicates=_SYMMETRIC[name],
         extractor=extractor,
         embedder=embedder,
     )

@@ -66,7 +66,43 @@ CREATE TABLE IF NOT EXISTS tidegraph.publisher_positions (
 );
 """
 
-_REALM = """
+_TELEMETRY = """
+CREATE TABLE IF NOT EXISTS {schema}.retrievals (
+    id             bigserial PRIMARY KEY,
+    at             timestamptz NOT NULL DEFAULT now(),
+    query_hash     text   NOT NULL,
+    mode           text   NOT NULL,
+    entity_ids     bigint[] NOT NULL,
+    community_ids  bigint[] NOT NULL
+);
+CREATE INDEX IF NOT EXISTS retrievals_at ON {schema}.retrievals (at);
+"""
+
+TELEMETRY_TABLE = "retrievals"
+"""Coverage telemetry (paper §6.1): one row per recorded query, holding the hash of its
+text (never the text), the entities and communities it touched and when; a realm created
+before it gets it when a service next opens it (:mod:`tidegraph.store.upgrades`)."""
+
+
+_ARCHIVAL = """
+ALTER TABLE {schema}.entities ADD COLUMN IF NOT EXISTS archived_since timestamptz;
+CREATE INDEX IF NOT EXISTS entities_archived ON {schema}.entities (id)
+    WHERE archived_since IS NOT NULL;
+"""
+
+
+def archival_ddl(schema: str) -> sql.Composed:
+    """Retention's ``entities.archived_since`` and the partial index every retrieval channel
+    probes to withhold archived entities and their relations (idempotent)."""
+    return sql.SQL(_ARCHIVAL).format(schema=sql.Identifier(schema))
+
+
+def telemetry_ddl(schema: str) -> sql.Composed:
+    """The coverage telemetry table alone (idempotent)."""
+    return sql.SQL(_TELEMETRY).format(schema=sql.Identifier(schema))
+
+
+_REALM_TABLES = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.meta (
     singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -123,9 +159,12 @@ CREATE TABLE IF NOT EXISTS {schema}.entities (
     aliases        text[] NOT NULL DEFAULT '{{}}',
     embedding      vector({dim}) NOT NULL,
     dormant_since  timestamptz,
+    archived_since timestamptz,
     created_at     timestamptz NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS entities_name_key ON {schema}.entities (space, name_key);
+CREATE INDEX IF NOT EXISTS entities_archived ON {schema}.entities (id)
+    WHERE archived_since IS NOT NULL;
 CREATE TABLE IF NOT EXISTS {schema}.entity_aliases (
     space        text   NOT NULL,
     alias_lower  text   NOT NULL,
@@ -225,7 +264,17 @@ CREATE TABLE IF NOT EXISTS {schema}.community_members (
 );
 """
 
-_SEARCH_INDEXES = """
+_REALM = _REALM_TABLES + _TELEMETRY
+
+_NAME_SEARCH_INDEXES = """
+CREATE INDEX IF NOT EXISTS entities_name_words ON {schema}.entities
+    USING gin (to_tsvector('simple', name_key));
+CREATE INDEX IF NOT EXISTS entity_aliases_words ON {schema}.entity_aliases
+    USING gin (to_tsvector('simple', alias_lower));
+"""
+
+_SEARCH_INDEXES = (
+    """
 CREATE INDEX IF NOT EXISTS relations_tsv ON {schema}.relations USING gin (tsv);
 CREATE INDEX IF NOT EXISTS chunks_embedding ON {schema}.chunks
     USING hnsw (embedding vector_cosine_ops);
@@ -236,6 +285,17 @@ CREATE INDEX IF NOT EXISTS relations_embedding ON {schema}.relations
 CREATE INDEX IF NOT EXISTS communities_embedding ON {schema}.communities
     USING hnsw (embedding vector_cosine_ops);
 """
+    + _NAME_SEARCH_INDEXES
+)
+
+NAME_SEARCH_INDEXES: tuple[str, ...] = ("entities_name_words", "entity_aliases_words")
+"""Word-prefix indexes of entity names and aliases (the ``entities?name=`` lookup); a realm
+created before them gets them on its next lookup (:mod:`tidegraph.store.upgrades`)."""
+
+
+def name_search_ddl(schema: str) -> sql.Composed:
+    """The word-prefix indexes of names and aliases alone (idempotent)."""
+    return sql.SQL(_NAME_SEARCH_INDEXES).format(schema=sql.Identifier(schema))
 
 
 def control_ddl() -> sql.SQL:

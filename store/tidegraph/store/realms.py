@@ -21,7 +21,15 @@ from tidegraph.store.ddl import (
 )
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.locks import lock_realm_schema
-from tidegraph.store.upgrades import NameKeyConflict, add_name_keys
+from tidegraph.store.upgrades import (
+    NameKeyConflict,
+    add_archival,
+    add_name_keys,
+    add_name_search,
+    add_telemetry,
+    has_name_search,
+    has_telemetry,
+)
 
 
 @dataclass(frozen=True)
@@ -121,13 +129,22 @@ async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
 
 async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None:
     """A registered realm, opened (and upgraded if need be); ``None`` when there is none
-    (an invalid name included)."""
+    (an invalid name included).
+
+    A live realm missing the name-lookup indexes or the telemetry table gets them here
+    rather than in :func:`open_realm`, which also opens shadow schemas a bulk load fills
+    before it builds its search indexes."""
     if _REALM.fullmatch(realm) is None:
         return None
     schema = realm_schema(realm)
     if not await realm_exists(conn, schema):
         return None
-    return await open_realm(conn, realm)
+    info = await open_realm(conn, realm)
+    if not await has_name_search(conn, schema):
+        await add_name_search(conn, schema)
+    if not await has_telemetry(conn, schema):
+        await add_telemetry(conn, schema)
+    return info
 
 
 async def open_realm(
@@ -152,6 +169,8 @@ async def open_realm(
     types = await _column_types(conn, schema)
     if ("entities", "name") in types and ("entities", "name_key") not in types:
         await _add_name_keys(conn, info)
+    if ("entities", "name") in types and ("entities", "archived_since") not in types:
+        await add_archival(conn, schema)
     verify_embedding_columns(info, types)
     return info
 
@@ -190,6 +209,22 @@ async def _add_name_keys(conn: AsyncConnection[Any], info: RealmInfo) -> None:
         await add_name_keys(conn, info.schema)
     except NameKeyConflict as exc:
         raise RealmSchemaError(f"realm {info.realm!r}: {exc}") from exc
+
+
+async def set_coverage_telemetry(conn: AsyncConnection[Any], realm: str, on: bool) -> RealmInfo:
+    """Turn a realm's coverage telemetry on or off: the one configuration field that may
+    change after creation, since it changes no stored fact, only what queries record."""
+    info = await open_realm(conn, realm)
+    config = info.config.model_copy(update={"coverage_telemetry": on})
+    async with conn.transaction():
+        await lock_realm_schema(conn, info.schema)
+        await conn.execute(
+            sql.SQL("UPDATE {} SET config = %s").format(sql.Identifier(info.schema, "meta")),
+            (Jsonb(orjson.loads(config.to_json())),),
+        )
+        if on and not await has_telemetry(conn, info.schema):
+            await add_telemetry(conn, info.schema)
+    return await open_realm(conn, realm)
 
 
 def check_embedder(info: RealmInfo, embedder_id: str) -> None:

@@ -12,6 +12,13 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
+from tidegraph.schemas.ddl import (
+    NAME_SEARCH_INDEXES,
+    TELEMETRY_TABLE,
+    archival_ddl,
+    name_search_ddl,
+    telemetry_ddl,
+)
 from tidegraph.schemas.names import name_key
 from tidegraph.store.locks import lock_realm_schema
 
@@ -70,3 +77,48 @@ async def add_name_keys(conn: AsyncConnection[Any], schema: str) -> None:
             f"two entities of {schema} differ only in letter case outside ASCII"
             f" ({exc.diag.message_detail}); rebuild the realm with `tidegraph replay`"
         ) from exc
+
+
+async def has_name_search(conn: AsyncConnection[Any], schema: str) -> bool:
+    """Whether the realm has every word-prefix index of names and aliases."""
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relkind = 'i'",
+        (schema, list(NAME_SEARCH_INDEXES)),
+    )
+    row = await cur.fetchone()
+    return row is not None and int(row[0]) == len(NAME_SEARCH_INDEXES)
+
+
+async def add_name_search(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before name lookup by prefix its indexes (idempotent; under the
+    realm's write lock, so two services meeting the realm at once build them once)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(name_search_ddl(schema))
+
+
+async def has_telemetry(conn: AsyncConnection[Any], schema: str) -> bool:
+    """Whether the realm has the coverage telemetry table."""
+    cur = await conn.execute(
+        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'r'",
+        (schema, TELEMETRY_TABLE),
+    )
+    return await cur.fetchone() is not None
+
+
+async def add_telemetry(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before coverage telemetry its table (idempotent; under the
+    realm's write lock)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(telemetry_ddl(schema))
+
+
+async def add_archival(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before retention its ``archived_since`` column and index
+    (idempotent; under the realm's write lock)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(archival_ddl(schema))

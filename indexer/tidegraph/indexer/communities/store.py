@@ -5,8 +5,8 @@ A build, in order:
 1. take the realm's build lock (a session advisory lock, so two builders never interleave;
    the automatic builder skips a realm someone else is building);
 2. snapshot the current entity graph of the spaces in one ``REPEATABLE READ`` transaction:
-   live entities only (dormant ones are excluded, §5.5) and ``status = 'current'``
-   relations, with the realm's commit sequence at that instant;
+   live entities only (dormant ones are excluded, §5.5, archived ones too, §6.1) and
+   ``status = 'current'`` relations, with the realm's commit sequence at that instant;
 3. detect communities (:mod:`tidegraph.indexer.communities.detect`) in a worker thread, so a
    service running the automatic builder keeps answering;
 4. make the reports level by level, largest first: from the model when one is given
@@ -163,7 +163,7 @@ async def read_snapshot(
         if spaces is None:
             cur = await conn.execute(
                 _q(
-                    "SELECT space FROM {e} WHERE dormant_since IS NULL"
+                    "SELECT space FROM {e} WHERE dormant_since IS NULL AND archived_since IS NULL"
                     " UNION SELECT space FROM {c} ORDER BY 1",
                     s,
                     e="entities",
@@ -175,7 +175,8 @@ async def read_snapshot(
         cur = await conn.execute(
             _q(
                 "SELECT id, space, name, type, description FROM {e}"
-                " WHERE space = ANY(%s) AND dormant_since IS NULL ORDER BY id",
+                " WHERE space = ANY(%s) AND dormant_since IS NULL AND archived_since IS NULL"
+                " ORDER BY id",
                 s,
                 e="entities",
             ),
@@ -189,7 +190,9 @@ async def read_snapshot(
                 "SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.weight,"
                 " r.negated, r.description FROM {r} r"
                 " JOIN {e} es ON es.id = r.subject_id AND es.dormant_since IS NULL"
+                " AND es.archived_since IS NULL"
                 " JOIN {e} eo ON eo.id = r.object_id AND eo.dormant_since IS NULL"
+                " AND eo.archived_since IS NULL"
                 " WHERE r.space = ANY(%s) AND r.status = 'current' ORDER BY r.id",
                 s,
                 r="relations",

@@ -1,4 +1,5 @@
-"""``tidegraph realm create|show``: pin a realm's configuration before its first record."""
+"""``tidegraph realm create|show|telemetry``: pin a realm's configuration before its first
+record; turn its coverage telemetry on or off later."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import create_realm, ensure_control, open_realm, realm_exists
+from tidegraph.store.realms import (
+    create_realm,
+    ensure_control,
+    open_realm,
+    realm_exists,
+    set_coverage_telemetry,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +40,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("realm")
     show.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     show.set_defaults(func=_show)
+    telemetry = actions.add_parser(
+        "telemetry",
+        help="turn coverage telemetry on or off",
+        description="Record (on) or stop recording (off) what each query touches: the "
+        "query text's hash, entities, communities, time (paper §6.1). Query services "
+        "follow within their realm cache interval.",
+    )
+    telemetry.add_argument("realm")
+    telemetry.add_argument("state", choices=("on", "off"))
+    telemetry.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    telemetry.set_defaults(func=_telemetry)
 
 
 def _config(args: argparse.Namespace) -> RealmConfig:
@@ -73,4 +91,15 @@ async def _show(args: argparse.Namespace) -> int:
             raise RealmSchemaError(f"realm {realm!r} does not exist")
         info = await open_realm(conn, realm)
     sys.stdout.write(info.config.to_json().decode() + "\n")
+    return 0
+
+
+async def _telemetry(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        if not await realm_exists(conn, realm_schema(realm)):
+            raise RealmSchemaError(f"realm {realm!r} does not exist")
+        info = await set_coverage_telemetry(conn, realm, args.state == "on")
+    print(f"realm {realm}: coverage telemetry {'on' if info.config.coverage_telemetry else 'off'}")
     return 0

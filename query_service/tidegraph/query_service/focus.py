@@ -1,0 +1,82 @@
+"""The question's predicate focus: which relations of the named things it asks about.
+
+"What did Charles Babbage design?" asks for Babbage's ``designed`` relations, with Babbage
+as their subject; "Who mentored Ada Lovelace?" for ``mentored`` relations with Ada as the
+object. Fusion alone cannot know this — every channel ranks by something else (hop and
+recency, vector distance, full-text rank) — so a hub entity's other relations crowd the
+ones asked about out of the first slots. This is a rule of the lexical keyword side
+(paper §7.2), not a special case per predicate:
+
+* **Predicate terms** are the question's theme words (the lexical high-level keywords:
+  content words that are not names). A relation's predicate matches when its words and a
+  term share an English stem, decided by PostgreSQL's ``english`` text-search
+  configuration on both sides (``designed`` ~ ``design``, ``worked_with`` ~ ``worked``,
+  ``married_to`` ~ ``marry``), so there is one stemmer and it is the database's.
+* **Roles** follow word order. A name after a term is the object ("Who mentored X") unless
+  an auxiliary inverts the clause between them ("Which companies did X acquire", "Who has
+  X mentored") or a passive ``by`` precedes it ("designed by X"); a name before every term
+  is the subject ("X founded what?"). When the question gives no term or the name is not
+  written in it, the role is unknown and either role fits.
+
+Retrieval runs the focus as its own candidate channel (every matching relation incident
+to a named entity, so a hub's cap cannot cut them off) and then puts those candidates
+first: matching predicate in the fitting role, then in the other role, then the rest in
+fused order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from tidegraph.query_service.keywords import lexical_keywords, websearch_text
+
+Role = Literal["subject", "object"]
+
+_PASSIVE = re.compile(r"\bby\s*$")
+_AUXILIARY = re.compile(r"\b(?:did|does|do|has|have|had|will|would|can|could|should)\b")
+
+
+@dataclass(frozen=True)
+class Focus:
+    """What the question asks of the things it names."""
+
+    terms: tuple[str, ...]
+    """Theme words that may name the predicate asked about (lowercase)."""
+    roles: dict[str, Role | None]
+    """Name candidate (lowercase) → the role the question gives it, ``None`` when unknown."""
+
+    @property
+    def query_text(self) -> str:
+        """The terms as a ``websearch_to_tsquery`` OR (empty when there are none)."""
+        return websearch_text(self.terms)
+
+
+def question_focus(query: str, names: Sequence[str]) -> Focus:
+    """The predicate terms of ``query`` and the role of each name candidate in it."""
+    terms = lexical_keywords(query).high
+    lower = query.lower()
+    term_ends = [m.end() for t in terms for m in [_word(lower, t)] if m is not None]
+    roles: dict[str, Role | None] = {}
+    for name in names:
+        found = _word(lower, name)
+        if not term_ends or found is None:
+            roles[name] = None
+            continue
+        before = lower[: found.start()]
+        last_term = max((end for end in term_ends if end <= found.start()), default=None)
+        if last_term is None or _PASSIVE.search(before):
+            roles[name] = "subject"
+        else:
+            inverted = _AUXILIARY.search(before, last_term) is not None
+            roles[name] = "subject" if inverted else "object"
+    return Focus(terms, roles)
+
+
+def _word(text: str, phrase: str) -> re.Match[str] | None:
+    """The first occurrence of ``phrase`` in ``text`` as whole words."""
+    if not phrase.strip():
+        return None
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text)
