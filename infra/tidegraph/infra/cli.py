@@ -23,6 +23,10 @@ from tidegraph.infra.errors import PrerequisiteMissingError
 from tidegraph.infra.services import read_env_file, state_path
 from tidegraph.schemas.errors import ConfigError, TidegraphError
 
+STATE_DIR_HELP = (
+    "state folder of the local services (default: $TIDEGRAPH_STATE_DIR, else the nearest "
+    ".tidegraph/ upwards, else ~/.local/state/tidegraph)"
+)
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -40,7 +44,7 @@ def add_state_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         default=argparse.SUPPRESS,
-        help="state folder of the local services (default: $TIDEGRAPH_STATE_DIR or .tidegraph)",
+        help=STATE_DIR_HELP,
     )
 
 
@@ -57,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--state-dir",
         default=None,
-        help="state folder of the local services (default: $TIDEGRAPH_STATE_DIR or .tidegraph)",
+        help=STATE_DIR_HELP,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):

@@ -43,6 +43,7 @@ from tidegraph.infra.errors import (
     ServiceStartError,
     StateDirError,
 )
+from tidegraph.schemas.settings import local_bootstrap
 
 MIN_JAVA = 17
 JAVA_INSTALL = "a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless)"
@@ -152,7 +153,7 @@ class KafkaProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"{_proc.LOOPBACK}:{self.port}"
+        return local_bootstrap(self.port)
 
 
 # --- prerequisites and jars -----------------------------------------------------------------

@@ -14,6 +14,7 @@ from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import TEXT_GLOBS
+from tidegraph.infra import services as local_services
 from tidegraph.infra.commands._connector_args import (
     add_kafka_options,
     prepare_topics,
@@ -101,7 +102,7 @@ def run_fs(args: argparse.Namespace) -> int:
 async def _fs(args: argparse.Namespace, realm: str, space: str, root: Path) -> int:
     settings, connector_settings = settings_from(args)
     await prepare_topics(args, settings, connector_settings)
-    state_dir = getattr(args, "state_dir", None) or settings.state_dir
+    state_dir = local_services.state_path(getattr(args, "state_dir", None), settings)
     state_path = args.state or default_state_path(state_dir, realm, root)
     producer = DocumentProducer.from_settings(
         settings, max_document_bytes=connector_settings.max_document_bytes

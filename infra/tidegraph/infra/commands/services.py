@@ -116,6 +116,9 @@ def run_status(args: argparse.Namespace) -> int:
         _print_status(status)
         if data is not None:
             print(render(data))
+    problem = services.unavailable(status)
+    if problem is not None:
+        print(f"tidegraph: {problem}", file=sys.stderr)
     return 0 if status.ok else 1
 
 
