@@ -18,10 +18,16 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+import psycopg
+from aiokafka.errors import KafkaConnectionError
+from psycopg_pool import PoolTimeout
+
 from tidegraph.infra import commands
-from tidegraph.infra.errors import PrerequisiteMissingError
+from tidegraph.infra.errors import InfraError, PrerequisiteMissingError
+from tidegraph.infra.reach import kafka_unreachable, pg_unreachable
 from tidegraph.infra.services import read_env_file, state_path
 from tidegraph.schemas.errors import ConfigError, TidegraphError
+from tidegraph.schemas.settings import load_settings
 
 STATE_DIR_HELP = (
     "state folder of the local services (default: $TIDEGRAPH_STATE_DIR, else the nearest "
@@ -108,6 +114,16 @@ def _load_env_file(state_dir: str | None) -> None:
             os.environ.setdefault(key, value)
 
 
+def _unreachable(args: argparse.Namespace, exc: Exception) -> InfraError:
+    """The service a stray connection error came from, named with what to do."""
+    settings = load_settings(
+        kafka_bootstrap=getattr(args, "bootstrap", None), pg_dsn=getattr(args, "pg_dsn", None)
+    )
+    if isinstance(exc, KafkaConnectionError):
+        return kafka_unreachable(settings.kafka_bootstrap, exc)
+    return pg_unreachable(settings.pg_dsn.get_secret_value(), exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tidegraph`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -120,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
+    except (psycopg.OperationalError, PoolTimeout, KafkaConnectionError) as exc:
+        # A connection a command made on its own path: the same one line as reach.py's.
+        print(f"tidegraph: {_unreachable(args, exc)}", file=sys.stderr)
+        return EXIT_FAILURE
     except (ConfigError, PrerequisiteMissingError) as exc:
         print(f"tidegraph: {exc}", file=sys.stderr)
         return EXIT_USAGE

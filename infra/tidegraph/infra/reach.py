@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 
 from tidegraph.infra.errors import ServiceUnreachableError
+from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.infra.local_pg import first_line, redact
 
 PG_HINT = "run `tidegraph up`, or point --pg-dsn / TIDEGRAPH_PG_DSN at a running server"
@@ -61,29 +63,72 @@ async def check_pg(dsn: str) -> None:
         return
 
 
-async def wait_for_pg(
-    dsn: str,
+async def wait_until_answering(
+    service: str,
+    address: str,
+    probe: Callable[[], Awaitable[str | None]],
+    hint: str,
     *,
     say: Callable[[str], None] | None = None,
     repeat: float = WAIT_REPEAT_SECONDS,
     poll: float = 1.0,
 ) -> None:
-    """Return once the server accepts a connection; meanwhile say so once, then every
-    ``repeat`` seconds (not on every attempt)."""
+    """Return once ``probe`` answers None (it returns the cause otherwise); meanwhile say what
+    we wait for once, then every ``repeat`` seconds — never once per attempt."""
     tell = say or log.warning
     started = time.monotonic()
     told_at: float | None = None
-    while True:
+    while (cause := await probe()) is not None:
+        now = time.monotonic()
+        if told_at is None or now - told_at >= repeat:
+            waited = "" if told_at is None else f" (for {now - started:.0f}s)"
+            tell(f"waiting for {service} at {address}{waited}: {cause} — {hint}")
+            told_at = now
+        await asyncio.sleep(poll)
+    if told_at is not None:
+        tell(f"{service} at {address} answers after {time.monotonic() - started:.0f}s")
+
+
+async def wait_for_pg(dsn: str, **options: Any) -> None:
+    """Wait until PostgreSQL at ``dsn`` accepts a connection (see :func:`wait_until_answering`)."""
+
+    async def probe() -> str | None:
         try:
             await check_pg(dsn)
         except ServiceUnreachableError as exc:
-            now = time.monotonic()
-            if told_at is None or now - told_at >= repeat:
-                waited = "" if told_at is None else f" (for {now - started:.0f}s)"
-                tell(f"waiting for PostgreSQL at {exc.address}{waited}: {exc.cause} — {PG_HINT}")
-                told_at = now
-            await asyncio.sleep(poll)
-            continue
-        if told_at is not None:
-            tell(f"PostgreSQL at {redact(dsn)} answers after {time.monotonic() - started:.0f}s")
-        return
+            return exc.cause
+        return None
+
+    await wait_until_answering("PostgreSQL", redact(dsn), probe, PG_HINT, **options)
+
+
+async def wait_for_kafka(bootstrap: str, **options: Any) -> None:
+    """Wait until a broker at ``bootstrap`` answers a metadata request."""
+
+    async def probe() -> str | None:
+        answers = await asyncio.to_thread(brokers_answering, bootstrap, timeout=3.0)
+        return None if answers else "no metadata answer"
+
+    await wait_until_answering("Kafka", bootstrap, probe, KAFKA_HINT, **options)
+
+
+async def until_stopped(wait: Awaitable[None]) -> bool:
+    """Run ``wait`` unless SIGTERM or SIGINT comes first; True when it finished.
+
+    A service told to stop while it still waits for a dependency exits quietly instead of
+    with a traceback from the interrupted wait.
+    """
+    task = asyncio.ensure_future(wait)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+        return False
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return True

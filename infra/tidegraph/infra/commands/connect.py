@@ -15,6 +15,7 @@ from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import TEXT_GLOBS
 from tidegraph.infra import services as local_services
+from tidegraph.infra._proc import ensure_port_free
 from tidegraph.infra.commands._connector_args import (
     add_kafka_options,
     prepare_topics,
@@ -164,6 +165,7 @@ def run_http(args: argparse.Namespace) -> int:
     secret = connector_settings.api_keys
     keys = ApiKeys.parse(secret.get_secret_value() if secret else None)
     require_loopback(args.host, keys)
+    ensure_port_free("the ingest service", args.port, args.host, option="--port")
     asyncio.run(prepare_topics(args, settings, connector_settings))
     producer = DocumentProducer.from_settings(
         settings, max_document_bytes=connector_settings.max_document_bytes

@@ -7,13 +7,16 @@ import asyncio
 import logging
 from typing import Any
 
+from aiokafka.errors import KafkaConnectionError
 from prometheus_client import start_http_server
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
 from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
+from tidegraph.infra._proc import LOOPBACK, ensure_port_free
 from tidegraph.infra.composition import ModelRegistry
+from tidegraph.infra.reach import kafka_unreachable, until_stopped, wait_for_kafka, wait_for_pg
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
 from tidegraph.schemas.settings import load_settings
 
@@ -42,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
     )
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr="127.0.0.1")
+        ensure_port_free("the indexer's metrics", args.metrics_port, option="--metrics-port")
+        start_http_server(args.metrics_port, addr=LOOPBACK)
     asyncio.run(_main(args, settings))
     return 0
 
@@ -52,6 +56,8 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
 
     assert isinstance(settings, Settings)
     dsn = settings.pg_dsn.get_secret_value()
+    if not await until_stopped(_services_answer(dsn, settings.kafka_bootstrap)):
+        return
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
         dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
     )
@@ -73,4 +79,12 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
         pool,
     )
     on_termination(indexer.stop)
-    await indexer.run()
+    try:
+        await indexer.run()
+    except KafkaConnectionError as exc:
+        raise kafka_unreachable(settings.kafka_bootstrap, exc) from None
+
+
+async def _services_answer(dsn: str, bootstrap: str) -> None:
+    await wait_for_pg(dsn)
+    await wait_for_kafka(bootstrap)

@@ -6,14 +6,28 @@ import argparse
 import sys
 from pathlib import Path
 
-import psycopg
-
+from tidegraph.infra.reach import connect_pg
+from tidegraph.infra.runtime import read_realm_config
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
 from tidegraph.store.realms import create_realm, ensure_control, open_realm, realm_exists
+
+
+class RealmExistsError(ConfigError):
+    """`realm create` of a realm that exists with another configuration."""
+
+    def __init__(self, realm: str, differences: list[str]) -> None:
+        super().__init__(
+            f"realm {realm!r} exists with another configuration (in force → requested: "
+            f"{'; '.join(differences)}) — `tidegraph realm show {realm}` prints the one in "
+            "force; change a configuration with `tidegraph replay --realm "
+            f"{realm} --config FILE`"
+        )
+        self.realm = realm
+        self.differences = differences
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +53,7 @@ def _config(args: argparse.Namespace) -> RealmConfig:
     if args.config is not None and args.preset is not None:
         raise ConfigError("give --preset or --config, not both")
     if args.config is not None:
-        return RealmConfig.from_json(args.config.read_bytes())
+        return read_realm_config(args.config)
     if args.preset is not None:
         return preset(args.preset)
     return RealmConfig()
@@ -49,17 +63,15 @@ async def _create(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     config = _config(args)
     dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    async with connect_pg(dsn) as conn:
         await ensure_control(conn)
         if await realm_exists(conn, realm_schema(realm)):
             info = await open_realm(conn, realm)
-            if info.embedder != config.embedder:
-                raise ConfigError(
-                    f"realm {realm!r} exists with embedder {info.embedder!r}; "
-                    "an embedder is fixed for a realm's lifetime (replay into a new one)"
-                )
-            print(f"realm {realm} already exists", file=sys.stderr)
-            return 1
+            differences = info.config.differences(config)
+            if differences:
+                raise RealmExistsError(realm, differences)
+            print(f"realm {realm} already exists with this configuration", file=sys.stderr)
+            return 0
         info = await create_realm(conn, realm, config)
     print(f"created realm {realm} ({info.extractor}, {info.embedder})")
     return 0
@@ -68,7 +80,7 @@ async def _create(args: argparse.Namespace) -> int:
 async def _show(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    async with connect_pg(dsn) as conn:
         if not await realm_exists(conn, realm_schema(realm)):
             raise RealmSchemaError(f"realm {realm!r} does not exist")
         info = await open_realm(conn, realm)

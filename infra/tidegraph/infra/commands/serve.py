@@ -17,6 +17,8 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from tidegraph.infra._proc import ensure_port_free
+from tidegraph.infra.reach import until_stopped, wait_for_pg
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings, load_query_settings
@@ -83,8 +85,17 @@ def run(args: argparse.Namespace) -> int:
         query_settings.api_keys.get_secret_value() if query_settings.api_keys else None
     )
     require_loopback(args.host, keys)
-    asyncio.run(serve(args, settings, query_settings))
+    ensure_port_free("the query service", args.port, args.host, option="--port")
+    asyncio.run(_serve_when_ready(args, settings, query_settings))
     return 0
+
+
+async def _serve_when_ready(
+    args: argparse.Namespace, settings: Settings, query: QuerySettings
+) -> None:
+    """Wait (saying so) until PostgreSQL answers, then serve."""
+    if await until_stopped(wait_for_pg(settings.pg_dsn.get_secret_value())):
+        await serve(args, settings, query)
 
 
 def embedder_factory(llm: Any) -> EmbedderFactory:
