@@ -4,7 +4,7 @@ publish-to-visible freshness.
 For each realm size (entities) it builds a realm of 384-dimension hashing embeddings:
 
 * ``--load writer`` (default up to 20,000 entities): every document goes through the
-  indexer's own write transaction (``tidegraph.indexer.write.writer.write_document``) — the same
+  indexer's own write transaction (``tidegraph.indexer.write.writer.apply_version``) — the same
   statements, outbox and belief history as live indexing, minus Kafka and extraction.
 * ``--load copy`` (default above): bulk ``COPY`` of the identical graph in the writer's
   layout (chunks, entities, mentions, relations with their rendered text and embeddings,
@@ -55,12 +55,12 @@ from tidegraph.indexer.extraction.prepared import (
     EntityFact,
     PreparedChunk,
     PreparedDocument,
-    RecordPosition,
     RelationFact,
 )
 from tidegraph.indexer.graph.rules import period_bounds, render_entity, render_relation
 from tidegraph.indexer.models.hashing import HashingEmbedder
-from tidegraph.indexer.write.writer import write_document
+from tidegraph.indexer.write.units import RecordUnit
+from tidegraph.indexer.write.writer import UNKNOWN, Version, apply_version
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.keywords import lexical_keywords
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
@@ -70,6 +70,7 @@ from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
 from tidegraph.store import positions
+from tidegraph.store.positions import Position
 from tidegraph.store.realms import create_realm, ensure_control
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,7 +209,8 @@ async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
         await ensure_control(conn)
         info = await create_realm(conn, realm, RealmConfig(embedder=f"hashing:{DIM}"))
         topic = f"bench.{realm}"
-        _, epoch = await positions.claim(conn, "bench", topic, 0, 0)
+        claim, _ = await positions.claim(conn, "bench", topic, 0, 0)
+        unit = RecordUnit(claim)
         started = time.perf_counter()
         for n, doc in enumerate(docs):
             [vec] = await embedder.embed([doc.text])
@@ -234,17 +236,10 @@ async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
                 (chunk,),
                 {},
             )
-            pos = RecordPosition("bench", topic, 0, n, epoch, T0 + timedelta(seconds=n))
-            await write_document(
-                conn,
-                info,
-                pos,
-                embedder,
-                prepared,
-                space="default",
-                doc_key=doc.key,
-                source_version=None,
-            )
+            version = Version("default", doc.key, prepared, None, UNKNOWN, n)
+            async with unit.transaction(conn, info, n, Position(n + 1)) as sequencer:
+                stamp = await sequencer.draw(conn, T0 + timedelta(seconds=n))
+                await apply_version(conn, info, embedder, version, stamp)
             if n % 200 == 199:
                 rate = (n + 1) / (time.perf_counter() - started)
                 print(f"  writer: {n + 1}/{len(docs)} documents ({rate:.0f}/s)", flush=True)

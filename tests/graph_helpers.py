@@ -16,34 +16,24 @@ from tidegraph.indexer.extraction.prepared import (
     EntityFact,
     PreparedChunk,
     PreparedDocument,
-    RecordPosition,
     RelationFact,
 )
 from tidegraph.indexer.graph.rules import render_entity, render_relation
-from tidegraph.indexer.write.writer import Stamp, WriteResult, write_document
+from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.indexer.write.sequencer import Sequencer
+from tidegraph.indexer.write.units import RecordUnit
+from tidegraph.indexer.write.writer import UNKNOWN, Version, WriteResult, apply_version
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
+from tidegraph.store.positions import Claim, Position
 from tidegraph.store.realms import RealmInfo, create_realm, ensure_control
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-class HashEmbedder:
-    """Deterministic tiny embedder for write-path tests (dimension 8)."""
-
-    id = "hashing:8"
-    dimension = 8
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        import hashlib
-
-        out = []
-        for t in texts:
-            d = hashlib.sha256(t.encode()).digest()
-            v = [b / 255 + 0.01 for b in d[:8]]
-            n = sum(x * x for x in v) ** 0.5
-            out.append([x / n for x in v])
-        return out
+def HashEmbedder() -> HashingEmbedder:  # noqa: N802 - reads as the embedder it returns
+    """The production hashing embedder at dimension 8 (``hashing:8``), small for tests."""
+    return HashingEmbedder(8)
 
 
 def rel(
@@ -60,13 +50,19 @@ def ent(
 
 @dataclass
 class GraphHarness:
+    """Applies hand-made versions one transaction each, as the live unit of work does: the
+    stamp drawn by ``sequencer`` (the database's by default), the position moved with it."""
+
     conn: AsyncConnection[Any]
     info: RealmInfo
-    topic: str
-    epoch: int
+    claim: Claim
     offset: int = 0
     clock: datetime = T0
-    embedder: HashEmbedder = field(default_factory=HashEmbedder)
+    embedder: HashingEmbedder = field(default_factory=HashEmbedder)
+
+    @property
+    def topic(self) -> str:
+        return self.claim.topic
 
     @classmethod
     async def create(
@@ -75,15 +71,58 @@ class GraphHarness:
         await ensure_control(conn)
         cfg = config or RealmConfig(embedder="hashing:8")
         info = await create_realm(conn, realm, cfg)
-        topic = f"test.{realm}"
-        _, epoch = await positions.claim(conn, "test", topic, 0, 0)
-        return cls(conn, info, topic, epoch)
+        claim, _ = await positions.claim(conn, "test", f"test.{realm}", 0, 0)
+        return cls(conn, info, claim)
 
-    def _pos(self, at: datetime | None = None) -> RecordPosition:
-        """The next record's position, appended to the log one second after the last one
-        (or at ``at``)."""
+    def prepared(
+        self,
+        doc_key: str,
+        chunks: list[tuple[str, list[EntityFact], list[RelationFact]]],
+        vectors: list[list[float]],
+        *,
+        space: str = "default",
+        order_key: str | None = None,
+        content_hash: str | None = None,
+        title: str | None = None,
+    ) -> PreparedDocument:
+        """A prepared version with the given chunk texts, facts and embeddings."""
+        return PreparedDocument(
+            space=space,
+            doc_key=doc_key,
+            content_hash="sha256:" + "0" * 64 if content_hash is None else content_hash,
+            source_version=None,
+            order_key=order_key,
+            title=title,
+            source="test",
+            metadata={},
+            chunks=tuple(
+                PreparedChunk(i, text, vectors[i], tuple(es), tuple(rs))
+                for i, (text, es, rs) in enumerate(chunks)
+            ),
+            vectors={},
+        )
+
+    async def write(
+        self,
+        space: str,
+        doc_key: str,
+        doc: PreparedDocument | None,
+        *,
+        at: datetime | None = None,
+        sequencer: Sequencer | None = None,
+    ) -> WriteResult:
+        """Write one version at the next offset, appended to the log one second after the
+        last one (or at ``at``)."""
         self.clock = at if at is not None else self.clock + timedelta(seconds=1)
-        return RecordPosition("test", self.topic, 0, self.offset, self.epoch, self.clock)
+        version = Version(space, doc_key, doc, None, UNKNOWN, self.offset)
+        unit = RecordUnit(self.claim)
+        async with unit.transaction(
+            self.conn, self.info, self.offset, Position(self.offset + 1)
+        ) as live:
+            stamp = await (sequencer or live).draw(self.conn, self.clock)
+            result = await apply_version(self.conn, self.info, self.embedder, version, stamp)
+        self.offset += 1
+        return result
 
     async def upsert(
         self,
@@ -94,51 +133,21 @@ class GraphHarness:
         space: str = "default",
         content: str | None = None,
         at: datetime | None = None,
-        stamp: Stamp | None = None,
+        sequencer: Sequencer | None = None,
     ) -> WriteResult:
-        embed = await self.embedder.embed([f"{doc_key}:{i}" for i in range(len(chunks))])
-        prepared = PreparedDocument(
+        texts = [f"{doc_key}:{i}" for i in range(len(chunks))]
+        prepared = self.prepared(
+            doc_key,
+            [(f"chunk {i} of {doc_key}", es, rs) for i, (es, rs) in enumerate(chunks)],
+            await self.embedder.embed(texts),
             space=space,
-            doc_key=doc_key,
-            content_hash="sha256:" + "0" * 64 if content is None else content,
-            source_version=None,
             order_key=order_key,
-            title=None,
-            source="test",
-            metadata={},
-            chunks=tuple(
-                PreparedChunk(i, f"chunk {i} of {doc_key}", embed[i], tuple(es), tuple(rs))
-                for i, (es, rs) in enumerate(chunks)
-            ),
-            vectors={},
+            content_hash=content,
         )
-        result = await write_document(
-            self.conn,
-            self.info,
-            self._pos(at),
-            self.embedder,
-            prepared,
-            space=space,
-            doc_key=doc_key,
-            source_version=None,
-            stamp=stamp,
-        )
-        self.offset += 1
-        return result
+        return await self.write(space, doc_key, prepared, at=at, sequencer=sequencer)
 
     async def delete(self, doc_key: str, space: str = "default") -> WriteResult:
-        result = await write_document(
-            self.conn,
-            self.info,
-            self._pos(),
-            self.embedder,
-            None,
-            space=space,
-            doc_key=doc_key,
-            source_version=None,
-        )
-        self.offset += 1
-        return result
+        return await self.write(space, doc_key, None)
 
     async def relations(
         self, *, believed_at: datetime | None = None, include_superseded: bool = False

@@ -184,13 +184,17 @@ def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subpr
 
 
 async def wait_for(
-    predicate: Callable[[], Awaitable[bool]], limit: float = 60, what: str = "condition"
+    predicate: Callable[[], Awaitable[bool]],
+    limit: float = 60,
+    what: str = "condition",
+    *,
+    interval: float = 0.1,
 ) -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if await predicate():
             return
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {limit}s waiting for {what}")
 
 

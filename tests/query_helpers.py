@@ -15,13 +15,8 @@ import httpx
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.extraction.prepared import (
-    EntityFact,
-    PreparedChunk,
-    PreparedDocument,
-    RelationFact,
-)
-from tidegraph.indexer.write.writer import WriteResult, write_document
+from tidegraph.indexer.extraction.prepared import EntityFact, RelationFact
+from tidegraph.indexer.write.writer import WriteResult
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
@@ -44,33 +39,16 @@ async def write_doc(
 ) -> WriteResult:
     """Write one document version whose chunks have the given texts."""
     vectors = await graph.embedder.embed([text for text, _, _ in chunks])
-    prepared = PreparedDocument(
+    prepared = graph.prepared(
+        doc_key,
+        chunks,
+        vectors,
         space=space,
-        doc_key=doc_key,
-        content_hash=content_hash,
-        source_version=None,
         order_key=order_key,
+        content_hash=content_hash,
         title=doc_key,
-        source="test",
-        metadata={},
-        chunks=tuple(
-            PreparedChunk(i, text, vectors[i], tuple(es), tuple(rs))
-            for i, (text, es, rs) in enumerate(chunks)
-        ),
-        vectors={},
     )
-    result = await write_document(
-        graph.conn,
-        graph.info,
-        graph._pos(),
-        graph.embedder,
-        prepared,
-        space=space,
-        doc_key=doc_key,
-        source_version=None,
-    )
-    graph.offset += 1
-    return result
+    return await graph.write(space, doc_key, prepared)
 
 
 def embedders(embedder: QueryEmbedder | None = None) -> Any:

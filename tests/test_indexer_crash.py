@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 import subprocess
 from collections import Counter
@@ -71,6 +70,20 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(10)
 
 
+async def _when_position_reaches(
+    pg_dsn: str, group: str, topic: str, threshold: int, proc: subprocess.Popen[bytes]
+) -> None:
+    """Wait until the stored positions cross ``threshold`` records (the process must still
+    be running): a kill that follows lands mid-stream, not before the first record or after
+    the last."""
+
+    async def crossed() -> bool:
+        assert proc.poll() is None, "the indexer exited before the kill"
+        return await stored_position(pg_dsn, group, topic) >= threshold
+
+    await wait_for(crossed, 120, f"the stored position to reach {threshold}", interval=0.02)
+
+
 async def test_sigkill_at_random_points_applies_each_record_once(
     kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -79,11 +92,12 @@ async def test_sigkill_at_random_points_applies_each_record_once(
     realms = [unique_name("r") for _ in range(2)]
     records = _stream(realms, docs=25, versions=10)  # 500 records
     await publish(topics, records)
-    rng = random.Random(7)
-    for _ in range(4):
+    for threshold in (40, 160, 280, 400):
         proc = spawn_indexer(topics, pg_dsn, group)
-        await asyncio.sleep(rng.uniform(2.0, 5.0))
+        await _when_position_reaches(pg_dsn, group, topics.documents, threshold, proc)
         _kill(proc)
+        at_kill = await stored_position(pg_dsn, group, topics.documents)
+        assert threshold <= at_kill < len(records)
     proc = spawn_indexer(topics, pg_dsn, group)
     try:
 
@@ -113,8 +127,10 @@ async def test_second_member_joins_then_first_is_killed(
         await asyncio.sleep(2)
         second = spawn_indexer(topics, pg_dsn, group)
         await publish(topics, records[half:])
-        await asyncio.sleep(3)
+        await _when_position_reaches(pg_dsn, group, topics.documents, half, first)
         _kill(first)
+        at_kill = await stored_position(pg_dsn, group, topics.documents)
+        assert 0 < at_kill < len(records)
 
         async def done() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
@@ -138,10 +154,11 @@ async def test_sigterm_finishes_in_flight_and_leaves_the_group(
     records = _stream([realm], docs=10, versions=5)
     await publish(topics, records)
     proc = spawn_indexer(topics, pg_dsn, group)
-    await asyncio.sleep(4)
+    await _when_position_reaches(pg_dsn, group, topics.documents, 5, proc)
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0
     applied = await stored_position(pg_dsn, group, topics.documents)
+    assert 0 < applied < len(records)
     changes = await outbox(pg_dsn, realm)
     # Every applied record's transaction is complete: one sequence per applied record.
     assert len({s for s, _, _ in changes}) == applied

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tidegraph.indexer.extraction.chunking import chunk_document
@@ -24,6 +25,8 @@ from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.errors import LLMUnavailable
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store import holds, positions
+from tidegraph.store.realms import create_realm, ensure_control
 
 from indexer_helpers import Topics, make_topics, outbox, publish, stored_position, upsert, wait_for
 from llm_server import Fault, ScriptedLLMServer
@@ -213,6 +216,11 @@ async def _applied(pg_dsn: str, group: str, topics: Topics, n: int, limit: float
         return await stored_position(pg_dsn, group, topics.documents) >= n
 
     await wait_for(done, limit, f"{n} records applied")
+
+
+def _held(realm: str) -> float:
+    """Times the indexer held ``realm`` at a record it cannot apply (this process)."""
+    return sample("tidegraph_indexer_held_failures_total", realm=realm, error_class="ConfigError")
 
 
 def _paused(error_class: str) -> float:
@@ -600,6 +608,9 @@ async def test_model_pinned_realm_without_endpoint_pauses_and_writes_nothing(
     corpus: Corpus,
     extractor: str,
 ) -> None:
+    """A realm blocked by its configuration is held at its first record (fail closed,
+    retried, explained in ``tidegraph.indexer_holds``) while another realm sharing its
+    partition goes on, its position kept per realm."""
     config = RealmConfig.model_validate(
         {
             **corpus.realm_config.model_dump(),
@@ -608,8 +619,11 @@ async def test_model_pinned_realm_without_endpoint_pauses_and_writes_nothing(
         }
     )
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
-    realm, group = unique_name("r"), unique_name("g")
-    before = _paused("ConfigError")
+    realm, other, group = unique_name("r"), unique_name("o"), unique_name("g")
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, other, RealmConfig(embedder="hashing:16"))
+    before = _held(realm)
     async with running_model_indexer(
         topics,
         pg_dsn,
@@ -623,20 +637,29 @@ async def test_model_pinned_realm_without_endpoint_pauses_and_writes_nothing(
             topics,
             [
                 upsert(realm, "a.md", "Ada Lovelace worked with Charles Babbage."),
+                upsert(other, "x.md", "Grace Hopper worked with Howard Aiken."),
                 upsert(realm, "b.md", "Mary Somerville mentored Ada Lovelace."),
+                upsert(other, "y.md", "Alan Turing worked with Max Newman."),
             ],
         )
 
         async def retried() -> bool:
-            return _paused("ConfigError") >= before + 3
+            return _held(realm) >= before + 3
 
-        await wait_for(retried, 30, "the paused partition to retry")
+        await wait_for(retried, 30, "the held realm to be tried again")
         assert run.failures()[0].doc_key == "a.md"
         assert all(isinstance(a.error, ConfigError) for a in run.failures())
         assert "TIDEGRAPH_LLM_BASE_URL" in str(run.failures()[0].error)
-        assert len(run.failures()) >= 3
-        assert await stored_position(pg_dsn, group, topics.documents) == 0
-        assert run.indexer.applied == 0
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            stored = await positions.read(conn, group, topics.documents, 0)
+            waiting = await holds.listed(conn, group)
+        assert stored is not None and stored.next_offset == 0
+        assert stored.of(other) == 4 and stored.of(realm) == 0
+        assert [(h.realm, h.kind, h.offset, h.doc_key, h.error_class) for h in waiting] == [
+            (realm, "held", 0, "a.md", "ConfigError")
+        ]
+        assert run.indexer.applied == 2
+    assert (await realm_counts(pg_dsn, other))["documents"] == 2
     # The realm was created pinned to the model embedder, and nothing else was written:
     # no hashing vectors, no chunks, no failed documents, no changes, no dead letters.
     assert await realm_embedder(pg_dsn, realm) == "llm:scripted-embed:16"

@@ -64,7 +64,7 @@ async def test_paging_while_writing_is_gap_free_and_duplicate_free(
 
     async def write() -> None:
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as wconn:
-            g = GraphHarness(wconn, graph.info, graph.topic, graph.epoch)
+            g = GraphHarness(wconn, graph.info, graph.claim)
             for i in range(records):
                 await g.upsert(
                     f"doc{i % 300}",

@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.indexer.models.client import LLMClient
-from tidegraph.indexer.replay.applier import Batch, ShadowApplier, ShadowPosition
+from tidegraph.indexer.replay.applier import ShadowApplier
 from tidegraph.indexer.replay.diff import diff_schemas, feed_changes
 from tidegraph.indexer.replay.errors import ReplayBusy, ShadowExists
 from tidegraph.indexer.replay.rebuild import ReplayOptions, ReplayResult, replay_realm
@@ -660,19 +660,19 @@ async def test_a_second_claim_fences_the_replays_batch_and_its_position_stays(
     async with await AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await ensure_control(conn)
         info = await create_realm(conn, realm, RealmConfig(embedder="hashing:32"))
-        start, epoch = await positions.claim(conn, group, topic, 0, 0)
+        claim, start = await positions.claim(conn, group, topic, 0, 0)
         registry = ModelRegistry()
         applier = ShadowApplier(
             conn,
             info,
-            ShadowPosition(group, topic, 0, epoch),
-            start,
+            claim,
+            start.next_offset,
             Pipeline(registry.extractor_for, registry.embedder_for).prepare,
             registry.embedder_for,
         )
-        await applier.write(Batch(first=0, end=5, read=5, items=[]))
+        await applier.write(await applier.plan(0, 5, []))
         assert await stored_position(pg_dsn, group, topic) == 5
         await positions.claim(conn, group, topic, 0, 0)  # another replay into the schema
         with pytest.raises(Fenced):
-            await applier.write(Batch(first=5, end=9, read=4, items=[]))
+            await applier.write(await applier.plan(5, 9, []))
         assert await stored_position(pg_dsn, group, topic) == 5

@@ -116,7 +116,7 @@ def test_relation_state_differences_become_the_writers_change_kinds(
             assert payload["superseded_by"] == "9"
 
 
-def test_attribute_only_differences_are_not_feed_changes() -> None:
+def test_relation_attributes_are_not_feed_changes_entity_attributes_are() -> None:
     weight = Difference(
         "relation",
         KEY,
@@ -131,9 +131,10 @@ def test_attribute_only_differences_are_not_feed_changes() -> None:
         {"dormant": False, "description": "x"},
         {"dormant": False, "description": "y"},
         {"id": "1", "name": "A", "type": "Person"},
-        {"id": "2", "name": "A", "type": "Person"},
+        {"id": "2", "name": "A", "type": "Person", "description": "y", "aliases": []},
     )
-    assert feed_changes([weight, entity]) == []
+    full = {"id": "2", "name": "A", "type": "Person", "description": "y", "aliases": []}
+    assert feed_changes([weight, entity]) == [("entity_updated", "default", {"entity": full})]
 
 
 def test_entity_and_document_differences() -> None:

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.changes import (
     CHANGE_SCHEMA,
     REQUIRED_BY_KIND,
@@ -20,10 +19,11 @@ from tidegraph.schemas.changes import (
     RelationRef,
     change_id,
 )
+from tidegraph.schemas.errors import RecordValidationError
 
 CONTRACT_KINDS = {
     "document_indexed", "document_replaced", "document_deleted", "document_failed",
-    "entity_added", "entity_dormant", "entity_revived", "relation_added",
+    "entity_added", "entity_dormant", "entity_revived", "entity_updated", "relation_added",
     "relation_superseded", "relation_retracted", "relation_restored", "communities_built",
     "communities_stale",
 }  # fmt: skip

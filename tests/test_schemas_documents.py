@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import (
     DOCUMENT_SCHEMA,
     DocumentVersion,
     compare_source_versions,
 )
-from tidegraph.schemas.errors import ContractError
+from tidegraph.schemas.errors import ContractError, RecordValidationError
 from tidegraph.schemas.hashing import content_hash
 
 HELLO_HASH = "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"

@@ -15,9 +15,9 @@ from test_schemas_documents import (  # type: ignore[import-not-found]
     upsert,
 )
 
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.jsonschema_export import JSON_DIR, generated_files, load, stale_files
 
 DOCUMENT = Draft202012Validator(

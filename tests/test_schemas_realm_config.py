@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tidegraph.schemas._validation import RecordValidationError
+from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.realm_config import (
     DEFAULT_REALM_CONFIG,
     PRESET_NAMES,

@@ -199,16 +199,16 @@ async def test_first_write_after_a_community_build_says_communities_are_stale(
     assert kinds.count("communities_stale") == 1
 
 
-async def test_stamps_a_replay_batch_draws_are_the_writers_own(
+async def test_the_batch_sequencer_draws_what_the_live_one_draws(
     conn: psycopg.AsyncConnection[Any], unique_name: Callable[[str], str]
 ) -> None:
-    """A replay batch reads the meta row once, draws each write's sequence, belief instant
-    and staleness notice itself and stores the row once: the realm must end exactly as
-    when each write draws its own, with the log's clock stepping back and a community
-    build between two batches."""
+    """The sequencer contract: a batch reads the meta row once, draws each write's
+    sequence, belief instant and staleness notice in memory and stores the row once; the
+    realm must end exactly as when the database draws for each write, with the log's clock
+    stepping back and a community build between two batches."""
     from psycopg import sql
 
-    from tidegraph.indexer.replay.applier import BatchMeta
+    from tidegraph.indexer.write.sequencer import BatchSequencer
 
     own = await GraphHarness.create(conn, unique_name("own"), GROUPS)
     batched = await GraphHarness.create(conn, unique_name("batched"), GROUPS)
@@ -251,12 +251,13 @@ async def test_stamps_a_replay_batch_draws_are_the_writers_own(
         if batch.start == 4:
             await build_communities(batched)
         async with conn.transaction():
-            meta = await BatchMeta.read(conn, batched.info)
+            sequencer = await BatchSequencer.open(conn, batched.info)
+            opened = sequencer.meta
             for n in batch:
-                stamp = meta.next(times[n])
-                await batched.upsert(f"d{n % 5}", [([ent(names[n])], [])], at=times[n], stamp=stamp)
-                meta.drawn()
-            await meta.store(conn, batched.info)
+                await batched.upsert(
+                    f"d{n % 5}", [([ent(names[n])], [])], at=times[n], sequencer=sequencer
+                )
+            await sequencer.close(conn, opened)
     mine = await outcome(own)
     assert mine == await outcome(batched)
     kinds = [k for _, _, k, _ in mine[0]]
@@ -275,3 +276,48 @@ async def test_a_swapped_out_schema_refuses_writes(graph: GraphHarness) -> None:
     with pytest.raises(RealmSwapped):
         await graph.upsert("a", [([ent("Ada Lovelace")], [])])
     assert await graph.entities() == {}
+
+
+async def test_every_outbox_payload_key_reaches_the_change_feed(graph: GraphHarness) -> None:
+    """What the outbox stores, ``GraphChange`` carries: merges (``merged_into``), entity
+    updates (a type refined, a longer description, a new alias), supersession, deletion."""
+    from psycopg import sql
+
+    from tidegraph.query_service.reads import change_from_row
+
+    await graph.upsert("a", [([ent("Babbage", "Concept")], [rel("Babbage", "ally_of", "Airy")])])
+    await graph.upsert("b", [([ent("Charles Babbage", "Person", "mathematician")], [])])
+    await graph.upsert(
+        "c",
+        [
+            (
+                [ent("Charles Babbage", "Person", "mathematician", aliases=("Babbage",))],
+                [rel("Charles Babbage", "enemy_of", "Airy")],
+            )
+        ],
+        order_key="2",
+    )
+    await graph.upsert(
+        "d", [([ent("Airy", "Person", "astronomer royal of England")], [])], order_key="3"
+    )
+    await graph.delete("a")
+    cur = await graph.conn.execute(
+        sql.SQL("SELECT seq, idx, kind, space, belief_time, payload FROM {}.outbox").format(
+            sql.Identifier(graph.info.schema)
+        )
+    )
+    rows = await cur.fetchall()
+    kinds = {r[2] for r in rows}
+    assert {"entity_updated", "entity_dormant", "relation_superseded"} <= kinds
+    assert any("merged_into" in r[5] for r in rows)
+    for row in rows:
+        change = change_from_row(graph.info.realm, row).model_dump(by_alias=True)
+        for key, value in row[5].items():
+            assert key in change, f"{row[2]}: {key} is stored but not on the feed"
+            if isinstance(value, dict):
+                assert {k: change[key][k] for k in value} == value
+            else:
+                assert change[key] == value
+    updated = [change_from_row(graph.info.realm, r) for r in rows if r[2] == "entity_updated"]
+    babbage = [c.entity for c in updated if c.entity and c.entity.name == "Charles Babbage"]
+    assert babbage and babbage[-1].type == "Person" and "Babbage" in (babbage[-1].aliases or [])

@@ -23,8 +23,8 @@ from tidegraph.connectors.errors import DeliveryError, UndecodableSourceError
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.progress import Progress
 from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, title_of, walk
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
+from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import DEFAULT_SPACE
 

@@ -28,10 +28,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
-from tidegraph.schemas.errors import InvalidNameError
+from tidegraph.schemas.errors import InvalidNameError, RecordValidationError
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm
 

@@ -19,8 +19,8 @@ from psycopg import sql
 
 from tidegraph.connectors import pgoutput
 from tidegraph.connectors.errors import SourceSetupError
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.names import DEFAULT_SPACE
 
 SOURCE = "postgres"

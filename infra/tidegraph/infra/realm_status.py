@@ -13,6 +13,8 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from psycopg import sql
 
+from tidegraph.store import holds, positions
+from tidegraph.store.holds import Hold
 from tidegraph.store.realms import list_realms
 
 
@@ -38,11 +40,16 @@ class DataStatus:
     lag: dict[int, int] = field(default_factory=dict)
     """Partition → records between the high watermark and the applied position."""
     problems: list[str] = field(default_factory=list)
+    waiting: list[Hold] = field(default_factory=list)
+    """Records the indexer group stopped at, and why."""
+    behind: dict[tuple[int, str], list[str]] = field(default_factory=dict)
+    """(partition, held realm) → the partition's other realms whose records lie past the
+    held record (they go on; their position is kept per realm)."""
 
 
 async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataStatus:
     out = DataStatus()
-    positions: dict[int, int] = {}
+    positions_at: dict[int, int] = {}
     try:
         async with await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=3
@@ -65,22 +72,25 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
                     out.realms.append(
                         RealmRow(realm, counts, int(meta[0]), meta[1], str(meta[2]), str(meta[3]))
                     )
-            cur = await conn.execute(
-                "SELECT partition, next_offset FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s",
-                (group, topic),
-            )
-            positions = {int(p): int(o) for p, o in await cur.fetchall()}
+            group_positions = await positions.read_group(conn, group, topic)
+            positions_at = {p: pos.next_offset for p, pos in group_positions.items()}
+            out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
+            for h in out.waiting:
+                if h.kind == "held" and h.partition in group_positions:
+                    ahead = group_positions[h.partition].ahead
+                    out.behind[(h.partition, h.realm)] = sorted(r for r in ahead if r != h.realm)
     except psycopg.Error as exc:
         out.problems.append(f"PostgreSQL: {exc}")
         return out
-    if not positions:
+    if not positions_at:
         return out
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=5000)
     try:
         await consumer.start()
-        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in positions])
-        out.lag = {tp.partition: max(0, end - positions[tp.partition]) for tp, end in ends.items()}
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in positions_at])
+        out.lag = {
+            tp.partition: max(0, end - positions_at[tp.partition]) for tp, end in ends.items()
+        }
     except Exception as exc:  # noqa: BLE001 - status reports, never fails
         out.problems.append(f"Kafka: {exc!r}")
     finally:
@@ -102,5 +112,15 @@ def render(status: DataStatus) -> str:
         total = sum(status.lag.values())
         parts = ", ".join(f"p{p}={n}" for p, n in sorted(status.lag.items()) if n)
         lines.append(f"indexer lag: {total} records" + (f" ({parts})" if parts else ""))
+    for h in status.waiting:
+        what = "held (fix the cause; retried periodically)" if h.kind == "held" else "paused"
+        doc = f" doc_key {h.doc_key!r}" if h.doc_key is not None else ""
+        lines.append(
+            f"indexer {what}: realm {h.realm} at partition {h.partition} offset {h.offset}"
+            f"{doc} since {h.since.isoformat(timespec='seconds')}: {h.error_class}: {h.error}"
+        )
+        others = status.behind.get((h.partition, h.realm))
+        if others:
+            lines.append(f"  other realms of partition {h.partition} go on: {', '.join(others)}")
     lines.extend(f"unavailable: {p}" for p in status.problems)
     return "\n".join(lines)

@@ -6,31 +6,14 @@ and the list of ``(field, rule)`` pairs, not pydantic's nested structure.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
-from tidegraph.schemas.errors import ContractError
+from tidegraph.schemas.errors import Problem, RecordValidationError
 
-
-class Problem(NamedTuple):
-    """One broken rule of a record."""
-
-    field: str
-    """Dotted path of the offending field (``$`` for the record as a whole)."""
-    rule: str
-    """What the field must satisfy, in words."""
-
-
-class RecordValidationError(ContractError):
-    """A record does not satisfy its schema; ``problems`` lists every broken rule."""
-
-    def __init__(self, schema: str, problems: list[Problem]) -> None:
-        detail = "; ".join(f"{p.field}: {p.rule}" for p in problems)
-        super().__init__(f"invalid {schema} record: {detail}")
-        self.schema = schema
-        self.problems = tuple(problems)
+__all__ = ["Problem", "RecordValidationError", "problems_from"]
 
 
 def problems_from(exc: ValidationError) -> list[Problem]:

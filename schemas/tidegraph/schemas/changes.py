@@ -44,6 +44,7 @@ class ChangeKind(StrEnum):
     ENTITY_ADDED = "entity_added"
     ENTITY_DORMANT = "entity_dormant"
     ENTITY_REVIVED = "entity_revived"
+    ENTITY_UPDATED = "entity_updated"
     RELATION_ADDED = "relation_added"
     RELATION_SUPERSEDED = "relation_superseded"
     RELATION_RETRACTED = "relation_retracted"
@@ -68,6 +69,12 @@ def change_id(realm: str, seq: int, index: int) -> str:
     return f"{realm}:{seq}:{index}"
 
 
+def _absent(value: object) -> bool:
+    """Fields added to ``tidegraph.change.v1`` after its first release are left out when
+    they do not apply, so earlier payloads read exactly as before."""
+    return value is None
+
+
 class EntityRef(BaseModel):
     """The entity a change is about."""
 
@@ -76,6 +83,17 @@ class EntityRef(BaseModel):
     id: str = Field(description="Stable entity id within the realm.")
     name: str = Field(description="Canonical name.")
     type: str = Field(description="Entity type (`Concept` when unspecified).")
+    description: str | None = Field(
+        None,
+        exclude_if=_absent,
+        description="Description as the entity now holds it; present on `entity_added` and"
+        " `entity_updated` (every attribute is reported, not only the changed ones).",
+    )
+    aliases: list[str] | None = Field(
+        None,
+        exclude_if=_absent,
+        description="Aliases, sorted; present on `entity_added` and `entity_updated`.",
+    )
 
 
 class RelationRef(BaseModel):
@@ -84,6 +102,13 @@ class RelationRef(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     id: str = Field(description="Stable relation id within the realm.")
+    subject_id: str | None = Field(
+        None,
+        exclude_if=_absent,
+        description="Id of the subject entity (an `entity_dormant` with `merged_into` moves"
+        " the relations of the absorbed entity to the absorbing one).",
+    )
+    object_id: str | None = Field(None, exclude_if=_absent, description="Id of the object entity.")
     subject: str = Field(description="Canonical name of the subject entity.")
     predicate: str = Field(description="Normalised predicate.")
     object: str = Field(description="Canonical name of the object entity.")
@@ -140,6 +165,17 @@ class GraphChange(BaseModel):
     relation: RelationRef | None = None
     superseded_by: str | None = Field(None, description="Id of the superseding relation.")
     error: str | None = Field(None, description="Why a document failed (document_failed).")
+    merged_into: str | None = Field(
+        None,
+        description="On `entity_dormant`: id of the entity that absorbed this one (a merge); its"
+        " relations now belong to that entity.",
+    )
+    rebuild: dict[str, Any] | None = Field(
+        None,
+        description="On the `communities_stale` notice of a replay swap: the retired schema, the"
+        " log position (`topic`, `partition`, `offset`) the rebuilt realm reflects, and how"
+        " many differences the changes after it report.",
+    )
 
     @field_validator("space", mode="before")
     @classmethod

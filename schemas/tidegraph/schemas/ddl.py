@@ -39,9 +39,25 @@ CREATE TABLE IF NOT EXISTS tidegraph.consumer_positions (
     partition    int    NOT NULL,
     next_offset  bigint NOT NULL,
     epoch        bigint NOT NULL DEFAULT 0,
+    ahead        jsonb  NOT NULL DEFAULT '{}',
     last_belief  timestamptz,
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (group_id, topic, partition)
+);
+ALTER TABLE tidegraph.consumer_positions ADD COLUMN IF NOT EXISTS ahead jsonb NOT NULL DEFAULT '{}';
+CREATE TABLE IF NOT EXISTS tidegraph.indexer_holds (
+    group_id     text   NOT NULL,
+    topic        text   NOT NULL,
+    partition    int    NOT NULL,
+    realm        text   NOT NULL,
+    kind         text   NOT NULL CHECK (kind IN ('paused', 'held')),
+    record_offset bigint NOT NULL,
+    doc_key      text,
+    error_class  text   NOT NULL,
+    error        text   NOT NULL,
+    since        timestamptz NOT NULL DEFAULT now(),
+    retry_at     timestamptz,
+    PRIMARY KEY (group_id, topic, partition, realm)
 );
 CREATE TABLE IF NOT EXISTS tidegraph.publisher_positions (
     realm          text PRIMARY KEY,

@@ -12,6 +12,8 @@ aiokafka's ``KafkaError`` carries the retry decision on the class, not in except
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 
 class TidegraphError(Exception):
     """Base class; ``retriable`` says whether trying the same thing again may succeed."""
@@ -45,3 +47,22 @@ class TransientError(TidegraphError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class Problem(NamedTuple):
+    """One broken rule of a record."""
+
+    field: str
+    """Dotted path of the offending field (``$`` for the record as a whole)."""
+    rule: str
+    """What the field must satisfy, in words."""
+
+
+class RecordValidationError(ContractError):
+    """A record does not satisfy its schema; ``problems`` lists every broken rule."""
+
+    def __init__(self, schema: str, problems: list[Problem]) -> None:
+        detail = "; ".join(f"{p.field}: {p.rule}" for p in problems)
+        super().__init__(f"invalid {schema} record: {detail}")
+        self.schema = schema
+        self.problems = tuple(problems)

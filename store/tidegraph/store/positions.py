@@ -1,24 +1,82 @@
-"""Consumer positions in PostgreSQL: the fencing half of exactly-once (invariant 2).
+"""Consumer positions in PostgreSQL: the fencing half of exactly-once (DESIGN invariant 2).
 
-A partition's row holds the next offset to apply and an ownership epoch. Claiming a
-partition bumps the epoch; every apply advances the offset with a compare-and-set on
-(offset, epoch) inside the record's own transaction. A zombie that lost the partition
-holds an old epoch, so its next CAS matches no row and its transaction rolls back.
+A partition's row holds a :class:`Position` and an ownership epoch. Claiming a partition
+bumps the epoch; every write moves the position with a compare-and-set on (position,
+epoch) inside the write's own transaction. A zombie that lost the partition holds an old
+epoch, so its next compare-and-set matches no row and its transaction rolls back.
+
+Realms share partitions, and a realm can be held up on its own (a record that cannot be
+applied until an operator fixes its cause) while the others go on. So a position is per
+realm within a partition: ``next_offset`` is where every realm stands at least, and
+``ahead`` how much further the realms that went on stand. A record is settled — applied,
+skipped or dead-lettered, never to be looked at again — when its offset lies below its
+realm's position (:meth:`Position.settled`); a consumer that restarts reads from
+``next_offset`` and passes over what is settled.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
 
 from tidegraph.store.errors import Fenced
+
+NO_REALM = ""
+"""The realm of a record whose key names none: it is settled with the partition."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A partition this process owns, and the epoch it claimed it with."""
+
+    group_id: str
+    """Consumer group (or a replay's ``tidegraph-replay:<schema>``)."""
+    topic: str
+    partition: int
+    epoch: int
+    """A later claim's epoch fences this one."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a consumer stands on one partition."""
+
+    next_offset: int
+    """Every record below it is settled, whatever its realm."""
+    ahead: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Realm → offset it is settled up to (exclusive), for realms beyond ``next_offset``."""
+
+    def of(self, realm: str) -> int:
+        """The offset ``realm`` stands at: its records below it are settled."""
+        return max(self.next_offset, self.ahead.get(realm, 0))
+
+    def settled(self, realm: str, offset: int) -> bool:
+        return offset < self.of(realm)
+
+    def settle(self, realm: str, offset: int, held: Mapping[str, int]) -> Position:
+        """The position after settling the record of ``realm`` at ``offset``, read in log
+        order while the realms in ``held`` wait at the offsets given (their records from
+        there on are not settled): nothing moves below the lowest of them, and the realms
+        that went on beyond it are remembered in ``ahead``."""
+        after = offset + 1
+        floor = min([after, *held.values()])
+        ahead = {r: o for r, o in {**self.ahead, realm: max(self.of(realm), after)}.items()}
+        next_offset = max(self.next_offset, floor)
+        return Position(
+            next_offset,
+            MappingProxyType({r: o for r, o in sorted(ahead.items()) if o > next_offset}),
+        )
 
 
 async def claim(
     conn: AsyncConnection[Any], group_id: str, topic: str, partition: int, start_offset: int
-) -> tuple[int, int]:
-    """Take ownership of a partition; return (next offset to apply, our epoch)."""
+) -> tuple[Claim, Position]:
+    """Take ownership of a partition; return our claim and where the partition stands."""
     async with conn.transaction():
         await conn.execute(
             "INSERT INTO tidegraph.consumer_positions (group_id, topic, partition, next_offset)"
@@ -28,36 +86,85 @@ async def claim(
         cur = await conn.execute(
             "UPDATE tidegraph.consumer_positions SET epoch = epoch + 1, updated_at = now()"
             " WHERE group_id = %s AND topic = %s AND partition = %s"
-            " RETURNING next_offset, epoch",
+            " RETURNING next_offset, ahead, epoch",
             (group_id, topic, partition),
         )
         row = await cur.fetchone()
     assert row is not None
-    return int(row[0]), int(row[1])
+    return Claim(group_id, topic, partition, int(row[2])), _position(row[0], row[1])
 
 
-async def advance(
-    conn: AsyncConnection[Any],
-    group_id: str,
-    topic: str,
-    partition: int,
-    offset: int,
-    epoch: int,
-    *,
-    through: int | None = None,
-) -> None:
-    """Move the position past ``offset`` (or past ``through``, for a run of records that
-    write nothing), inside the caller's transaction, or raise Fenced.
+async def advance(conn: AsyncConnection[Any], claim: Claim, at: int, now: Position) -> None:
+    """Move the position to ``now`` over records from offset ``at`` on, inside the
+    caller's transaction, or raise :class:`Fenced`.
 
-    ``offset`` may lie beyond the stored position when the log has no records in between
-    (retention removed them, or transaction markers hold those offsets); never before it.
+    ``at`` may lie beyond the stored position when the log has no records in between
+    (retention removed them, or transaction markers hold those offsets); never before it:
+    a record below the stored position was settled already, and a later claim's epoch
+    fences ours.
     """
-    last = offset if through is None else through
     cur = await conn.execute(
-        "UPDATE tidegraph.consumer_positions SET next_offset = %s, updated_at = now()"
-        " WHERE group_id = %s AND topic = %s AND partition = %s"
-        " AND next_offset <= %s AND epoch = %s RETURNING next_offset",
-        (last + 1, group_id, topic, partition, offset, epoch),
+        "UPDATE tidegraph.consumer_positions SET next_offset = %s, ahead = %s,"
+        " updated_at = now() WHERE group_id = %s AND topic = %s AND partition = %s"
+        " AND epoch = %s AND next_offset <= %s RETURNING 1",
+        (
+            now.next_offset,
+            Jsonb(dict(now.ahead)),
+            claim.group_id,
+            claim.topic,
+            claim.partition,
+            claim.epoch,
+            at,
+        ),
     )
     if await cur.fetchone() is None:  # fetching (not rowcount) also works in pipeline mode
-        raise Fenced(topic, partition, offset)
+        raise Fenced(claim.topic, claim.partition, at)
+
+
+async def read(
+    conn: AsyncConnection[Any], group_id: str, topic: str, partition: int
+) -> Position | None:
+    """Where a group stands on a partition, ``None`` before it first claimed it."""
+    cur = await conn.execute(
+        "SELECT next_offset, ahead FROM tidegraph.consumer_positions"
+        " WHERE group_id = %s AND topic = %s AND partition = %s",
+        (group_id, topic, partition),
+    )
+    row = await cur.fetchone()
+    return None if row is None else _position(row[0], row[1])
+
+
+async def read_group(conn: AsyncConnection[Any], group_id: str, topic: str) -> dict[int, Position]:
+    """Partition → position of every partition a group has claimed."""
+    cur = await conn.execute(
+        "SELECT partition, next_offset, ahead FROM tidegraph.consumer_positions"
+        " WHERE group_id = %s AND topic = %s",
+        (group_id, topic),
+    )
+    return {int(p): _position(o, a) for p, o, a in await cur.fetchall()}
+
+
+async def place(
+    conn: AsyncConnection[Any], group_id: str, topic: str, partition: int, position: Position
+) -> None:
+    """Start a group that has never claimed the partition at ``position`` (a swapped-in
+    rebuild: the live indexer continues the realm where it ends); a claimed one is left
+    alone."""
+    await conn.execute(
+        "INSERT INTO tidegraph.consumer_positions (group_id, topic, partition, next_offset,"
+        " ahead) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (group_id, topic, partition, position.next_offset, Jsonb(dict(position.ahead))),
+    )
+
+
+async def drop(conn: AsyncConnection[Any], group_id: str) -> None:
+    """Forget every position of a group (a replay that is finished or abandoned)."""
+    await conn.execute("DELETE FROM tidegraph.consumer_positions WHERE group_id = %s", (group_id,))
+
+
+def _position(next_offset: object, ahead: object) -> Position:
+    realms = ahead if isinstance(ahead, dict) else {}
+    return Position(
+        int(str(next_offset)),
+        MappingProxyType({str(r): int(o) for r, o in sorted(realms.items())}),
+    )

@@ -28,7 +28,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidegraph.indexer.communities.detect import (
     Cluster,
@@ -38,8 +38,10 @@ from tidegraph.indexer.communities.detect import (
     ReportFailed,
     effective_weight,
 )
-from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.errors import LLMError
+
+if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
+    from tidegraph.indexer.models.client import LLMClient
 
 __all__ = [
     "ClusterView",

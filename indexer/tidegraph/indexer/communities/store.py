@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString
 
 import psycopg
 from psycopg import AsyncConnection, sql
@@ -63,7 +63,6 @@ from tidegraph.indexer.communities.reports import (
     offline_reporter,
 )
 from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.write.context import ensure_vector_types, vec_param
 from tidegraph.schemas.errors import ConfigError, TidegraphError
@@ -71,6 +70,9 @@ from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
 from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.store.errors import RealmSwapped
 from tidegraph.store.realms import RealmInfo, check_embedder, list_realms, open_realm
+
+if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
+    from tidegraph.indexer.models.client import LLMClient
 
 __all__ = [
     "BuildResult",

@@ -1,51 +1,56 @@
 """The indexer: a Kafka consumer group applying document versions to realm graphs.
 
-Per poll and partition: decode, decide (no-op / stale / apply / delete) against the stored
-document states, prepare the records to apply concurrently (bounded), then write them one
-transaction each, strictly in log order. The partitions of a poll proceed concurrently,
-each on its own connection. Offsets live in PostgreSQL (``positions.py``);
-Kafka's committed offsets are refreshed afterwards only so standard tools can show lag.
+Per poll and partition: decode, decide each realm's records against its stored document
+states (:class:`~tidegraph.indexer.decide.planner.Planner`), prepare the records to apply
+ahead of the writer (:class:`~tidegraph.indexer.extraction.ahead.PrepareAhead`), then
+write them one transaction each, strictly in log order (:class:`RecordUnit`). The
+partitions of a poll proceed concurrently, each on its own connection. Positions live in
+PostgreSQL (``tidegraph.store.positions``), per realm within a partition; Kafka's committed
+offsets are refreshed afterwards only so standard tools can show lag.
 
-Failure handling (DESIGN invariant 8):
+Failure handling (DESIGN invariant 8; the policy is ``write.failures``):
 * undecodable, schema-invalid or hash-mismatched records → DLQ, then the position advances;
-* a record PostgreSQL refuses a value of (a NUL character in its title, a key too long for
-  its index) → DLQ with the refusal, the version recorded as ``failed``, the position
-  advances: retrying would be refused the same way and hold up the partition for good;
+* a record PostgreSQL refuses a value of → DLQ with the refusal, the version recorded as
+  ``failed``, the position advances (``write.units``);
 * retriable failures (database, model endpoint) → the partition pauses, seeks back to the
-  failed record and retries after a bounded, growing backoff; nothing advances;
+  failed record and retries after a bounded, growing backoff honouring ``Retry-After``;
+* anything else → the record's realm is held at the record (fail closed, never skipped):
+  its later records wait while the partition's other realms go on; it is tried again
+  after the longest backoff, and ``tidegraph status`` says why it waits;
 * losing the partition (rebalance, fencing) → stop at once; the new owner continues.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.consumer import metrics
-from tidegraph.indexer.decide.fold import Action, DocState, decide, next_state
-from tidegraph.indexer.decide.states import load_states
+from tidegraph.indexer.decide.planner import Decision, Logged, Planner
+from tidegraph.indexer.extraction.ahead import PrepareAhead
 from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.extraction.prepared import PreparedDocument, RecordPosition
-from tidegraph.indexer.write.writer import advance_only, write_record
-from tidegraph.schemas._validation import RecordValidationError
+from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
+from tidegraph.indexer.write.units import RecordUnit
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas.errors import RecordValidationError, TidegraphError
 from tidegraph.schemas.names import realm_schema
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store import positions
-from tidegraph.store.errors import Fenced, RealmSwapped, classify_db_error, refusal
-from tidegraph.store.realms import RealmInfo, create_realm, ensure_control, open_realm
+from tidegraph.store import holds, positions
+from tidegraph.store.errors import classify_db_error, refusal
+from tidegraph.store.positions import NO_REALM, Claim, Position
+from tidegraph.store.realms import RealmInfo, create_realm, ensure_control, open_realm, realm_exists
 
 log = logging.getLogger("tidegraph.indexer")
 
@@ -76,29 +81,45 @@ class IndexerConfig:
     backoff_initial: float = 0.5
     """First pause after a transient failure, seconds."""
     backoff_max: float = 30.0
-    """Longest pause between retries, seconds."""
+    """Longest pause between retries, seconds; a held realm is tried again this often."""
     pool_size: int = 4
     """PostgreSQL connections."""
 
 
 @dataclass
 class _Owned:
-    epoch: int
-    next_offset: int | None = None
+    """A partition this process owns."""
+
+    claim: Claim
+    position: Position
+    """As committed."""
+    fetch_from: int
+    """Offset the consumer was last sought to: records fetched before are dropped."""
     failures: int = 0
     resume_at: float | None = None
+    """A transient failure paused the partition until then."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Realm → offset of the record it is held at."""
+    retry_held_at: float | None = None
+    waiting: set[str] = field(default_factory=set)
+    """Realms with a row in ``tidegraph.indexer_holds``."""
 
 
 @dataclass(frozen=True)
 class _Item:
+    """A fetched record: decoded and decided, or why it goes to the DLQ."""
+
     msg: ConsumerRecord[bytes, bytes]
-    action: Action | None
-    """``None`` means dead-letter."""
-    record: DocumentVersion | None = None
+    realm: str
+    decision: Decision | None = None
+    info: RealmInfo | None = None
     error: str | None = None
     error_class: str | None = None
-    info: RealmInfo | None = None
-    """The realm as planned: the cache may be cleared while other partitions work."""
+
+    @property
+    def quiet(self) -> bool:
+        """Writes nothing but the position (and maybe the highest version seen)."""
+        return self.decision is None or not self.decision.writes
 
 
 class Indexer:
@@ -114,6 +135,7 @@ class Indexer:
         self.config = config
         self._prepare = prepare
         self._embedder_for = embedder_for
+        self._backoff = Backoff(config.backoff_initial, config.backoff_max)
         self._owned: dict[TopicPartition, _Owned] = {}
         self._lock = asyncio.Lock()
         """Held while claiming partitions and while stopping."""
@@ -121,7 +143,7 @@ class Indexer:
         """Held while a partition's record is in flight; revocation waits for it."""
         self._realms: dict[str, RealmInfo] = {}
         self._stop = asyncio.Event()
-        self._sem = asyncio.Semaphore(config.prepare_concurrency)
+        self._running = asyncio.Semaphore(config.prepare_concurrency)
         self.pool = pool or AsyncConnectionPool(
             config.pg_dsn,
             min_size=1,
@@ -218,11 +240,11 @@ class Indexer:
         starts = await self.consumer.beginning_offsets(list(assigned))
         async with self._lock, self.pool.connection() as conn:
             for tp in assigned:
-                next_offset, epoch = await positions.claim(
+                claim, position = await positions.claim(
                     conn, self.config.group_id, tp.topic, tp.partition, starts[tp]
                 )
-                self._owned[tp] = _Owned(epoch, next_offset)
-                self.consumer.seek(tp, next_offset)
+                self._owned[tp] = _Owned(claim, position, position.next_offset)
+                self.consumer.seek(tp, position.next_offset)
                 # The consumer fetches as soon as it is assigned a partition, before this
                 # claim; a batch taken meanwhile was dropped and left the partition paused.
                 self.consumer.resume(tp)
@@ -230,41 +252,43 @@ class Indexer:
                     "claimed %s/%d at offset %d (epoch %d)",
                     tp.topic,
                     tp.partition,
-                    next_offset,
-                    epoch,
+                    position.next_offset,
+                    claim.epoch,
                 )
-        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+        self._gauge()
 
     async def on_revoked(self, revoked: Sequence[TopicPartition]) -> None:
         for tp in revoked:
             async with self._partition_lock(tp):  # waits for the record in flight
                 self._owned.pop(tp, None)
-        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+        self._gauge()
 
     # -- processing --------------------------------------------------------------------
 
-    def _decode(self, msg: ConsumerRecord[bytes, bytes]) -> _Item:
+    def _decode(self, msg: ConsumerRecord[bytes, bytes]) -> _Item | tuple[str, Logged]:
+        realm = _realm_label(msg)
         if msg.value is None:
-            return _Item(msg, None, error="record has no value", error_class="invalid")
+            return _Item(msg, realm, error="record has no value", error_class="invalid")
         try:
             record = DocumentVersion.from_json(msg.value)
         except RecordValidationError as exc:
-            return _Item(msg, None, error=str(exc), error_class="invalid")
+            return _Item(msg, realm, error=str(exc), error_class="invalid")
         if msg.key is not None and msg.key != record.realm.encode():
             return _Item(
                 msg,
-                None,
+                realm,
                 error=f"record key {msg.key!r} is not its realm {record.realm!r}",
                 error_class="invalid",
             )
         if not record.hash_matches():
             return _Item(
                 msg,
-                None,
+                record.realm,
                 error=f"content_hash {record.content_hash} does not match the content",
                 error_class="hash_mismatch",
             )
-        return _Item(msg, Action.NOOP, record)
+        when = datetime.fromtimestamp(msg.timestamp / 1000, tz=UTC)
+        return record.realm, Logged(msg.offset, when, record)
 
     async def _process_partition(
         self, tp: TopicPartition, msgs: list[ConsumerRecord[bytes, bytes]]
@@ -273,183 +297,165 @@ class Indexer:
         if owned is None or owned.resume_at is not None or not msgs:
             return
         assert self.pool is not None and self.consumer is not None
-        if owned.next_offset is not None and msgs[0].offset < owned.next_offset:
+        if msgs[0].offset < owned.fetch_from:
             # Records fetched before a seek: fetch again from where we stand.
-            self.consumer.seek(tp, owned.next_offset)
+            self.consumer.seek(tp, owned.fetch_from)
             return
+        owned.fetch_from = msgs[-1].offset + 1
+        pending = [
+            m
+            for m in msgs
+            if not owned.position.settled(_realm_label(m), m.offset)
+            and _realm_label(m) not in owned.held
+        ]
         try:
-            items = await self._plan([self._decode(m) for m in msgs])
-        except BaseException as exc:  # noqa: BLE001 - classified below
-            await self._pause(tp, msgs[0].offset, exc)
+            items = await self._plan(pending)
+        except Exception as exc:  # noqa: BLE001 - judged by the failure policy
+            await self._failed(tp, owned, pending[0] if pending else msgs[0], exc, single=False)
             return
-        ahead = _PrepareAhead(self._prepare_one, items, self.config.prepare_concurrency)
+        ahead = PrepareAhead(
+            self._prepare_one,
+            [it.decision for it in items if it.decision is not None],
+            window=self.config.prepare_concurrency,
+            running=self._running,
+        )
         try:
-            for group in _position_runs(items):
+            for run in _runs(items):
                 if self._stop.is_set():
                     return
                 async with self._partition_lock(tp):
                     if self._owned.get(tp) is not owned:
                         return  # revoked while we worked
+                    run = [it for it in run if it.realm not in owned.held]
+                    if not run:
+                        continue
                     try:
-                        if len(group) > 1 or group[0].action in (Action.NOOP, Action.STALE):
-                            await self._skip(tp, owned, group)
-                        else:
-                            await self._apply(tp, owned, group[0], await ahead.take(group[0]))
-                    except Fenced as exc:
-                        log.warning("%s", exc)
-                        self._owned.pop(tp, None)
-                        return
-                    except BaseException as exc:  # noqa: BLE001 - classified in _pause
-                        await self._pause(tp, group[0].msg.offset, exc)
-                        return
-                owned.failures = 0
-                owned.next_offset = group[-1].msg.offset + 1
+                        await self._write_run(tp, owned, run, ahead)
+                    except Exception as exc:  # noqa: BLE001 - judged by the failure policy
+                        first = run[0]
+                        if len(run) == 1 and first.decision is not None:
+                            rec = first.decision.record
+                            exc = (
+                                RecordFailed(
+                                    rec.realm,
+                                    tp.topic,
+                                    tp.partition,
+                                    first.msg.offset,
+                                    rec.doc_key,
+                                    exc,
+                                )
+                                if not isinstance(exc, RecordFailed)
+                                else exc
+                            )
+                        if await self._failed(tp, owned, first.msg, exc, single=len(run) == 1):
+                            return
         finally:
-            ahead.cancel()
+            await ahead.cancel()
 
     def _partition_lock(self, tp: TopicPartition) -> asyncio.Lock:
         return self._partition_locks.setdefault(tp, asyncio.Lock())
 
-    async def _plan(self, decoded: list[_Item]) -> list[_Item]:
-        """Decide every decodable record against stored state, in log order."""
+    async def _plan(self, msgs: Sequence[ConsumerRecord[bytes, bytes]]) -> list[_Item]:
+        """Decode every record and decide each realm's against its stored states."""
         assert self.pool is not None
-        keys: dict[str, set[tuple[str, str]]] = {}
-        for it in decoded:
-            if it.record is not None:
-                keys.setdefault(it.record.realm, set()).add((it.record.space, it.record.doc_key))
-        states: dict[tuple[str, str, str], DocState] = {}
-        infos: dict[str, RealmInfo] = {}
+        decoded = [self._decode(m) for m in msgs]
+        by_realm: dict[str, list[Logged]] = {}
+        for d in decoded:
+            if not isinstance(d, _Item):
+                by_realm.setdefault(d[0], []).append(d[1])
+        decided: dict[int, tuple[RealmInfo, Decision]] = {}
         async with self.pool.connection() as conn:
-            for realm, docs in keys.items():
-                infos[realm] = info = await self._realm(conn, realm)
-                stored = await load_states(conn, info.schema, docs)
-                states.update({(realm, s, k): state for (s, k), state in stored.items()})
+            for realm, logged in by_realm.items():
+                info = await self._realm(conn, realm)
+                for decision in await Planner(info.schema).decide(conn, logged):
+                    decided[decision.offset] = (info, decision)
         out: list[_Item] = []
-        for it in decoded:
-            rec = it.record
-            if rec is None:
-                out.append(it)
-                continue
-            key = (rec.realm, rec.space, rec.doc_key)
-            state = states.get(key)
-            action = decide(rec.op, rec.content_hash, rec.source_version, state)
-            new_state = next_state(action, rec.content_hash, rec.source_version, state)
-            if new_state is not None:
-                states[key] = new_state
-            out.append(_Item(it.msg, action, rec, info=infos[rec.realm]))
+        for m, d in zip(msgs, decoded, strict=True):
+            if isinstance(d, _Item):
+                out.append(d)
+            else:
+                info, decision = decided[m.offset]
+                out.append(_Item(m, d[0], decision, info))
         return out
 
-    async def _prepare_one(self, item: _Item) -> PreparedDocument | BaseException:
-        """Chunk, extract and embed one record; a failure is returned, raised in order."""
-        assert item.record is not None and item.info is not None
-        async with self._sem:
-            started = time.perf_counter()
-            try:
-                doc = await self._prepare(item.record, item.info)
-            except BaseException as exc:  # noqa: BLE001 - surfaced when applied in order
-                return exc
-            metrics.PREPARE_SECONDS.observe(time.perf_counter() - started)
-            return doc
-
-    async def _skip(self, tp: TopicPartition, owned: _Owned, group: list[_Item]) -> None:
-        """Move the position over a run of no-op and stale records in one transaction."""
-        assert self.pool is not None
-        first, last = group[0].msg, group[-1].msg
-        pos = RecordPosition(
-            self.config.group_id,
-            tp.topic,
-            tp.partition,
-            first.offset,
-            owned.epoch,
-            datetime.fromtimestamp(first.timestamp / 1000, tz=UTC),
-        )
+    async def _prepare_one(self, decision: Decision) -> PreparedDocument:
         started = time.perf_counter()
-        async with self.pool.connection() as conn:
-            await advance_only(conn, pos, through=last.offset)
-        metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
-        for item in group:
-            assert item.record is not None and item.action is not None
-            metrics.RECORDS.labels(item.record.realm, item.action.value).inc()
-        self.applied += len(group)
+        doc = await self._prepare(decision.record, self._realms[decision.record.realm])
+        metrics.PREPARE_SECONDS.observe(time.perf_counter() - started)
+        return doc
 
-    async def _apply(
-        self,
-        tp: TopicPartition,
-        owned: _Owned,
-        item: _Item,
-        prepared: PreparedDocument | BaseException | None,
+    async def _write_run(
+        self, tp: TopicPartition, owned: _Owned, run: list[_Item], ahead: PrepareAhead
     ) -> None:
+        """Write one record that applies or deletes a version, or move the position over a
+        run of records that write nothing, in one transaction; count what happened."""
         assert self.pool is not None
-        msg = item.msg
-        pos = RecordPosition(
-            self.config.group_id,
-            tp.topic,
-            tp.partition,
-            msg.offset,
-            owned.epoch,
-            datetime.fromtimestamp(msg.timestamp / 1000, tz=UTC),
-        )
-        rec = item.record
-        if item.action is None or rec is None:
-            await self._dead_letter(item)
-            async with self.pool.connection() as conn:
-                await advance_only(conn, pos)
-            metrics.RECORDS.labels(_realm_label(msg), "dead_lettered").inc()
-            self.applied += 1
-            return
-        started = time.perf_counter()
-        info = item.info
-        assert info is not None
-        async with self.pool.connection() as conn:
-            result = await write_record(
-                conn,
-                info,
-                pos,
-                self._embedder_for(info),
-                prepared if item.action is Action.APPLY else None,
-                space=rec.space,
-                doc_key=rec.doc_key,
-                content_hash=rec.content_hash,
-                source_version=rec.source_version,
-                on_refused=lambda exc: self._dead_letter(
-                    dataclasses.replace(
-                        item,
-                        error=f"PostgreSQL refused a value of the record: {refusal(exc)}",
-                        error_class="unstorable",
-                    )
-                ),
-            )
-        outcome = (
-            "unstorable"
-            if result is None
-            else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
-        )
-        metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
-        metrics.RECORDS.labels(rec.realm, outcome).inc()
-        self.applied += 1
+        now = owned.position
+        for it in run:
+            now = now.settle(it.realm, it.msg.offset, owned.held)
+        first = run[0]
 
-    async def _dead_letter(self, item: _Item) -> None:
+        async def refused(decision: Decision, error: psycopg.Error) -> None:
+            reason = f"PostgreSQL refused a value of the record: {refusal(error)}"
+            await self._dead_letter(first.msg, reason, "unstorable")
+
+        unit = RecordUnit(owned.claim, refused)
+        started = time.perf_counter()
+        if first.quiet:
+            for it in run:
+                if it.decision is None:
+                    await self._dead_letter(it.msg, it.error or "", it.error_class or "invalid")
+            async with self.pool.connection() as conn:
+                await unit.settle(
+                    conn,
+                    first.msg.offset,
+                    now,
+                    [(it.info, it.decision) for it in run if it.decision and it.info],
+                )
+                await self._cleared(conn, tp, owned, run)
+            for it in run:
+                outcome = it.decision.action.value if it.decision else "dead_lettered"
+                metrics.RECORDS.labels(it.realm, outcome).inc()
+        else:
+            assert first.decision is not None and first.info is not None
+            prepared = await ahead.take(first.decision)
+            async with self.pool.connection() as conn:
+                result = await unit.apply(
+                    conn,
+                    first.info,
+                    self._embedder_for(first.info),
+                    now,
+                    first.decision,
+                    prepared,
+                )
+                await self._cleared(conn, tp, owned, run)
+            outcome = (
+                "unstorable"
+                if result is None
+                else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
+            )
+            metrics.RECORDS.labels(first.realm, outcome).inc()
+        metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
+        owned.position = now
+        owned.failures = 0
+        self.applied += len(run)
+
+    async def _dead_letter(self, msg: ConsumerRecord[bytes, bytes], error: str, kind: str) -> None:
         assert self.producer is not None
-        msg = item.msg
         headers = [
-            ("tg-error", (item.error or "")[:4000].encode()),
-            ("tg-error-class", (item.error_class or "invalid").encode()),
+            ("tg-error", error[:4000].encode()),
+            ("tg-error-class", kind.encode()),
             ("tg-origin", f"{msg.topic}/{msg.partition}/{msg.offset}".encode()),
         ]
         await self.producer.send_and_wait(
             self.config.dlq_topic, msg.value, key=msg.key, headers=headers
         )
-        log.warning("dead-lettered %s/%d/%d: %s", msg.topic, msg.partition, msg.offset, item.error)
+        log.warning("dead-lettered %s/%d/%d: %s", msg.topic, msg.partition, msg.offset, error)
 
     async def _realm(self, conn: AsyncConnection[Any], realm: str) -> RealmInfo:
         info = self._realms.get(realm)
         if info is None:
-            cur = await conn.execute(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s"
-                " AND table_name = 'meta'",
-                (realm_schema(realm),),
-            )
-            if await cur.fetchone() is None:
+            if not await realm_exists(conn, realm_schema(realm)):
                 info = await create_realm(conn, realm, self.config.default_realm)
                 log.info("created realm %s (%s, %s)", realm, info.extractor, info.embedder)
             else:
@@ -457,48 +463,140 @@ class Indexer:
             self._realms[realm] = info
         return info
 
-    async def _pause(self, tp: TopicPartition, offset: int, exc: BaseException) -> None:
-        """Seek back to ``offset`` and retry after a growing backoff."""
+    # -- failures ----------------------------------------------------------------------
+
+    async def _failed(
+        self,
+        tp: TopicPartition,
+        owned: _Owned,
+        msg: ConsumerRecord[bytes, bytes],
+        exc: BaseException,
+        *,
+        single: bool,
+    ) -> bool:
+        """Apply the failure policy to ``exc``, raised by the record ``msg`` (``single``) or
+        by a run of records starting there; True when the partition stops here (paused or
+        lost), False when only the record's realm is held and the others go on."""
         assert self.consumer is not None
-        exc = classify_db_error(exc)
-        owned = self._owned.get(tp)
-        if owned is None:
-            return
-        cfg = self.config
-        if isinstance(exc, RealmSwapped):
+        judged = verdict(exc)
+        if judged is Verdict.HOLD and not single:
+            judged = Verdict.RETRY  # not one record's: the partition waits, the longest
+        self._realms.clear()  # re-read realm state after any failure
+        failed = exc if isinstance(exc, RecordFailed) else None
+        realm = _realm_label(msg)
+        offset = msg.offset
+        cause = failed.cause if failed else classify_db_error(exc)
+        where = f"{tp.topic}/{tp.partition} offset {offset} (realm {realm})"
+        if judged is Verdict.LOST:
+            log.warning("%s: %s", where, cause)
+            self._owned.pop(tp, None)
+            return True
+        if judged is Verdict.HOLD:
+            owned.held[realm] = offset
+            if owned.retry_held_at is None:
+                owned.retry_held_at = time.monotonic() + self._backoff.longest
+            first = realm not in owned.waiting
+            log.log(
+                logging.ERROR if first else logging.WARNING,
+                "%s: realm held at this record, other realms go on; %s: %s;"
+                " trying it again in %.1fs",
+                where,
+                type(cause).__name__,
+                cause,
+                self._backoff.longest,
+                exc_info=cause if first and not isinstance(cause, TidegraphError) else None,
+            )
+            metrics.HELD_FAILURES.labels(realm, type(cause).__name__).inc()
+            await self._note(tp, owned, realm, "held", offset, failed, cause, self._backoff.longest)
+            self._gauge()
+            return False
+        if judged is Verdict.RETRY_NOW:
             delay = 0.0  # a replay swapped the realm in: retry against it at once
+        elif verdict(exc) is Verdict.HOLD:
+            delay = self._backoff.longest
         else:
             owned.failures += 1
-            delay = min(cfg.backoff_max, cfg.backoff_initial * 2 ** (owned.failures - 1))
-        retriable = isinstance(exc, TidegraphError) and exc.retriable
-        level = logging.WARNING if retriable else logging.ERROR
-        log.log(
-            level,
-            "%s/%d offset %d: %s: %s; retrying in %.1fs",
-            tp.topic,
-            tp.partition,
-            offset,
-            type(exc).__name__,
-            exc,
+            delay = self._backoff.delay(owned.failures, retry_after(exc))
+        log.warning(
+            "%s: %s: %s; partition paused, retrying in %.1fs",
+            where,
+            type(cause).__name__,
+            cause,
             delay,
-            exc_info=not retriable,
         )
-        metrics.TRANSIENT_FAILURES.labels(type(exc).__name__).inc()
-        self._realms.clear()  # re-read realm state after any failure
+        metrics.TRANSIENT_FAILURES.labels(type(cause).__name__).inc()
+        if judged is Verdict.RETRY:
+            await self._note(tp, owned, realm, "paused", offset, failed, cause, delay)
         self.consumer.pause(tp)
-        self.consumer.seek(tp, offset)
+        self._seek(tp, owned, offset)
         owned.resume_at = time.monotonic() + delay
-        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+        self._gauge()
+        return True
+
+    def _seek(self, tp: TopicPartition, owned: _Owned, offset: int) -> None:
+        assert self.consumer is not None
+        self.consumer.seek(tp, offset)
+        owned.fetch_from = offset
+
+    async def _note(
+        self,
+        tp: TopicPartition,
+        owned: _Owned,
+        realm: str,
+        kind: str,
+        offset: int,
+        failed: RecordFailed | None,
+        cause: BaseException,
+        retry_in: float,
+    ) -> None:
+        """Say in ``tidegraph.indexer_holds`` why ``realm`` waits (best effort: the
+        database may be what failed)."""
+        assert self.pool is not None
+        try:
+            async with self.pool.connection(timeout=2) as conn:
+                await holds.put(
+                    conn,
+                    owned.claim.group_id,
+                    tp.topic,
+                    tp.partition,
+                    realm,
+                    kind=kind,
+                    offset=offset,
+                    doc_key=failed.doc_key if failed else None,
+                    error_class=type(cause).__name__,
+                    error=str(cause),
+                    retry_in=retry_in,
+                )
+            owned.waiting.add(realm)
+        except Exception as exc:  # noqa: BLE001 - bookkeeping never stops the indexer
+            log.debug("could not record why realm %s waits: %s", realm, exc)
+
+    async def _cleared(
+        self, conn: AsyncConnection[Any], tp: TopicPartition, owned: _Owned, run: list[_Item]
+    ) -> None:
+        """Forget why the realms of ``run`` waited: their records are settled now."""
+        for realm in {it.realm for it in run} & owned.waiting:
+            await holds.clear(conn, owned.claim.group_id, tp.topic, tp.partition, realm)
+            owned.waiting.discard(realm)
 
     def _resume_due(self, busy: Mapping[TopicPartition, object]) -> None:
-        """Resume partitions whose backoff has elapsed (unless a batch is in flight)."""
+        """Resume partitions whose backoff has elapsed, and try held realms again (unless a
+        batch is in flight): from the earliest held record, the records settled since
+        are passed over."""
         now = time.monotonic()
         for tp, owned in list(self._owned.items()):
+            if tp in busy:
+                continue
+            if owned.retry_held_at is not None and owned.retry_held_at <= now:
+                owned.retry_held_at = None
+                if owned.held:
+                    self._seek(tp, owned, min(owned.held.values()))
+                    owned.held.clear()
+                    self._realms.clear()
             if owned.resume_at is not None and owned.resume_at <= now:
                 owned.resume_at = None
-                if tp not in busy:
-                    self._resume_idle(tp)
-        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+                self._resume_idle(tp)
+        self._gauge()
 
     def _resume_idle(self, tp: TopicPartition) -> None:
         """Fetch a partition again after its batch, unless it waits out a backoff."""
@@ -507,70 +605,28 @@ class Indexer:
         if owned is not None and owned.resume_at is None:
             self.consumer.resume(tp)
 
+    def _gauge(self) -> None:
+        metrics.PAUSED.set(sum(1 for o in self._owned.values() if o.resume_at))
+        metrics.HELD.set(sum(len(o.held) for o in self._owned.values()))
+
     def _update_lag(self) -> None:
         assert self.consumer is not None
         for tp, owned in list(self._owned.items()):
             high = self.consumer.highwater(tp)
-            if high is not None and owned.next_offset is not None:
-                lag = max(0, high - owned.next_offset)
+            if high is not None:
+                lag = max(0, high - owned.position.next_offset)
                 metrics.LAG.labels(tp.topic, str(tp.partition)).set(lag)
 
 
-def _position_runs(items: list[_Item]) -> list[list[_Item]]:
-    """Items in log order, consecutive no-op and stale records grouped into one run."""
+def _runs(items: list[_Item]) -> list[list[_Item]]:
+    """Items in log order, consecutive records that write nothing grouped into one run."""
     runs: list[list[_Item]] = []
     for item in items:
-        quiet = item.record is not None and item.action in (Action.NOOP, Action.STALE)
-        if (
-            quiet
-            and runs
-            and runs[-1][-1].record is not None
-            and runs[-1][-1].action in (Action.NOOP, Action.STALE)
-        ):
+        if item.quiet and runs and runs[-1][-1].quiet:
             runs[-1].append(item)
         else:
             runs.append([item])
     return runs
-
-
-class _PrepareAhead:
-    """Prepares the records to apply at most ``window`` ahead of the writer.
-
-    The writer works through a batch in log order while the next documents are chunked,
-    extracted and embedded; a bounded window keeps memory flat however large the batch.
-    """
-
-    def __init__(
-        self,
-        prepare: Callable[[_Item], Coroutine[Any, Any, PreparedDocument | BaseException]],
-        items: list[_Item],
-        window: int,
-    ) -> None:
-        self._prepare = prepare
-        self._queue = [it for it in items if it.action is Action.APPLY]
-        self._window = max(1, window)
-        self._next = 0
-        self._tasks: dict[int, asyncio.Task[PreparedDocument | BaseException]] = {}
-        self._fill()
-
-    def _fill(self) -> None:
-        while self._next < len(self._queue) and len(self._tasks) < self._window:
-            item = self._queue[self._next]
-            self._tasks[item.msg.offset] = asyncio.create_task(self._prepare(item))
-            self._next += 1
-
-    async def take(self, item: _Item) -> PreparedDocument | BaseException | None:
-        """The prepared document of ``item`` (``None`` unless it applies)."""
-        task = self._tasks.pop(item.msg.offset, None)
-        if task is None:
-            return None
-        self._fill()
-        return await task
-
-    def cancel(self) -> None:
-        for task in self._tasks.values():
-            task.cancel()
-        self._tasks.clear()
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -585,7 +641,9 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 def _realm_label(msg: ConsumerRecord[bytes, bytes]) -> str:
+    """The realm a record's key names (its position is kept under it), or
+    :data:`NO_REALM`."""
     try:
-        return msg.key.decode() if msg.key else "unknown"
+        return msg.key.decode() if msg.key else NO_REALM
     except UnicodeDecodeError:
-        return "unknown"
+        return NO_REALM

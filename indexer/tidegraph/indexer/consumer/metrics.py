@@ -33,3 +33,13 @@ TRANSIENT_FAILURES = Counter(
     "Transient failures that paused a partition, by error class.",
     ["error_class"],
 )
+HELD = Gauge(
+    "tidegraph_indexer_held_realms",
+    "Realms held at a record that cannot be applied until its cause is fixed (other realms"
+    " of the partition go on).",
+)
+HELD_FAILURES = Counter(
+    "tidegraph_indexer_held_failures_total",
+    "Failures that held a realm at a record (not retriable), by realm and error class.",
+    ["realm", "error_class"],
+)

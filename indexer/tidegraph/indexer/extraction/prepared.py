@@ -7,7 +7,6 @@ and only decides identity (resolution), provenance and belief-time state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 
@@ -83,7 +82,7 @@ class PreparedDocument:
     vectors: dict[str, list[float]]
     """Embeddings of entity and relation texts computed ahead, keyed by text."""
     refused: str | None = None
-    """Why the version cannot be stored at all (see ``writer.write_unstorable``)."""
+    """Why the version cannot be stored at all (see ``writer.refused_version``)."""
 
     @property
     def failure(self) -> str | None:
@@ -96,17 +95,3 @@ class PreparedDocument:
         if not self.chunks:
             return "document has no text to extract from"
         return "no chunk yielded valid structure" + (": " + "; ".join(reasons) if reasons else "")
-
-
-@dataclass(frozen=True)
-class RecordPosition:
-    """Where a record sits in Kafka, and the belief instant it is applied at."""
-
-    group_id: str
-    topic: str
-    partition: int
-    offset: int
-    epoch: int
-    """Ownership epoch claimed on assignment; a zombie's stale epoch fails the CAS."""
-    log_time: datetime
-    """The record's log-append timestamp (tz-aware UTC)."""

@@ -28,6 +28,7 @@ from typing import Any, LiteralString
 
 from psycopg import AsyncConnection, sql
 
+from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import REALM_PATTERN, realm_schema
 from tidegraph.store.errors import RealmSchemaError
 from tidegraph.store.realms import realm_exists
@@ -106,7 +107,10 @@ SELECT ARRAY[e.space, e.name_key] AS k,
          'dormant', e.dormant_since IS NOT NULL)
        || CASE WHEN {hist} THEN jsonb_build_object('created_at', e.created_at,
             'dormant_since', e.dormant_since) ELSE '{{}}'::jsonb END AS v,
-       jsonb_build_object('id', e.id::text, 'name', e.name, 'type', e.type) AS ref
+       jsonb_build_object('id', e.id::text, 'name', e.name, 'type', e.type,
+         'description', e.description,
+         'aliases', (SELECT coalesce(jsonb_agg(a ORDER BY a), '[]') FROM unnest(e.aliases) a))
+         AS ref
 """
 _ENTITIES_ALL: LiteralString = """
 FROM {s}.entities e WHERE %(space)s::text IS NULL OR e.space = %(space)s
@@ -138,7 +142,8 @@ SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text] AS
          'description', r.description, 'confidence', r.confidence)
        || CASE WHEN {hist} THEN jsonb_build_object('t_created', r.t_created,
             't_expired', r.t_expired) ELSE '{{}}'::jsonb END AS v,
-       jsonb_build_object('id', r.id::text, 'subject', es.name, 'predicate', r.predicate,
+       jsonb_build_object('id', r.id::text, 'subject_id', r.subject_id::text,
+         'object_id', r.object_id::text, 'subject', es.name, 'predicate', r.predicate,
          'object', eo.name, 'negated', r.negated, 'valid_from', r.valid_from,
          'valid_to', r.valid_to, 'superseded_by', r.superseded_by::text) AS ref
 """
@@ -424,23 +429,34 @@ def _document_change(d: Difference) -> list[FeedChange]:
     ]
 
 
+ENTITY_ATTRIBUTES = ("name", "type", "description", "aliases")
+
+
 def _entity_changes(d: Difference) -> list[FeedChange]:
+    """What the writer would have said: added (every attribute), updated when an attribute
+    differs, and dormancy moves."""
     ref = d.right_ref if d.right is not None else d.left_ref
     assert ref is not None
-    entity = {"id": ref["id"], "name": ref["name"], "type": ref["type"]}
+    brief = {"id": ref["id"], "name": ref["name"], "type": ref["type"]}
+    full = {**brief, "description": ref.get("description"), "aliases": ref.get("aliases")}
     if d.left is None and d.right is not None:
-        out = [("entity_added", d.space, {"entity": entity})]
+        out: list[FeedChange] = [(ChangeKind.ENTITY_ADDED, d.space, {"entity": full})]
         if d.right["dormant"]:
-            out.append(("entity_dormant", d.space, {"entity": entity}))
+            out.append((ChangeKind.ENTITY_DORMANT, d.space, {"entity": brief}))
         return out
     if d.right is None:
         assert d.left is not None
-        return [] if d.left["dormant"] else [("entity_dormant", d.space, {"entity": entity})]
+        if d.left["dormant"]:
+            return []
+        return [(ChangeKind.ENTITY_DORMANT, d.space, {"entity": brief})]
     assert d.left is not None
-    if d.left["dormant"] == d.right["dormant"]:
-        return []
-    kind = "entity_dormant" if d.right["dormant"] else "entity_revived"
-    return [(kind, d.space, {"entity": entity})]
+    out = []
+    if any(d.left.get(k) != d.right.get(k) for k in ENTITY_ATTRIBUTES):
+        out.append((ChangeKind.ENTITY_UPDATED, d.space, {"entity": full}))
+    if d.left["dormant"] != d.right["dormant"]:
+        kind = ChangeKind.ENTITY_DORMANT if d.right["dormant"] else ChangeKind.ENTITY_REVIVED
+        out.append((kind, d.space, {"entity": brief}))
+    return out
 
 
 def _relation_changes(d: Difference) -> list[FeedChange]:
@@ -451,8 +467,18 @@ def _relation_changes(d: Difference) -> list[FeedChange]:
     ref = d.right_ref if d.right_ref is not None else d.left_ref
     assert ref is not None
     relation = {
-        k: ref[k]
-        for k in ("id", "subject", "predicate", "object", "negated", "valid_from", "valid_to")
+        k: ref.get(k)
+        for k in (
+            "id",
+            "subject_id",
+            "object_id",
+            "subject",
+            "predicate",
+            "object",
+            "negated",
+            "valid_from",
+            "valid_to",
+        )
     }
     by = ref.get("superseded_by") if d.right_ref is not None else None
     out: list[FeedChange] = []

@@ -23,8 +23,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from tidegraph.indexer.replay.errors import ReplayError
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.errors import RecordValidationError
 
 Message: TypeAlias = ConsumerRecord[bytes, bytes]
 

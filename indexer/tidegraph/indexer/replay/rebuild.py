@@ -54,13 +54,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from pydantic import ValidationError
 
-from tidegraph.indexer.replay.applier import (
-    Batch,
-    EmbedderFor,
-    Prepare,
-    ShadowApplier,
-    ShadowPosition,
-)
+from tidegraph.indexer.replay.applier import Batch, EmbedderFor, Prepare, ShadowApplier
 from tidegraph.indexer.replay.errors import (
     ReplayApplyError,
     ReplayBusy,
@@ -80,8 +74,15 @@ from tidegraph.indexer.replay.names import (
     shadow_schema,
 )
 from tidegraph.indexer.replay.swap import SwapOutcome, SwapPlan, baseline, premerge_cache, swap_in
+from tidegraph.indexer.write.failures import (
+    Backoff,
+    RecordFailed,
+    Verdict,
+    retry_after,
+    verdict,
+)
 from tidegraph.schemas.ddl import drop_foreign_keys_ddl, foreign_keys_ddl, search_index_ddl
-from tidegraph.schemas.errors import ConfigError, TidegraphError
+from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
@@ -273,6 +274,7 @@ class _Replay:
         self.applier: ShadowApplier | None = None
         self.follow_seconds = 0.0
         self.baseline_seconds = 0.0
+        self._backoff = Backoff()
 
     async def _connect(self) -> AsyncConnection[Any]:
         conn = await AsyncConnection.connect(self.o.pg_dsn, autocommit=True)
@@ -311,15 +313,15 @@ class _Replay:
         if o.until is not None:
             self.until_bound = await self.reader.offset_after(o.until)
         group = replay_group(info.schema)
-        next_offset, epoch = await positions.claim(
+        claim, position = await positions.claim(
             control, group, o.topic, tp.partition, self.start_offset
         )
         writer = await self._write_connection()
         self.applier = ShadowApplier(
             writer,
             info,
-            ShadowPosition(group, o.topic, tp.partition, epoch),
-            next_offset,
+            claim,
+            position.next_offset,
             self.prepare,
             self.embedder_for,
             concurrency=o.prepare_concurrency,
@@ -427,14 +429,13 @@ class _Replay:
         return fixed
 
     async def _live_position(self, conn: AsyncConnection[Any]) -> int | None:
+        """Where the live group stands for this realm: every record of it below is
+        settled in the live schema, none above."""
         assert self.applier is not None
-        cur = await conn.execute(
-            "SELECT next_offset FROM tidegraph.consumer_positions"
-            " WHERE group_id = %s AND topic = %s AND partition = %s",
-            (self.o.live_group, self.o.topic, self.applier.position.partition),
+        live = await positions.read(
+            conn, self.o.live_group, self.o.topic, self.applier.claim.partition
         )
-        row = await cur.fetchone()
-        return int(row[0]) if row is not None else None
+        return live.of(self.o.realm) if live is not None else None
 
     async def _run_to(
         self,
@@ -458,28 +459,35 @@ class _Replay:
                 raise ReplayError(
                     f"realm {self.o.realm!r}: another process took over this replay ({exc})"
                 ) from None
-            except Exception as exc:  # noqa: BLE001 - classified right here
-                cause = classify_db_error(exc)
-                retriable = isinstance(cause, TidegraphError) and cause.retriable
-                if not retriable or failures >= self.o.max_retries:
-                    raise self._failure(exc, cause) from exc
+            except Exception as exc:  # noqa: BLE001 - judged by the failure policy
+                judged = verdict(exc)
+                if judged is Verdict.HOLD:
+                    raise self._failure(exc) from exc
+                cause = exc.cause if isinstance(exc, RecordFailed) else classify_db_error(exc)
+                if judged is Verdict.RETRY and failures >= self.o.max_retries:
+                    raise cause from exc
                 failures += 1
-                delay = min(30.0, 0.5 * 2 ** (failures - 1))
+                delay = self._backoff.delay(failures, retry_after(exc))
                 log.warning("replay of %s: %s; retrying in %.1fs", self.o.realm, cause, delay)
                 await asyncio.sleep(delay)
                 await self._recover()
 
-    def _failure(self, exc: Exception, cause: BaseException) -> BaseException:
-        if isinstance(cause, TidegraphError) and cause.retriable:
-            return cause
+    def _failure(self, exc: Exception) -> ReplayApplyError:
+        """A failure retrying cannot help: the replay gives up, naming the record."""
         assert self.applier is not None
-        notes = getattr(exc, "__notes__", [])
-        where = notes[-1] if notes else f"near offset {self.applier.next_offset}"
+        if isinstance(exc, RecordFailed):
+            return ReplayApplyError(
+                self.o.realm,
+                exc.partition,
+                exc.offset,
+                exc.doc_key or "",
+                f"{exc.error_class}: {exc.cause}",
+            )
         return ReplayApplyError(
             self.o.realm,
-            self.applier.position.partition,
+            self.applier.claim.partition,
             self.applier.next_offset,
-            where,
+            "",
             f"{type(exc).__name__}: {exc}",
         )
 
@@ -534,10 +542,7 @@ class _Replay:
                     self._report()
         finally:
             for batch in outstanding:
-                if batch.prepared is not None:
-                    batch.prepared.cancel()
-                    with contextlib.suppress(BaseException):
-                        await batch.prepared
+                await batch.ahead.cancel()
 
     def _report(self, phase: str | None = None) -> None:
         if phase is not None:

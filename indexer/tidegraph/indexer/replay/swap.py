@@ -61,6 +61,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 import psycopg
@@ -77,7 +78,9 @@ from tidegraph.indexer.replay.diff import (
     patch,
 )
 from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
+from tidegraph.store import positions
 from tidegraph.store.locks import lock_realm_schema
+from tidegraph.store.positions import Position
 from tidegraph.store.realms import realm_exists
 
 
@@ -223,13 +226,8 @@ async def _swap(
             )
         old_seq, old_last = int(row[0]), row[1]
 
-    cur = await conn.execute(
-        "SELECT next_offset FROM tidegraph.consumer_positions"
-        " WHERE group_id = %s AND topic = %s AND partition = %s",
-        (plan.live_group, plan.topic, plan.partition),
-    )
-    pos_row = await cur.fetchone()
-    live_position = int(pos_row[0]) if pos_row is not None else None
+    live = await positions.read(conn, plan.live_group, plan.topic, plan.partition)
+    live_position = live.of(plan.realm) if live is not None else None
     caught_from = time.perf_counter()
     shadow_position, caught = await catch_up(live_position)
     catch_up_seconds = time.perf_counter() - caught_from
@@ -320,9 +318,7 @@ async def _swap(
                 ),
             )
         )
-    await conn.execute(
-        "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s", (plan.replay_group,)
-    )
+    await positions.drop(conn, plan.replay_group)
     await conn.execute(
         "INSERT INTO tidegraph.realms (realm, schema_name) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         (plan.realm, plan.live),
@@ -334,13 +330,15 @@ async def _swap(
             (plan.realm, seq - 1),
         )
     if live_position is None:
-        # No live indexer has consumed the partition yet: it starts where the rebuild
-        # ends, rather than from the beginning, which would apply every record again.
-        await conn.execute(
-            "INSERT INTO tidegraph.consumer_positions"
-            " (group_id, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT DO NOTHING",
-            (plan.live_group, plan.topic, plan.partition, shadow_position),
+        # No live indexer has consumed the partition yet: for this realm it starts where
+        # the rebuild ends, rather than from the beginning, which would apply every record
+        # again; the partition's other realms start from the beginning.
+        await positions.place(
+            conn,
+            plan.live_group,
+            plan.topic,
+            plan.partition,
+            Position(0, MappingProxyType({plan.realm: shadow_position})),
         )
     cur = await conn.execute("SELECT clock_timestamp()")
     clock = await cur.fetchone()

@@ -22,6 +22,8 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.adapt import PyFormat
 
 from tidegraph.indexer.extraction.interfaces import Embedder
+from tidegraph.indexer.write.ids import take
+from tidegraph.schemas.changes import ChangeKind
 from tidegraph.store.realms import RealmInfo
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -55,9 +57,9 @@ class ChangeSet:
     """Changes of one transaction, in the order they happened."""
 
     space: str
-    items: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    items: list[tuple[ChangeKind, str, dict[str, Any]]] = field(default_factory=list)
 
-    def add(self, kind: str, space: str | None = None, **payload: Any) -> None:
+    def add(self, kind: ChangeKind, space: str | None = None, **payload: Any) -> None:
         self.items.append((kind, space or self.space, payload))
 
 
@@ -75,6 +77,16 @@ class WriteContext:
     """Relations re-pointed or emptied by an entity merge: reconciled with the rest."""
     names: dict[int, str] = field(default_factory=dict)
     """Entity id → name as this transaction leaves it, for the entities it resolved."""
+    offset: int = 0
+    """Log offset of the record written: the ids of the rows it creates derive from it."""
+    created: int = 0
+    """Rows created so far (chunks, entities and relations share the record's ids)."""
+
+    def new_ids(self, count: int) -> list[int]:
+        """Ids for ``count`` new rows, the same whoever applies the record (``ids``)."""
+        taken = take(self.offset, self.created + count)[self.created :]
+        self.created += count
+        return taken
 
     def q(self, template: str) -> bytes:
         return realm_query(self.info.schema, template)

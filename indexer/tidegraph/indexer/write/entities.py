@@ -16,6 +16,7 @@ from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.graph.resolution import merge_records
 from tidegraph.indexer.graph.rules import EntityRecord, merge_entity, render_entity, render_relation
 from tidegraph.indexer.write.context import WriteContext
+from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
 
 
@@ -159,14 +160,15 @@ async def _store(
     real: dict[int, int] = {}
     if temp:
         rows = await ctx.rows(
-            "INSERT INTO {entities} (space, name, name_key, type, description, aliases,"
-            " embedding, created_at) SELECT %s, n, k, t, d,"
+            "INSERT INTO {entities} (id, space, name, name_key, type, description, aliases,"
+            " embedding, created_at) SELECT i, %s, n, k, t, d,"
             " ARRAY(SELECT jsonb_array_elements_text(a)), e, %s"
-            " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %s::jsonb[],"
-            " %b::vector[]) AS u(n, k, t, d, a, e) RETURNING id, name",
+            " FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::text[],"
+            " %s::jsonb[], %b::vector[]) AS u(i, n, k, t, d, a, e) RETURNING id, name",
             (
                 space,
                 bt,
+                ctx.new_ids(len(temp)),
                 [pending[t].name for t in temp],
                 [name_key(pending[t].name) for t in temp],
                 [pending[t].type for t in temp],
@@ -178,7 +180,9 @@ async def _store(
         returned = {str(name): int(i) for i, name in rows}
         for t in temp:
             real[t] = returned[pending[t].name]
-            ctx.changes.add("entity_added", space, entity=_entity_ref(real[t], pending[t]))
+            ctx.changes.add(ChangeKind.ENTITY_ADDED, space, entity=_entity_ref(real[t], pending[t]))
+    for entity_id, e in updated.items():
+        ctx.changes.add(ChangeKind.ENTITY_UPDATED, space, entity=_entity_ref(entity_id, e))
     if updated:
         await ctx.many(
             "UPDATE {entities} SET name = %s, name_key = %s, type = %s, description = %s,"
@@ -266,7 +270,7 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
             await ctx.run("DELETE FROM {relation_sources} WHERE relation_id = %s", (rid,))
         ((name, typ),) = await ctx.rows("SELECT name, type FROM {entities} WHERE id = %s", (x,))
         ref = {"id": str(x), "name": str(name), "type": str(typ)}
-        ctx.changes.add("entity_dormant", space, entity=ref, merged_into=str(k))
+        ctx.changes.add(ChangeKind.ENTITY_DORMANT, space, entity=ref, merged_into=str(k))
         if keep:
             await ctx.run(
                 "UPDATE {entities} SET aliases = '{{}}',"
@@ -317,8 +321,17 @@ async def reconcile_entities(
     for eid, space, name, typ, dormant, mentioned in rows:
         if dormant == mentioned:
             ref = {"id": str(eid), "name": name, "type": typ}
-            ctx.changes.add("entity_revived" if mentioned else "entity_dormant", space, entity=ref)
+            kind = ChangeKind.ENTITY_REVIVED if mentioned else ChangeKind.ENTITY_DORMANT
+            ctx.changes.add(kind, space, entity=ref)
 
 
-def _entity_ref(entity_id: int, e: EntityRecord) -> dict[str, str]:
-    return {"id": str(entity_id), "name": e.name, "type": e.type}
+def _entity_ref(entity_id: int, e: EntityRecord) -> dict[str, Any]:
+    """The entity as the feed reports it when it is added or changes: every attribute, so
+    a consumer mirroring the graph replaces what it holds."""
+    return {
+        "id": str(entity_id),
+        "name": e.name,
+        "type": e.type,
+        "description": e.description,
+        "aliases": sorted(e.aliases),
+    }

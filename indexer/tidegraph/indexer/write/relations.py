@@ -21,6 +21,7 @@ from tidegraph.indexer.graph.rules import (
     render_relation,
 )
 from tidegraph.indexer.write.context import WriteContext
+from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
 
 RelationKey = tuple[int, str, int, bool]
@@ -145,18 +146,19 @@ async def _insert_fresh(
     vecs = await ctx.embeddings(texts)
     bounds = [period_bounds(a[2], a[3]) for a in attrs]
     await ctx.run(
-        "INSERT INTO {relations} (space, subject_id, predicate, object_id, negated,"
+        "INSERT INTO {relations} (id, space, subject_id, predicate, object_id, negated,"
         " description, confidence, valid_from, valid_to, valid_from_d,"
         " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
-        " SELECT %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'retracted', %s,"
-        " r, e FROM unnest(%b::bigint[], %b::text[], %b::bigint[],"
+        " SELECT i, %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'retracted', %s,"
+        " r, e FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::bigint[],"
         " %b::bool[], %b::text[], %b::real[], %b::text[], %b::text[], %b::date[],"
         " %b::date[], %b::int[], %b::text[], %b::vector[])"
-        " AS u(s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
+        " AS u(i, s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
         (
             doc.space,
             doc.order_key or "",
             bt,
+            ctx.new_ids(len(fresh)),
             [k[0] for k in fresh],
             [k[1] for k in fresh],
             [k[2] for k in fresh],
@@ -265,6 +267,8 @@ async def reconcile_relations(
         moves.append((rid, have, want, r[14]))
         ref = {
             "id": str(rid),
+            "subject_id": str(r[2]),
+            "object_id": str(r[4]),
             "subject": subject,
             "predicate": predicate,
             "object": obj,
@@ -345,13 +349,14 @@ async def _move_history(
     )
 
 
-def _transition_kinds(have: State, want: State) -> list[tuple[str, int | None]]:
+def _transition_kinds(have: State, want: State) -> list[tuple[ChangeKind, int | None]]:
     """Change kinds for a relation moving between belief states."""
     h, w = have[0], want[0]
     if w == "retracted":
-        return [("relation_retracted", None)]
+        return [(ChangeKind.RELATION_RETRACTED, None)]
     if w == "current":
-        return [("relation_restored" if h == "superseded" else "relation_added", None)]
+        restored = h == "superseded"
+        return [(ChangeKind.RELATION_RESTORED if restored else ChangeKind.RELATION_ADDED, None)]
     if h == "retracted":
-        return [("relation_added", None), ("relation_superseded", want[1])]
-    return [("relation_superseded", want[1])]
+        return [(ChangeKind.RELATION_ADDED, None), (ChangeKind.RELATION_SUPERSEDED, want[1])]
+    return [(ChangeKind.RELATION_SUPERSEDED, want[1])]

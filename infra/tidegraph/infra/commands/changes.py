@@ -20,9 +20,8 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from tidegraph.infra.reach import kafka_unreachable
 from tidegraph.infra.runtime import on_termination
-from tidegraph.schemas._validation import RecordValidationError
 from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import TransientError
+from tidegraph.schemas.errors import RecordValidationError, TransientError
 from tidegraph.schemas.names import validate_realm
 from tidegraph.schemas.settings import Settings, load_settings
 

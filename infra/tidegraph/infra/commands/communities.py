@@ -19,10 +19,7 @@ import orjson
 import psycopg
 
 from tidegraph.indexer.communities.detect import ClusterParams
-from tidegraph.indexer.communities.reports import model_reporter
 from tidegraph.indexer.communities.store import BuildResult, build_communities
-from tidegraph.infra.composition import ModelRegistry
-from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.schemas.errors import TransientError
 from tidegraph.schemas.names import validate_realm, validate_space
 from tidegraph.schemas.settings import load_settings
@@ -90,6 +87,11 @@ async def run(args: argparse.Namespace) -> int:
 
     def progress(message: str) -> None:
         print(f"[{time.monotonic() - started:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    # The model client is imported only when the command runs: `--help` stays instant.
+    from tidegraph.indexer.communities.reports import model_reporter
+    from tidegraph.infra.composition import ModelRegistry
+    from tidegraph.infra.runtime import llm_client_if_configured
 
     llm = llm_client_if_configured()
     try:

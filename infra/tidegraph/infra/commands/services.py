@@ -111,6 +111,22 @@ def run_status(args: argparse.Namespace) -> int:
                 for r in data.realms
             }
             body["indexer_lag"] = {str(p): n for p, n in data.lag.items()}
+            body["indexer_waiting"] = [
+                {
+                    "kind": h.kind,
+                    "realm": h.realm,
+                    "topic": h.topic,
+                    "partition": h.partition,
+                    "offset": h.offset,
+                    "doc_key": h.doc_key,
+                    "error_class": h.error_class,
+                    "error": h.error,
+                    "since": h.since.isoformat(),
+                    "retry_at": h.retry_at.isoformat() if h.retry_at else None,
+                    "other_realms_going_on": data.behind.get((h.partition, h.realm), []),
+                }
+                for h in data.waiting
+            ]
         print(json.dumps(body, indent=2))
     else:
         _print_status(status)

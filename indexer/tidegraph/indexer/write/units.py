@@ -1,0 +1,281 @@
+"""The two units of work that drive :func:`~tidegraph.indexer.write.writer.apply_version`.
+
+* :class:`RecordUnit` — the live indexer when caught up: each record its own transaction
+  and pipeline, its stamp drawn by the database (:class:`LiveSequencer`), committed as
+  soon as it is written (freshness);
+* :class:`BatchUnit` — a replay (and a run of records written set-wise): one transaction
+  and one pipeline for many records, stamps drawn in memory (:class:`BatchSequencer`);
+  when PostgreSQL refuses anything, the batch is written again one savepoint per record.
+
+Both move the consumer position in the transaction that writes, and both turn a value
+PostgreSQL refuses into the recorded failure through :func:`_write_guarded`: the refusal is
+reported (``on_refused``: the live indexer dead-letters the record) and a ``failed``
+version is written in its place; when even that is refused, only the highest version seen
+is kept. Such a record is never retried: the same value would be refused again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from tidegraph.indexer.decide.fold import Action
+from tidegraph.indexer.decide.planner import Decision
+from tidegraph.indexer.extraction.interfaces import Embedder
+from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.write.failures import RecordFailed
+from tidegraph.indexer.write.sequencer import BatchSequencer, LiveSequencer, Sequencer
+from tidegraph.indexer.write.writer import (
+    Version,
+    WriteResult,
+    apply_version,
+    refused_version,
+    remember_version,
+)
+from tidegraph.store import positions
+from tidegraph.store.errors import Fenced, RealmSwapped, is_unstorable, refusal
+from tidegraph.store.positions import Claim, Position
+from tidegraph.store.realms import RealmInfo
+
+Outcome = PreparedDocument | BaseException | None
+"""What preparing a record gave: its document, what preparing raised (raised again when it
+is written, in order), or ``None`` for a record that prepares nothing (a delete)."""
+OnRefused = Callable[[Decision, psycopg.Error], Awaitable[None]]
+"""Told of a record whose value PostgreSQL refused, before its failure is recorded."""
+Scope = Callable[[], contextlib.AbstractAsyncContextManager[Sequencer]]
+
+
+def version_of(decision: Decision, doc: PreparedDocument | None) -> Version:
+    """The version a decided record writes (``doc`` is its prepared document)."""
+    rec = decision.record
+    state = decision.state
+    if decision.action is Action.APPLY and doc is None:
+        raise ValueError(f"offset {decision.offset}: a version to apply without its document")
+    if rec.source_version is not None and "\0" in rec.source_version:
+        # Refused like any value PostgreSQL cannot store; the version is not remembered.
+        raise psycopg.DataError("source_version cannot contain NUL (0x00) characters")
+    return Version(
+        rec.space,
+        rec.doc_key,
+        doc if decision.action is Action.APPLY else None,
+        state.source_version if state is not None else None,
+        decision.previous,
+        decision.offset,
+    )
+
+
+async def remember(conn: AsyncConnection[Any], info: RealmInfo, decision: Decision) -> None:
+    """Keep the highest version seen of a record that writes nothing else."""
+    if decision.version_moved and decision.state is not None:
+        rec = decision.record
+        await remember_version(
+            conn, info, rec.space, rec.doc_key, decision.state, decision.logged.log_time
+        )
+
+
+async def _write_guarded(
+    conn: AsyncConnection[Any],
+    info: RealmInfo,
+    embedder: Embedder,
+    decision: Decision,
+    outcome: Outcome,
+    scope: Scope,
+    on_refused: OnRefused,
+) -> WriteResult | None:
+    """Write one decided record within ``scope`` (a transaction or savepoint holding the
+    stamp's sequencer), recording a refused value as described in the module docstring;
+    ``None`` when nothing but the highest version seen could be kept."""
+    rec = decision.record
+    try:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        version = version_of(decision, outcome)
+        async with scope() as sequencer:
+            stamp = await sequencer.draw(conn, decision.logged.log_time)
+            return await apply_version(conn, info, embedder, version, stamp)
+    except psycopg.Error as exc:
+        if not is_unstorable(exc):
+            raise
+        await on_refused(decision, exc)
+        deleted = Version(rec.space, rec.doc_key, None, None, decision.previous, decision.offset)
+        fallback = refused_version(deleted, rec.content_hash, refusal(exc))
+    if fallback is not None:
+        try:
+            async with scope() as sequencer:
+                stamp = await sequencer.draw(conn, decision.logged.log_time)
+                return await apply_version(conn, info, embedder, fallback, stamp)
+        except psycopg.Error as exc:
+            if not is_unstorable(exc):
+                raise
+    return None
+
+
+def _failed(claim: Claim, decision: Decision, exc: BaseException) -> BaseException:
+    """``exc`` with the record's position as typed fields (fencing and swaps pass as they
+    are: they concern the partition or the realm, not the record)."""
+    if isinstance(exc, Fenced | RealmSwapped | RecordFailed):
+        return exc
+    rec = decision.record
+    return RecordFailed(rec.realm, claim.topic, claim.partition, decision.offset, rec.doc_key, exc)
+
+
+async def _no_refusal(decision: Decision, error: psycopg.Error) -> None:
+    return None
+
+
+@dataclass
+class RecordUnit:
+    """One record, one transaction: the live indexer's unit of work (a partition carries
+    several realms, so the realm comes with each record)."""
+
+    claim: Claim
+    on_refused: OnRefused = _no_refusal
+
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, conn: AsyncConnection[Any], info: RealmInfo, at: int, now: Position
+    ) -> AsyncIterator[Sequencer]:
+        """One record's transaction and pipeline, with the sequencer its stamp is drawn
+        from; the position moves from ``at`` to ``now`` in it, first."""
+        async with conn.transaction(), conn.pipeline():
+            # Fenced first: a zombie writes nothing, not even rows another owner wrote.
+            await positions.advance(conn, self.claim, at, now)
+            yield LiveSequencer(info)
+
+    async def settle(
+        self,
+        conn: AsyncConnection[Any],
+        at: int,
+        now: Position,
+        quiet: Sequence[tuple[RealmInfo, Decision]] = (),
+    ) -> None:
+        """Move the position from the record at ``at`` to ``now`` over records that write
+        nothing (no-op, stale, dead-lettered, other realms'), keeping their versions."""
+        async with conn.transaction():
+            await positions.advance(conn, self.claim, at, now)
+            for info, decision in quiet:
+                await remember(conn, info, decision)
+
+    async def apply(
+        self,
+        conn: AsyncConnection[Any],
+        info: RealmInfo,
+        embedder: Embedder,
+        now: Position,
+        decision: Decision,
+        outcome: Outcome,
+    ) -> WriteResult | None:
+        """Write one record that applies or deletes a version, and move the position to
+        ``now`` with it."""
+
+        def scope() -> contextlib.AbstractAsyncContextManager[Sequencer]:
+            return self.transaction(conn, info, decision.offset, now)
+
+        try:
+            result = await _write_guarded(
+                conn, info, embedder, decision, outcome, scope, self.on_refused
+            )
+            if result is None:
+                await self.settle(conn, decision.offset, now, [(info, decision)])
+        except BaseException as exc:
+            raise _failed(self.claim, decision, exc) from exc
+        return result
+
+
+@dataclass
+class BatchUnit:
+    """Many records, one transaction: the replay's unit of work."""
+
+    info: RealmInfo
+    embedder: Embedder
+    claim: Claim
+    on_refused: OnRefused = _no_refusal
+    after_write: Callable[[AsyncConnection[Any], int], Awaitable[None]] | None = None
+    """Called after each written record with how many the batch wrote so far, in its
+    transaction (the replay refreshes the statistics of a fast-growing schema there)."""
+
+    async def write(
+        self,
+        conn: AsyncConnection[Any],
+        at: int,
+        now: Position,
+        decisions: Sequence[Decision],
+        outcomes: Mapping[int, Outcome],
+    ) -> int:
+        """Write ``decisions`` (a realm's records in log order, their outcomes by offset)
+        and move the position from ``at`` to ``now``; returns how many records wrote.
+
+        First as one pipeline without a savepoint per record, so a record's last statements
+        travel with the next record's first ones; when PostgreSQL refuses anything in it,
+        the batch rolls back and is written again one savepoint per record.
+        """
+        if not any(isinstance(o, BaseException) for o in outcomes.values()):
+            with contextlib.suppress(psycopg.Error):
+                async with conn.transaction(), conn.pipeline():
+                    return await self._write(conn, at, now, decisions, outcomes, guarded=False)
+        async with conn.transaction():
+            return await self._write(conn, at, now, decisions, outcomes, guarded=True)
+
+    async def _write(
+        self,
+        conn: AsyncConnection[Any],
+        at: int,
+        now: Position,
+        decisions: Sequence[Decision],
+        outcomes: Mapping[int, Outcome],
+        *,
+        guarded: bool,
+    ) -> int:
+        await positions.advance(conn, self.claim, at, now)  # fenced before anything is written
+        sequencer = await BatchSequencer.open(conn, self.info)
+        opened = sequencer.meta
+
+        @contextlib.asynccontextmanager
+        async def savepoint() -> AsyncIterator[Sequencer]:
+            before = sequencer.meta
+            try:
+                async with conn.transaction():
+                    yield sequencer
+            except BaseException:
+                sequencer.undo(before)
+                raise
+
+        written = 0
+        for decision in decisions:
+            if not decision.writes:
+                await remember(conn, self.info, decision)
+                continue
+            outcome = outcomes.get(decision.offset)
+            try:
+                if guarded:
+                    result = await _write_guarded(
+                        conn,
+                        self.info,
+                        self.embedder,
+                        decision,
+                        outcome,
+                        savepoint,
+                        self.on_refused,
+                    )
+                    if result is None:
+                        await remember(conn, self.info, decision)
+                else:
+                    assert not isinstance(outcome, BaseException)
+                    stamp = await sequencer.draw(conn, decision.logged.log_time)
+                    await apply_version(
+                        conn, self.info, self.embedder, version_of(decision, outcome), stamp
+                    )
+            except BaseException as exc:
+                if not guarded and isinstance(exc, psycopg.Error):
+                    raise  # the batch is written again, guarded
+                raise _failed(self.claim, decision, exc) from exc
+            written += 1
+            if self.after_write is not None:
+                await self.after_write(conn, written)
+        await sequencer.close(conn, opened)
+        return written
