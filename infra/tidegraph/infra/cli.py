@@ -24,6 +24,7 @@ from psycopg_pool import PoolTimeout
 
 from tidegraph.infra import commands
 from tidegraph.infra.errors import InfraError, PrerequisiteMissingError
+from tidegraph.infra.logs import configure_logging
 from tidegraph.infra.reach import kafka_unreachable, pg_unreachable
 from tidegraph.infra.services import read_env_file, state_path
 from tidegraph.schemas.errors import ConfigError, TidegraphError
@@ -128,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tidegraph`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level)
     try:
         _load_env_file(args.state_dir)
         handler = args.func

@@ -21,6 +21,7 @@ from tidegraph.infra.commands._connector_args import (
     prepare_topics,
     settings_from,
 )
+from tidegraph.infra.logs import set_service_level
 from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm, validate_space
@@ -172,7 +173,10 @@ def run_http(args: argparse.Namespace) -> int:
     )
     app = create_app(IngestService(producer, connector_settings), keys)
     _say(f"ingest on http://{args.host}:{args.port} → {settings.documents_topic}")
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="on")
+    set_service_level("INFO")
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="info", log_config=None, lifespan="on"
+    )
     uvicorn.Server(config).run()
     return 0
 

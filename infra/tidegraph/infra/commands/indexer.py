@@ -16,9 +16,12 @@ from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
 from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
 from tidegraph.infra._proc import LOOPBACK, ensure_port_free
 from tidegraph.infra.composition import ModelRegistry
+from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.reach import kafka_unreachable, until_stopped, wait_for_kafka, wait_for_pg
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
 from tidegraph.schemas.settings import load_settings
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,8 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger().setLevel(logging.WARNING)
-    logging.getLogger("tidegraph").setLevel(args.log_level.upper())
+    set_service_level(args.log_level)
     settings = load_settings(
         kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
     )
@@ -78,11 +80,25 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
         registry.embedder_for,
         pool,
     )
-    on_termination(indexer.stop)
+    stopping = False
+
+    def stop() -> None:
+        nonlocal stopping
+        stopping = True
+        indexer.stop()
+
+    on_termination(stop)
     try:
         await indexer.run()
     except KafkaConnectionError as exc:
         raise kafka_unreachable(settings.kafka_bootstrap, exc) from None
+    except asyncio.CancelledError:
+        # Told to stop while the broker is away, aiokafka's consumer.stop() re-raises the
+        # cancellation of its own fetch task; nothing of ours was interrupted.
+        task = asyncio.current_task()
+        if not stopping or (task is not None and task.cancelling()):
+            raise
+        log.warning("stopped while Kafka at %s did not answer", settings.kafka_bootstrap)
 
 
 async def _services_answer(dsn: str, bootstrap: str) -> None:

@@ -18,6 +18,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from tidegraph.infra._proc import ensure_port_free
+from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.reach import until_stopped, wait_for_pg
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.query_service.app import Deps, create_app
@@ -73,10 +74,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    set_service_level(args.log_level)
     settings = load_settings(
         kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
     )
@@ -178,6 +176,7 @@ async def serve(
             host=args.host,
             port=args.port,
             log_level=args.log_level.lower(),
+            log_config=None,  # uvicorn's loggers propagate to the one format (infra.logs)
             lifespan="off",
             access_log=False,
         )
