@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,7 +43,7 @@ from tidegraph.indexer.extraction.ahead import PrepareAhead
 from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
-from tidegraph.indexer.write.units import RecordUnit
+from tidegraph.indexer.write.units import Outcome, RecordUnit
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError, TidegraphError
 from tidegraph.schemas.names import realm_schema
@@ -98,6 +99,8 @@ class _Owned:
     failures: int = 0
     resume_at: float | None = None
     """A transient failure paused the partition until then."""
+    paused_for: str = ""
+    """Why (said again when it resumes)."""
     held: dict[str, int] = field(default_factory=dict)
     """Realm → offset of the record it is held at."""
     retry_held_at: float | None = None
@@ -319,6 +322,7 @@ class Indexer:
             window=self.config.prepare_concurrency,
             running=self._running,
         )
+        tally: dict[str, Counter[str]] = {}
         try:
             for run in _runs(items):
                 if self._stop.is_set():
@@ -330,7 +334,8 @@ class Indexer:
                     if not run:
                         continue
                     try:
-                        await self._write_run(tp, owned, run, ahead)
+                        for realm, outcome in await self._write_run(tp, owned, run, ahead):
+                            tally.setdefault(realm, Counter())[outcome] += 1
                     except Exception as exc:  # noqa: BLE001 - judged by the failure policy
                         first = run[0]
                         if len(run) == 1 and first.decision is not None:
@@ -351,6 +356,33 @@ class Indexer:
                             return
         finally:
             await ahead.cancel()
+            if tally:
+                self._log_batch(tp, owned, msgs, tally)
+
+    def _log_batch(
+        self,
+        tp: TopicPartition,
+        owned: _Owned,
+        msgs: Sequence[ConsumerRecord[bytes, bytes]],
+        tally: Mapping[str, Counter[str]],
+    ) -> None:
+        """One INFO line per batch: what each realm's records did, and the lag left."""
+        assert self.consumer is not None
+        high = self.consumer.highwater(tp)
+        lag = "?" if high is None else str(max(0, high - owned.position.next_offset))
+        realms = "; ".join(
+            f"realm {realm or '(none)'} " + _counts(counts)
+            for realm, counts in sorted(tally.items())
+        )
+        log.info(
+            "batch %s/%d offsets %d-%d: %s; lag %s",
+            tp.topic,
+            tp.partition,
+            msgs[0].offset,
+            msgs[-1].offset,
+            realms,
+            lag,
+        )
 
     def _partition_lock(self, tp: TopicPartition) -> asyncio.Lock:
         return self._partition_locks.setdefault(tp, asyncio.Lock())
@@ -386,9 +418,10 @@ class Indexer:
 
     async def _write_run(
         self, tp: TopicPartition, owned: _Owned, run: list[_Item], ahead: PrepareAhead
-    ) -> None:
+    ) -> list[tuple[str, str]]:
         """Write one record that applies or deletes a version, or move the position over a
-        run of records that write nothing, in one transaction; count what happened."""
+        run of records that write nothing, in one transaction; count what happened and
+        return it, (realm, outcome) per record."""
         assert self.pool is not None
         now = owned.position
         for it in run:
@@ -413,9 +446,10 @@ class Indexer:
                     [(it.info, it.decision) for it in run if it.decision and it.info],
                 )
                 await self._cleared(conn, tp, owned, run)
-            for it in run:
-                outcome = it.decision.action.value if it.decision else "dead_lettered"
-                metrics.RECORDS.labels(it.realm, outcome).inc()
+            outcomes = [
+                (it.realm, it.decision.action.value if it.decision else "dead_lettered")
+                for it in run
+            ]
         else:
             assert first.decision is not None and first.info is not None
             prepared = await ahead.take(first.decision)
@@ -434,11 +468,16 @@ class Indexer:
                 if result is None
                 else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
             )
-            metrics.RECORDS.labels(first.realm, outcome).inc()
+            if outcome == "failed":
+                _log_failed(tp, first, prepared)
+            outcomes = [(first.realm, outcome)]
+        for realm, outcome in outcomes:
+            metrics.RECORDS.labels(realm, outcome).inc()
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         owned.position = now
         owned.failures = 0
         self.applied += len(run)
+        return outcomes
 
     async def _dead_letter(self, msg: ConsumerRecord[bytes, bytes], error: str, kind: str) -> None:
         assert self.producer is not None
@@ -530,6 +569,7 @@ class Indexer:
         self.consumer.pause(tp)
         self._seek(tp, owned, offset)
         owned.resume_at = time.monotonic() + delay
+        owned.paused_for = f"{type(cause).__name__}: {cause}"
         self._gauge()
         return True
 
@@ -575,9 +615,16 @@ class Indexer:
         self, conn: AsyncConnection[Any], tp: TopicPartition, owned: _Owned, run: list[_Item]
     ) -> None:
         """Forget why the realms of ``run`` waited: their records are settled now."""
-        for realm in {it.realm for it in run} & owned.waiting:
+        for realm in sorted({it.realm for it in run} & owned.waiting):
             await holds.clear(conn, owned.claim.group_id, tp.topic, tp.partition, realm)
             owned.waiting.discard(realm)
+            log.info(
+                "%s/%d: realm %s goes on: its record at offset %d is settled",
+                tp.topic,
+                tp.partition,
+                realm,
+                run[0].msg.offset,
+            )
 
     def _resume_due(self, busy: Mapping[TopicPartition, object]) -> None:
         """Resume partitions whose backoff has elapsed, and try held realms again (unless a
@@ -590,11 +637,24 @@ class Indexer:
             if owned.retry_held_at is not None and owned.retry_held_at <= now:
                 owned.retry_held_at = None
                 if owned.held:
+                    log.info(
+                        "%s/%d: trying held realms again from their records (%s)",
+                        tp.topic,
+                        tp.partition,
+                        ", ".join(f"{r} at offset {o}" for r, o in sorted(owned.held.items())),
+                    )
                     self._seek(tp, owned, min(owned.held.values()))
                     owned.held.clear()
                     self._realms.clear()
             if owned.resume_at is not None and owned.resume_at <= now:
                 owned.resume_at = None
+                log.info(
+                    "%s/%d resumes at offset %d: retrying after %s",
+                    tp.topic,
+                    tp.partition,
+                    owned.fetch_from,
+                    owned.paused_for,
+                )
                 self._resume_idle(tp)
         self._gauge()
 
@@ -616,6 +676,34 @@ class Indexer:
             if high is not None:
                 lag = max(0, high - owned.position.next_offset)
                 metrics.LAG.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+_SAID = ("applied", "noop", "stale", "failed")
+"""Outcomes a batch line always counts; others (deleted, dead-lettered, unstorable) when
+they happened."""
+
+
+def _counts(counts: Counter[str]) -> str:
+    said = [f"{counts[o]} {o.replace('noop', 'no-op')}" for o in _SAID]
+    said += [f"{n} {o.replace('_', '-')}" for o, n in sorted(counts.items()) if o not in _SAID]
+    return ", ".join(said)
+
+
+def _log_failed(tp: TopicPartition, item: _Item, prepared: Outcome | None) -> None:
+    """A document stored as ``failed``: which, and why, in the extractor's words."""
+    assert item.decision is not None
+    rec = item.decision.record
+    reason = prepared.failure if isinstance(prepared, PreparedDocument) else None
+    log.warning(
+        "%s/%d offset %d: document %r (realm %s, space %s) failed: %s",
+        tp.topic,
+        tp.partition,
+        item.msg.offset,
+        rec.doc_key,
+        rec.realm,
+        rec.space,
+        reason or "no reason given",
+    )
 
 
 def _runs(items: list[_Item]) -> list[list[_Item]]:
