@@ -55,11 +55,13 @@ def _assert_one_line(done: subprocess.CompletedProcess[str], *needles: str) -> N
     [
         ["realm", "create", "acme"],
         ["realm", "show", "acme"],
+        ["realm", "list"],
+        ["realm", "delete", "acme", "--yes"],
         ["diff", "--realm", "acme", "--against", "acme_copy"],
         ["replay", "--realm", "acme"],
         ["replay", "--realm", "acme", "--drop", "realm_acme__audit_x"],
     ],
-    ids=lambda a: " ".join(a[:2]),
+    ids=lambda a: " ".join(a[:3]),
 )
 def test_postgres_not_running_is_one_line(args: list[str], tmp_path: Path) -> None:
     _assert_one_line(_run(args, _dead_env(tmp_path)), "PostgreSQL", "run `tidegraph up`")

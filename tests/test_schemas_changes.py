@@ -26,6 +26,7 @@ CONTRACT_KINDS = {
     "entity_added", "entity_dormant", "entity_revived", "entity_updated", "relation_added",
     "relation_superseded", "relation_retracted", "relation_restored", "communities_built",
     "communities_stale",
+    "realm_deleted",  # an addition to CONTRACT's list (README, "Management verbs")
 }  # fmt: skip
 
 RELATION = {

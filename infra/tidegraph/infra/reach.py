@@ -102,6 +102,13 @@ async def wait_for_pg(dsn: str, **options: Any) -> None:
     await wait_until_answering("PostgreSQL", redact(dsn), probe, PG_HINT, **options)
 
 
+async def check_kafka(bootstrap: str) -> None:
+    """Raise :class:`ServiceUnreachableError` unless a broker answers a metadata request
+    (asked quietly: a one-shot command prints only its own line)."""
+    if not await asyncio.to_thread(brokers_answering, bootstrap, timeout=5.0):
+        raise kafka_unreachable(bootstrap, "no metadata answer")
+
+
 async def wait_for_kafka(bootstrap: str, **options: Any) -> None:
     """Wait until a broker at ``bootstrap`` answers a metadata request."""
 

@@ -6,43 +6,29 @@ its own failure instead of failing the command.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from psycopg import sql
 
+from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.store import holds, positions
+from tidegraph.store.figures import RealmFigures, realm_figures
 from tidegraph.store.holds import Hold
 from tidegraph.store.positions import NO_REALM, Position
-from tidegraph.store.realms import list_realms
 
 SCAN_LIMIT = 10_000
 """Records read per partition, at most, to find whose records wait (status stays quick)."""
-
-
-@dataclass(frozen=True)
-class RealmRow:
-    """One realm's headline figures."""
-
-    realm: str
-    documents: dict[str, int]
-    """Document count by status (indexed, deleted, failed)."""
-    head_seq: int
-    """Latest commit sequence of the realm's change feed."""
-    last_write_at: datetime | None
-    embedder: str
-    extractor: str
 
 
 @dataclass
 class DataStatus:
     """Realms and the indexer group's lag per partition."""
 
-    realms: list[RealmRow] = field(default_factory=list)
+    realms: list[RealmFigures] = field(default_factory=list)
     lag: dict[int, int] = field(default_factory=dict)
     """Partition → records between the high watermark and the applied position."""
     problems: list[str] = field(default_factory=list)
@@ -71,24 +57,7 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
         async with await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=3
         ) as conn:
-            for realm, name in await list_realms(conn):
-                schema = sql.Identifier(name)
-                cur = await conn.execute(
-                    sql.SQL("SELECT status, count(*) FROM {}.documents GROUP BY status").format(
-                        schema
-                    )
-                )
-                counts = {str(s): int(n) for s, n in await cur.fetchall()}
-                cur = await conn.execute(
-                    sql.SQL("SELECT seq, last_write_at, embedder, extractor FROM {}.meta").format(
-                        schema
-                    )
-                )
-                meta = await cur.fetchone()
-                if meta is not None:
-                    out.realms.append(
-                        RealmRow(realm, counts, int(meta[0]), meta[1], str(meta[2]), str(meta[3]))
-                    )
+            out.realms = await realm_figures(conn)
             group_positions = await positions.read_group(conn, group, topic)
             out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
             for h in out.waiting:
@@ -99,6 +68,9 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
         out.problems.append(f"PostgreSQL: {exc}")
         return out
     if not group_positions:
+        return out
+    if not await asyncio.to_thread(brokers_answering, bootstrap, timeout=5.0):
+        out.problems.append(f"Kafka at {bootstrap} does not answer")
         return out
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, request_timeout_ms=5000, enable_auto_commit=False

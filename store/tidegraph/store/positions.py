@@ -73,6 +73,11 @@ class Position:
         )
 
 
+def replay_group(schema: str) -> str:
+    """The consumer-positions group of a replay into ``schema``."""
+    return f"tidegraph-replay:{schema}"
+
+
 async def claim(
     conn: AsyncConnection[Any], group_id: str, topic: str, partition: int, start_offset: int
 ) -> tuple[Claim, Position]:

@@ -1,19 +1,35 @@
-"""``tidegraph realm create|show``: pin a realm's configuration before its first record."""
+"""``tidegraph realm create|show|list|delete``: pin a realm's configuration before its first
+record, see every realm's size and lag, delete one."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
-from tidegraph.infra.reach import connect_pg
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from tidegraph.infra.reach import check_kafka, check_pg, connect_pg, kafka_unreachable
+from tidegraph.infra.realm_status import DataStatus, data_status
 from tidegraph.infra.runtime import read_realm_config
+from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import create_realm, ensure_control, open_realm, realm_exists
+from tidegraph.store.figures import realm_figures
+from tidegraph.store.realms import (
+    DroppedRealm,
+    create_realm,
+    drop_realm,
+    ensure_control,
+    open_realm,
+    realm_exists,
+)
 
 
 class RealmExistsError(ConfigError):
@@ -31,7 +47,7 @@ class RealmExistsError(ConfigError):
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("realm", help="create a realm or show its configuration")
+    p = sub.add_parser("realm", help="create, show, list or delete realms")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser(
         "create",
@@ -47,6 +63,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("realm")
     show.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     show.set_defaults(func=_show)
+    listed = actions.add_parser(
+        "list",
+        help="every realm: documents, entities, relations, head sequence, embedder, lag",
+        description="List realms with their size and the indexer's lag on each (records of"
+        " the realm in the documents topic not applied yet).",
+    )
+    listed.add_argument("--json", action="store_true", help="print JSON")
+    listed.add_argument("--group", default="tidegraph-indexer", help="indexer group for the lag")
+    listed.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    listed.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEGRAPH_KAFKA_BOOTSTRAP)")
+    listed.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
+    listed.set_defaults(func=_list)
+    delete = actions.add_parser(
+        "delete",
+        help="delete a realm: its schema, positions and cache (needs --yes)",
+        description="Drop REALM's schema (graph, history, change outbox, extraction cache),"
+        " its catalogue entry, publisher position, indexer holds and replay positions, and"
+        " publish a `realm_deleted` change. Later records of the realm create it again.",
+    )
+    delete.add_argument("realm")
+    delete.add_argument("--yes", action="store_true", help="confirm the deletion")
+    delete.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    delete.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEGRAPH_KAFKA_BOOTSTRAP)")
+    delete.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
+    delete.set_defaults(func=_delete)
 
 
 def _config(args: argparse.Namespace) -> RealmConfig:
@@ -86,3 +127,121 @@ async def _show(args: argparse.Namespace) -> int:
         info = await open_realm(conn, realm)
     sys.stdout.write(info.config.to_json().decode() + "\n")
     return 0
+
+
+async def _list(args: argparse.Namespace) -> int:
+    settings = load_settings(
+        kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
+    )
+    dsn = settings.pg_dsn.get_secret_value()
+    await check_pg(dsn)
+    data = await data_status(dsn, settings.kafka_bootstrap, settings.documents_topic, args.group)
+    lag_known = not any(p.startswith("Kafka") for p in data.problems)
+    if args.json:
+        print(json.dumps(_listing(data, lag_known), indent=2))
+    else:
+        print(_table(data, lag_known))
+    for problem in data.problems:
+        print(f"tidegraph: {problem} — lag unknown", file=sys.stderr)
+    return 0
+
+
+def _listing(data: DataStatus, lag_known: bool) -> list[dict[str, object]]:
+    return [
+        {
+            "realm": r.realm,
+            "documents": r.documents,
+            "entities": r.entities,
+            "relations": r.relations,
+            "head_seq": r.head_seq,
+            "embedder": r.embedder,
+            "extractor": r.extractor,
+            "lag": data.realm_lag(r.realm) if lag_known else None,
+        }
+        for r in data.realms
+    ]
+
+
+def _table(data: DataStatus, lag_known: bool) -> str:
+    rows = [("REALM", "DOCUMENTS", "ENTITIES", "RELATIONS", "HEAD SEQ", "EMBEDDER", "LAG")]
+    for item in _listing(data, lag_known):
+        docs = item["documents"]
+        assert isinstance(docs, dict)
+        shown = ", ".join(f"{n} {s}" for s, n in sorted(docs.items())) or "0"
+        lag = "?" if item["lag"] is None else str(item["lag"])
+        rows.append(
+            (
+                str(item["realm"]),
+                shown,
+                str(item["entities"]),
+                str(item["relations"]),
+                str(item["head_seq"]),
+                str(item["embedder"]),
+                lag,
+            )
+        )
+    if len(rows) == 1:
+        return "no realms yet"
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+async def _delete(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    settings = load_settings(
+        kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
+    )
+    async with connect_pg(settings.pg_dsn.get_secret_value()) as conn:
+        await ensure_control(conn)
+        figures = {f.realm: f for f in await realm_figures(conn)}
+        if realm not in figures:
+            raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
+        if not args.yes:
+            docs = sum(figures[realm].documents.values())
+            raise ConfigError(
+                f"realm delete drops realm {realm!r} and everything in it ({docs} documents,"
+                f" {figures[realm].entities} entities, {figures[realm].relations} relations,"
+                f" its history and cache) — run it again with --yes"
+            )
+        # The note is published inside the transaction: nothing is dropped unless the change
+        # feed says so.
+        await check_kafka(settings.kafka_bootstrap)
+        async with conn.transaction():
+            dropped = await drop_realm(conn, realm)
+            if dropped is None:
+                raise RealmSchemaError(f"realm {realm!r} does not exist")
+            await _publish_deleted(settings.kafka_bootstrap, settings.changes_topic, dropped)
+    print(f"deleted realm {realm} (schema {dropped.schema}, last seq {dropped.head_seq})")
+    if dropped.copies:
+        print(
+            f"kept its copies: {', '.join(dropped.copies)} — drop each with"
+            f" `tidegraph replay --realm {realm} --drop NAME`",
+            file=sys.stderr,
+        )
+    return 0
+
+
+async def _publish_deleted(bootstrap: str, topic: str, dropped: DroppedRealm) -> None:
+    seq = dropped.head_seq + 1
+    note = GraphChange.model_validate(
+        {
+            "id": f"{dropped.realm}:{seq}:0",
+            "realm": dropped.realm,
+            "seq": seq,
+            "belief_time": datetime.now(UTC),
+            "kind": "realm_deleted",
+        }
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", client_id="tidegraph-realm-delete"
+    )
+    try:
+        await producer.start()
+        await producer.send_and_wait(topic, note.to_json(), key=dropped.realm.encode())
+    except KafkaError as exc:
+        raise kafka_unreachable(bootstrap, exc) from None
+    finally:
+        await producer.stop()
