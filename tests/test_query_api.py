@@ -374,3 +374,25 @@ def test_serve_refuses_a_public_interface_without_keys(pg_dsn: str) -> None:
     )
     assert out.returncode == 2
     assert b"refusing to listen on '0.0.0.0' without API keys" in out.stderr
+
+
+async def test_realms_listed_are_those_the_key_reaches(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    a, b = realms
+    async with api_client(pool, api_keys=KEYS.replace("REALM_A", a)) as client:
+        assert err(await client.get("/v1/realms"), 401) == "unauthenticated"
+        bad = {"Authorization": "Bearer nope"}
+        assert err(await client.get("/v1/realms", headers=bad), 401) == "unauthenticated"
+        mine = await client.get("/v1/realms", headers={"Authorization": "Bearer alpha-key"})
+        assert mine.status_code == 200, mine.text
+        [only] = mine.json()["realms"]
+        assert only["realm"] == a and only["documents"] == {"indexed": 1}
+        assert only["entities"] == 3 and only["relations"] >= 2 and only["head_seq"] >= 1
+        assert only["embedder"] == "hashing:8"
+        star = await client.get("/v1/realms", headers={"Authorization": "Bearer star-key"})
+        names = [r["realm"] for r in star.json()["realms"]]
+        assert {a, b} <= set(names) and names == sorted(names)
+    async with api_client(pool) as client:  # no keys: loopback only, every realm
+        listed = await client.get("/v1/realms")
+        assert {a, b} <= {r["realm"] for r in listed.json()["realms"]}

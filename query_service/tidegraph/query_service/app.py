@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidegraph.query_service import channels, reads
-from tidegraph.query_service.auth import authorize
+from tidegraph.query_service.auth import authorize, reachable
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import (
     RealmCatalog,
@@ -55,6 +55,7 @@ from tidegraph.query_service.models import (
     QueryDataResponse,
     QueryRequest,
     QueryResponse,
+    RealmsResponse,
     RelationsResponse,
     no_nul,
 )
@@ -70,7 +71,8 @@ from tidegraph.schemas.api_keys import ApiKeys
 from tidegraph.schemas.errors import ConfigError, ContractError, TidegraphError
 from tidegraph.schemas.names import validate_space
 from tidegraph.store.errors import is_transient
-from tidegraph.store.realms import RealmInfo, realm_problems
+from tidegraph.store.figures import realm_figures
+from tidegraph.store.realms import RealmInfo, list_realms, realm_problems
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,30 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     async def prometheus() -> Response:
         """Prometheus text format."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/realms", tags=["graph"], response_model=RealmsResponse)
+    async def realms(auth: Auth = None) -> Response:
+        """The realms the caller's key reaches, with their size and head sequence."""
+        async with deps.pool.connection() as conn:
+            names = [realm for realm, _ in await list_realms(conn)]
+            figures = await realm_figures(conn, only=reachable(keys, auth, names))
+        return _json(
+            {
+                "realms": [
+                    {
+                        "realm": f.realm,
+                        "documents": f.documents,
+                        "entities": f.entities,
+                        "relations": f.relations,
+                        "head_seq": f.head_seq,
+                        "last_write_at": f.last_write_at,
+                        "embedder": f.embedder,
+                        "extractor": f.extractor,
+                    }
+                    for f in figures
+                ]
+            }
+        )
 
     @app.post("/v1/realms/{realm}/query_data", tags=["query"], response_model=QueryDataResponse)
     async def query_data(realm: RealmPath, body: QueryDataRequest, auth: Auth = None) -> Response:

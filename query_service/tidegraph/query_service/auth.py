@@ -25,3 +25,12 @@ def authorize(keys: ApiKeys, authorization: str | None, realm: str) -> None:
     when no keys are configured (the service then listens on loopback only)."""
     if keys.enabled and not identify(keys, authorization).allows(realm):
         raise Forbidden(realm)
+
+
+def reachable(keys: ApiKeys, authorization: str | None, realms: list[str]) -> list[str]:
+    """The realms of ``realms`` the request's key reaches (all when no keys are
+    configured); 401 without a known key."""
+    if not keys.enabled:
+        return realms
+    grant = identify(keys, authorization)
+    return [r for r in realms if grant.allows(r)]

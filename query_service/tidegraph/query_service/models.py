@@ -226,6 +226,24 @@ class EntitiesResponse(BaseModel):
     next_after_id: int | None
 
 
+class RealmListed(BaseModel):
+    realm: str
+    documents: dict[str, int] = Field(description="Document count by status.")
+    entities: int = Field(description="Entities not dormant.")
+    relations: int = Field(description="Relations current and believed now.")
+    head_seq: int = Field(description="Latest commit sequence of the realm's change feed.")
+    last_write_at: datetime | None
+    embedder: str
+    extractor: str
+
+
+class RealmsResponse(BaseModel):
+    realms: list[RealmListed] = Field(
+        description="The realms the caller's key reaches (every realm when the service runs"
+        " without keys), by name."
+    )
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str

@@ -6,6 +6,7 @@ status, entities not dormant, relations current and believed.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -43,10 +44,14 @@ _FIGURES = sql.SQL(
 )
 
 
-async def realm_figures(conn: AsyncConnection[Any]) -> list[RealmFigures]:
-    """Figures of every registered realm, by name."""
+async def realm_figures(
+    conn: AsyncConnection[Any], *, only: Collection[str] | None = None
+) -> list[RealmFigures]:
+    """Figures of every registered realm (or of those in ``only``), by name."""
     out = []
     for realm, schema in await list_realms(conn):
+        if only is not None and realm not in only:
+            continue
         cur = await conn.execute(_FIGURES.format(s=sql.Identifier(schema)))
         row = await cur.fetchone()
         if row is None:
