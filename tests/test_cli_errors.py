@@ -67,6 +67,13 @@ def test_postgres_not_running_is_one_line(args: list[str], tmp_path: Path) -> No
     _assert_one_line(_run(args, _dead_env(tmp_path)), "PostgreSQL", "run `tidegraph up`")
 
 
+@pytest.mark.parametrize(
+    "args", [["dlq", "list"], ["dlq", "replay", "--all"]], ids=lambda a: " ".join(a)
+)
+def test_kafka_not_running_is_one_line(args: list[str], tmp_path: Path) -> None:
+    _assert_one_line(_run(args, _dead_env(tmp_path)), "Kafka", "run `tidegraph up`")
+
+
 def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "nope.json"
     done = _run(["realm", "create", "acme", "--config", str(missing)], _dead_env(tmp_path))
