@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -94,7 +95,16 @@ async def test_realm_list_and_delete(
         line.split()[0] == realm and line.endswith(" 1") for line in table.stdout.splitlines()
     )
 
-    # Without --yes nothing happens; the message says what would go.
+    # An audit copy as of now: listed with its size.
+    until = datetime.now(UTC).isoformat()
+    audit = _cli(["replay", "--realm", realm, "--until", until, "--no-progress"], env)
+    assert audit.returncode == 0, audit.stderr
+    copies = _cli(["realm", "copies", realm, "--json"], env)
+    [copy] = json.loads(copies.stdout)
+    assert copy["schema"] == f"realm_{realm}__audit_1" and copy["kind"] == "audit"
+    # c.md too: the copy holds every record logged up to the instant
+    assert copy["documents"] == {"indexed": 3} and copy["head_seq"] == 3
+
     _one_line(_cli(["realm", "delete", realm], env), "2 documents", "--yes")
     assert await _schema_exists(pg_dsn, realm)
 
@@ -106,6 +116,10 @@ async def test_realm_list_and_delete(
     deleted = _cli(["realm", "delete", realm, "--yes"], env)
     assert deleted.returncode == 0, deleted.stderr
     assert f"deleted realm {realm}" in deleted.stdout
+    assert f"kept its copies: realm_{realm}__audit_1" in deleted.stderr
+    dropped = _cli(["replay", "--realm", realm, "--drop", f"realm_{realm}__audit_1"], env)
+    assert dropped.returncode == 0, dropped.stderr
+    assert _cli(["realm", "copies", realm], env).stdout.strip() == f"realm {realm} has no copies"
     assert not await _schema_exists(pg_dsn, realm)
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute("SELECT count(*) FROM tidegraph.realms WHERE realm = %s", (realm,))

@@ -52,22 +52,29 @@ async def realm_figures(
     for realm, schema in await list_realms(conn):
         if only is not None and realm not in only:
             continue
-        cur = await conn.execute(_FIGURES.format(s=sql.Identifier(schema)))
-        row = await cur.fetchone()
-        if row is None:
-            continue
-        docs, entities, relations, seq, last_write, embedder, extractor = row
-        out.append(
-            RealmFigures(
-                realm,
-                schema,
-                {str(k): int(v) for k, v in docs.items()},
-                int(entities),
-                int(relations),
-                int(seq),
-                last_write,
-                str(embedder),
-                str(extractor),
-            )
-        )
+        figures = await schema_figures(conn, realm, schema)
+        if figures is not None:
+            out.append(figures)
     return out
+
+
+async def schema_figures(
+    conn: AsyncConnection[Any], realm: str, schema: str
+) -> RealmFigures | None:
+    """Figures of the realm ``schema`` holds (the live one or a copy)."""
+    cur = await conn.execute(_FIGURES.format(s=sql.Identifier(schema)))
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    docs, entities, relations, seq, last_write, embedder, extractor = row
+    return RealmFigures(
+        realm,
+        schema,
+        {str(k): int(v) for k, v in docs.items()},
+        int(entities),
+        int(relations),
+        int(seq),
+        last_write,
+        str(embedder),
+        str(extractor),
+    )

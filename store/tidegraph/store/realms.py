@@ -120,6 +120,16 @@ async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
     return [(str(a), str(b)) for a, b in await cur.fetchall()]
 
 
+async def realm_copies(conn: AsyncConnection[Any], realm: str) -> list[str]:
+    """Schemas holding a copy of ``realm`` — shadows, audit copies, retired schemas
+    (``realm_<realm>__<kind>_<label>``) — by name."""
+    cur = await conn.execute(
+        "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s) ORDER BY nspname",
+        (realm_schema(validate_realm(realm)) + "__",),
+    )
+    return [str(n) for (n,) in await cur.fetchall()]
+
+
 @dataclass(frozen=True)
 class DroppedRealm:
     """What :func:`drop_realm` removed."""
@@ -160,11 +170,7 @@ async def drop_realm(conn: AsyncConnection[Any], realm: str) -> DroppedRealm | N
         await lock_realm_schema(conn, schema)
         cur = await conn.execute(sql.SQL("SELECT seq FROM {}.meta").format(sql.Identifier(schema)))
         meta = await cur.fetchone()
-        cur = await conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s) ORDER BY nspname",
-            (realm_schema(realm) + "__",),
-        )
-        copies = tuple(str(n) for (n,) in await cur.fetchall() if n != schema)
+        copies = tuple(c for c in await realm_copies(conn, realm) if c != schema)
         await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
         await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
         await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,))

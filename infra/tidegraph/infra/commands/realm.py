@@ -21,13 +21,14 @@ from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.figures import realm_figures
+from tidegraph.store.figures import realm_figures, schema_figures
 from tidegraph.store.realms import (
     DroppedRealm,
     create_realm,
     drop_realm,
     ensure_control,
     open_realm,
+    realm_copies,
     realm_exists,
 )
 
@@ -75,6 +76,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     listed.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEGRAPH_KAFKA_BOOTSTRAP)")
     listed.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
     listed.set_defaults(func=_list)
+    copies = actions.add_parser(
+        "copies",
+        help="a realm's shadow, audit and retired copies",
+        description="List the copies `replay` made of REALM (shadows, audit copies from"
+        " --until, retired schemas) with their size; drop one with"
+        " `tidegraph replay --realm R --drop SCHEMA`.",
+    )
+    copies.add_argument("realm")
+    copies.add_argument("--json", action="store_true", help="print JSON")
+    copies.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    copies.set_defaults(func=_copies)
     delete = actions.add_parser(
         "delete",
         help="delete a realm: its schema, positions and cache (needs --yes)",
@@ -187,6 +199,41 @@ def _table(data: DataStatus, lag_known: bool) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+async def _copies(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
+    async with connect_pg(dsn) as conn:
+        await ensure_control(conn)
+        found = [await schema_figures(conn, realm, c) for c in await realm_copies(conn, realm)]
+    rows = [
+        {
+            "schema": f.schema,
+            "kind": f.schema[len(realm_schema(realm)) + 2 :].split("_", 1)[0],
+            "documents": f.documents,
+            "entities": f.entities,
+            "relations": f.relations,
+            "head_seq": f.head_seq,
+            "last_write_at": f.last_write_at.isoformat() if f.last_write_at else None,
+        }
+        for f in found
+        if f is not None
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"realm {realm} has no copies")
+    for row in rows if not args.json else []:
+        docs = row["documents"]
+        assert isinstance(docs, dict)
+        shown = ", ".join(f"{n} {s}" for s, n in sorted(docs.items())) or "0 documents"
+        print(
+            f"{row['schema']}  {row['kind']}  {shown}  {row['entities']} entities"
+            f"  {row['relations']} relations  seq {row['head_seq']}"
+            f"  last write {row['last_write_at'] or '-'}"
+        )
+    return 0
 
 
 async def _delete(args: argparse.Namespace) -> int:
