@@ -78,6 +78,15 @@ log = logging.getLogger(__name__)
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
 RealmPath = Annotated[str, Path(description="Realm name.", max_length=64)]
+CopyQuery = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="Read a copy of the realm instead of the realm itself, read-only:"
+        " `audit_<label>` (made by `tidegraph replay --until`: the realm as the log stood"
+        " then), `retired_<label>` or `shadow_<label>`; `tidegraph realm copies R` lists them.",
+    ),
+]
 Auth = Annotated[str | None, Header(alias="Authorization", include_in_schema=False)]
 
 
@@ -133,9 +142,11 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
 
-    async def realm_meta(conn: AsyncConnection[Any], realm: str, auth: str | None) -> RealmInfo:
+    async def realm_meta(
+        conn: AsyncConnection[Any], realm: str, auth: str | None, copy: str | None = None
+    ) -> RealmInfo:
         authorize(keys, auth, realm)
-        return await catalog.get(conn, realm)
+        return await catalog.get(conn, realm, copy)
 
     def embedder_for(meta: RealmInfo) -> QueryEmbedder:
         key = (meta.realm, meta.embedder)
@@ -174,10 +185,10 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         )
 
     async def run_retrieval(
-        realm: str, auth: str | None, params: RetrievalParams
+        realm: str, auth: str | None, params: RetrievalParams, copy: str | None = None
     ) -> RetrievalResult:
         async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
+            meta = await realm_meta(conn, realm, auth, copy)
         if params.mode == "bypass":
             return RetrievalResult([], [], [], [], {"mode": "bypass"})
         embedder = embedder_for(meta)
@@ -234,19 +245,23 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         )
 
     @app.post("/v1/realms/{realm}/query_data", tags=["query"], response_model=QueryDataResponse)
-    async def query_data(realm: RealmPath, body: QueryDataRequest, auth: Auth = None) -> Response:
+    async def query_data(
+        realm: RealmPath, body: QueryDataRequest, copy: CopyQuery = None, auth: Auth = None
+    ) -> Response:
         """Retrieval without synthesis."""
-        return _json(await run_retrieval(realm, auth, params_of(body)))
+        return _json(await run_retrieval(realm, auth, params_of(body), copy))
 
     @app.post("/v1/realms/{realm}/query", tags=["query"], response_model=QueryResponse)
-    async def query(realm: RealmPath, body: QueryRequest, auth: Auth = None) -> Response:
+    async def query(
+        realm: RealmPath, body: QueryRequest, copy: CopyQuery = None, auth: Auth = None
+    ) -> Response:
         """Retrieval plus a synthesised answer with references."""
         params = params_of(body)
         if deps.chat is None:
             async with deps.pool.connection() as conn:
-                await realm_meta(conn, realm, auth)
+                await realm_meta(conn, realm, auth, copy)
             raise ChatModelNotConfigured()
-        data = await run_retrieval(realm, auth, params)
+        data = await run_retrieval(realm, auth, params, copy)
         prompt = build_prompt(body.query, data, body.max_prompt_chars)
         try:
             answer = await deps.chat(SYSTEM_PROMPT, prompt.text)
@@ -272,6 +287,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         after_seq: Annotated[int | None, Query(ge=0, le=2**62)] = None,
         since: Annotated[AwareDatetime | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """A page of the change feed, by commit sequence or by belief time."""
@@ -280,7 +296,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
         async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
+            meta = await realm_meta(conn, realm, auth, copy)
             page = await reads.changes_page(
                 conn, meta, after_seq=after_seq, since=since, limit=limit
             )
@@ -295,13 +311,14 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         realm: RealmPath,
         doc_key: Annotated[str, Path(min_length=1, max_length=1024)],
         space: Annotated[str, Query(max_length=64)] = "default",
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """A document's indexing state."""
         _text("doc_key", doc_key)
         _space(space, wildcard=False)
         async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
+            meta = await realm_meta(conn, realm, auth, copy)
             state = await reads.document_state(conn, meta, space, doc_key)
         if state is None:
             raise DocumentNotFound(realm, space, doc_key)
@@ -319,6 +336,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         include_superseded: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """Relations by canonical names and predicate; current ones unless asked."""
@@ -330,7 +348,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
         scope = channels.Scope(space, as_of, as_believed_at, include_superseded, None)
         async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
+            meta = await realm_meta(conn, realm, auth, copy)
             rows = await reads.list_relations(
                 conn,
                 meta,
@@ -352,6 +370,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         include_dormant: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """Entities by canonical name or alias."""
@@ -361,7 +380,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
         async with deps.pool.connection() as conn:
-            meta = await realm_meta(conn, realm, auth)
+            meta = await realm_meta(conn, realm, auth, copy)
             rows = await reads.list_entities(
                 conn,
                 meta,

@@ -72,6 +72,19 @@ class RealmNotFound(NotFound):
         self.realm = realm
 
 
+class CopyNotFound(NotFound):
+    """The realm has no copy of that name (``replay --until`` makes audit copies)."""
+
+    code = "copy_not_found"
+
+    def __init__(self, realm: str, copy: str) -> None:
+        super().__init__(
+            f"realm {realm!r} has no copy {copy!r}; `tidegraph realm copies {realm}` lists them"
+        )
+        self.realm = realm
+        self.copy = copy
+
+
 class DocumentNotFound(NotFound):
     """The realm has no document with that key in that space."""
 
