@@ -163,6 +163,8 @@ async def test_a_realm_of_the_earlier_layout_is_upgraded_on_first_lookup(
         ({"query": "x", "relation_top_k": 500}, "relation_top_k"),
         ({"query": "x", "space": "a b"}, "space"),
         ({"query": "x", "as_of": "yesterday"}, "as_of"),
+        ({"query": "x", "as_of": "1840-13"}, "is not a year, year-month or date"),
+        ({"query": "x", "as_of": "1840-02-30"}, "as_of"),
         ({"query": "x", "as_believed_at": "2026-01-01T00:00:00"}, "as_believed_at"),
         ({"query": "x", "surprise": 1}, "surprise"),
         ({"query": "x\u0000y"}, "NUL"),

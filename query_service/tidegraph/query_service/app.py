@@ -47,6 +47,7 @@ from tidegraph.query_service.errors import (
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.models import (
+    AS_OF_DOC,
     ChangesResponse,
     DocumentResponse,
     EntitiesResponse,
@@ -58,6 +59,7 @@ from tidegraph.query_service.models import (
     RealmsResponse,
     RelationsResponse,
     no_nul,
+    valid_as_of,
 )
 from tidegraph.query_service.retrieval import (
     RetrievalLimits,
@@ -331,7 +333,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         predicate: Annotated[str | None, Query(max_length=128)] = None,
         object: Annotated[str | None, Query(max_length=1024)] = None,  # noqa: A002
         space: Annotated[str, Query(max_length=64)] = "*",
-        as_of: Annotated[date | None, Query()] = None,
+        as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None,
         as_believed_at: Annotated[AwareDatetime | None, Query()] = None,
         include_superseded: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
@@ -346,7 +348,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         _space(space, wildcard=True)
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        scope = channels.Scope(space, as_of, as_believed_at, include_superseded, None)
+        scope = channels.Scope(space, _valid_days(as_of), as_believed_at, include_superseded, None)
         async with deps.pool.connection() as conn:
             meta = await realm_meta(conn, realm, auth, copy)
             rows = await reads.list_relations(
@@ -548,6 +550,14 @@ class _BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": bytes(response.body)})
+
+
+def _valid_days(as_of: str | None) -> tuple[date, date] | None:
+    """The days a query-string ``as_of`` covers; 422 naming it when it is no date."""
+    try:
+        return channels.valid_days(valid_as_of(as_of))
+    except ValueError as exc:
+        raise InvalidRequest(f"as_of: {exc}") from None
 
 
 class _Observed:

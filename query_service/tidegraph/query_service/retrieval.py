@@ -33,7 +33,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from psycopg import AsyncConnection
@@ -71,7 +71,8 @@ class RetrievalParams:
     relation_top_k: int = 25
     """Relations returned after fusion and de-duplication."""
     hops: int = 2
-    as_of: date | None = None
+    as_of: str | None = None
+    """``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD`` (validated by the request model)."""
     as_believed_at: datetime | None = None
     include_superseded: bool = False
     relation_types: tuple[str, ...] | None = None
@@ -243,7 +244,7 @@ async def search(
     s = realm.schema
     scope = Scope(
         params.space,
-        params.as_of,
+        channels.valid_days(params.as_of),
         params.as_believed_at,
         params.include_superseded,
         params.relation_types,
