@@ -190,7 +190,10 @@ async def test_unparseable_and_oversized_bodies(
         bad_json = await client.post(
             url, content=b"{not json", headers={"content-type": "application/json"}
         )
-        assert err(bad_json, 422) == "invalid_request"
+        assert err(bad_json, 400) == "malformed_json"  # as the ingest service answers it
+        message = bad_json.json()["error"]["message"]
+        assert message.startswith("request body is not JSON: ") and "character" in message
+        assert "JSON decode error" not in message
         not_object = await client.post(url, json=[1, 2])
         assert err(not_object, 422)
         big = await client.post(url, json={"query": "x" * 5000})
@@ -398,3 +401,23 @@ async def test_realms_listed_are_those_the_key_reaches(
     async with api_client(pool) as client:  # no keys: loopback only, every realm
         listed = await client.get("/v1/realms")
         assert {a, b} <= {r["realm"] for r in listed.json()["realms"]}
+
+
+async def test_unknown_query_parameters_are_400_naming_them(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    a = realms[0]
+    async with api_client(pool) as client:
+        typo = await client.get(f"/v1/realms/{a}/relations", params={"subjct": "Charles Babbage"})
+        assert err(typo, 400) == "unknown_parameter"
+        message = typo.json()["error"]["message"]
+        assert "subjct" in message and "subject" in message  # names it and what is taken
+        both = await client.get(f"/v1/realms/{a}/entities", params={"x": "1", "y": "2"})
+        assert "unknown query parameters x, y" in both.json()["error"]["message"]
+        stray = await client.post(f"/v1/realms/{a}/query_data?top=3", json={"query": "Babbage"})
+        assert err(stray, 400) == "unknown_parameter"
+        fine = await client.get(f"/v1/realms/{a}/relations", params={"subject": "Charles Babbage"})
+        assert fine.status_code == 200 and fine.json()["relations"]
+        copy = await client.get(f"/v1/realms/{a}/changes", params={"copy": "audit_404"})
+        assert err(copy, 404) == "copy_not_found"  # a declared parameter is no stranger
+        assert (await client.get("/healthz", params={"probe": "1"})).status_code == 200

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Annotated, Any
 
 import orjson
 import psycopg
-from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -41,8 +42,10 @@ from tidegraph.query_service.errors import (
     DocumentNotFound,
     EmbedderMismatch,
     InvalidRequest,
+    MalformedJson,
     QueryServiceError,
     Unavailable,
+    UnknownParameter,
 )
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
@@ -139,6 +142,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         version="1",
         description="Retrieval and synthesis over tidegraph's bi-temporal knowledge graph.",
         responses=_ERRORS,
+        dependencies=[Depends(_known_query_parameters)],
     )
     _install_error_handlers(app, metrics)
     app.add_middleware(_Observed, metrics=metrics)
@@ -458,6 +462,10 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
 
     async def validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
+        broken = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+        if broken:
+            err = MalformedJson(_json_message(broken[0]))
+            return answer(err.status, err.code, str(err))
         return answer(422, "invalid_request", _validation_message(exc))
 
     async def http_error(_: Request, exc: Exception) -> Response:
@@ -478,6 +486,30 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(psycopg.Error, database_error)
     app.add_exception_handler(PoolTimeout, database_error)
+
+
+def _json_message(error: Mapping[str, Any]) -> str:
+    """``request body is not JSON: <why> (at character N)`` from FastAPI's decode error."""
+    why = (error.get("ctx") or {}).get("error") or "not valid JSON"
+    loc = error.get("loc") or ()
+    where = f" (at character {loc[-1]})" if loc and isinstance(loc[-1], int) else ""
+    return f"request body is not JSON: {why}{where}"
+
+
+async def _known_query_parameters(request: Request) -> None:
+    """Refuse query-string parameters an API route does not declare (400 naming them);
+    service routes (health, metrics) ignore them, as probes expect."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None or not request.query_params or not request.url.path.startswith("/v1/"):
+        return
+    allowed = sorted(
+        {p.alias for p in dependant.query_params}
+        | {p.alias for d in dependant.dependencies for p in d.query_params}
+    )
+    unknown = sorted(set(request.query_params) - set(allowed))
+    if unknown:
+        raise UnknownParameter(unknown, allowed)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
