@@ -46,6 +46,25 @@ def _version() -> str:
         return "unknown"
 
 
+class ShowDefaults(argparse.HelpFormatter):
+    """Help that ends each option with its default, when it has a telling one (not
+    ``None``, ``False`` or a flag's absence)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or not action.option_strings
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or default == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def add_state_dir_option(parser: argparse.ArgumentParser) -> None:
     """``--state-dir`` on a subcommand too, so it may follow the command name."""
     parser.add_argument(

@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
 from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
 from tidegraph.infra._proc import LOOPBACK, ensure_port_free
+from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.reach import kafka_unreachable, until_stopped, wait_for_kafka, wait_for_pg
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "indexer",
+        formatter_class=ShowDefaults,
         help="consume document versions and keep realm graphs in step",
         description="Run one member of the indexer consumer group until SIGTERM.",
     )
@@ -36,8 +38,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--group", default="tidegraph-indexer", help="consumer group id")
     p.add_argument("--concurrency", type=int, default=8, help="documents prepared at once")
     p.add_argument("--max-poll-records", type=int, default=256)
-    p.add_argument("--metrics-port", type=int, default=0, help="serve /metrics on this port")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--metrics-port", type=int, default=0, help="serve /metrics on this port (0: none)"
+    )
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.set_defaults(func=run)
 
 

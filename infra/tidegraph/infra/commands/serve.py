@@ -18,6 +18,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from tidegraph.infra._proc import ensure_port_free
+from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.reach import until_stopped, wait_for_pg
 from tidegraph.infra.runtime import llm_client_if_configured
@@ -46,6 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
         help="HTTP query API and change publisher",
+        formatter_class=ShowDefaults,
         description="Serve the query API (CONTRACT.md, HTTP API) and publish each realm's "
         "changes to <prefix>.changes (one publisher per realm across replicas).",
     )
@@ -69,7 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="rebuild a realm's communities after this many quiet seconds (0: never)",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.set_defaults(func=run)
 
 
