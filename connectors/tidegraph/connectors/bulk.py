@@ -11,6 +11,7 @@ acknowledge is reported as not published.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ import orjson
 from tidegraph.connectors.errors import DeliveryError, UndecodableSourceError
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.progress import Progress
-from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, title_of, walk
+from tidegraph.connectors.textfiles import TEXT_GLOBS, decode_text, passed_over, title_of, walk
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.hashing import content_hash
@@ -57,6 +58,9 @@ class BulkReport:
     elapsed: float = 0.0
     failure: str | None = None
     """Why the load stopped early (Kafka did not acknowledge), if it did."""
+    passed_over: dict[str, int] = field(default_factory=dict)
+    """Files in the folders given that were not read, by why: their suffix (not text,
+    Markdown or JSONL), ``hidden`` or ``symlink``. Not a failure: said in the summary."""
 
     @property
     def ok(self) -> bool:
@@ -73,6 +77,14 @@ class BulkReport:
             f"  refused {r.source}" + (f" [{r.doc_key}]" if r.doc_key else "") + f": {r.reason}"
             for r in self.refused
         ]
+        if self.passed_over:
+            counts = sorted(self.passed_over.items(), key=lambda kv: (-kv[1], kv[0]))
+            lines.append(
+                f"  skipped {sum(self.passed_over.values())} file(s) in the folders given: "
+                + ", ".join(f"{n} {why}" for why, n in counts)
+                + f" — publish reads {', '.join(g.removeprefix('**/') for g in BULK_GLOBS)}"
+                " files and passes over hidden ones and symlinks"
+            )
         if self.failure:
             lines.append(f"  stopped: {self.failure}")
         return "\n".join(lines)
@@ -295,6 +307,12 @@ async def publish_paths(
 ) -> BulkReport:
     """Publish files, folders and JSONL files of ``realm``; see :func:`read_inputs`."""
     progress = Progress("publish", count_inputs(paths), enabled=show_progress)
-    return await publish_items(
+    report = await publish_items(
         producer, read_inputs(paths, realm, space=space), progress=progress, window=window
     )
+    passed: Counter[str] = Counter()
+    for given in paths:
+        if given.is_dir():
+            passed.update(passed_over(given, BULK_GLOBS))
+    report.passed_over = dict(passed)
+    return report
