@@ -421,3 +421,18 @@ async def test_unknown_query_parameters_are_400_naming_them(
         copy = await client.get(f"/v1/realms/{a}/changes", params={"copy": "audit_404"})
         assert err(copy, 404) == "copy_not_found"  # a declared parameter is no stranger
         assert (await client.get("/healthz", params={"probe": "1"})).status_code == 200
+
+
+async def test_docs_are_served_from_the_package_not_a_cdn(pool: AsyncConnectionPool[Any]) -> None:
+    async with api_client(pool) as client:
+        page = await client.get("/docs")
+        assert page.status_code == 200, page.text
+        assert "/docs/assets/swagger-ui-bundle.js" in page.text
+        assert "/docs/assets/swagger-ui.css" in page.text
+        assert "https://" not in page.text and "http://" not in page.text  # nothing remote
+        script = await client.get("/docs/assets/swagger-ui-bundle.js")
+        assert script.status_code == 200 and len(script.content) > 100_000
+        assert (await client.get("/docs/assets/swagger-ui.css")).status_code == 200
+        schema = await client.get("/openapi.json")
+        assert schema.status_code == 200 and schema.json()["openapi"].startswith("3.1")
+        assert (await client.get("/redoc")).status_code == 404  # it would load from a CDN

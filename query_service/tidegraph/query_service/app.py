@@ -36,6 +36,7 @@ from tidegraph.query_service.db import (
     RealmCatalog,
     unavailable,
 )
+from tidegraph.query_service.docs import install_docs
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder, checked
 from tidegraph.query_service.errors import (
     ChatModelNotConfigured,
@@ -143,7 +144,10 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         description="Retrieval and synthesis over tidegraph's bi-temporal knowledge graph.",
         responses=_ERRORS,
         dependencies=[Depends(_known_query_parameters)],
+        docs_url=None,  # served from a package below: works offline
+        redoc_url=None,
     )
+    install_docs(app)
     _install_error_handlers(app, metrics)
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
