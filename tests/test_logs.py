@@ -114,6 +114,7 @@ def test_coordinator_still_loading_is_not_an_outage(collapsed: tuple[Lines, Cloc
     log.error("Unable connect to node with id %s: %s", 1, "Connect call failed")
     clock.now += 1
     log.warning("Marking the coordinator dead (node %s)for group %s.", 1, "g")  # counted
+    log.error("LeaveGroup request failed: %s", "[Error 15] GroupCoordinatorNotAvailableError")
     assert len(handler.lines) == 1
 
 

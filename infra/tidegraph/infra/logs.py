@@ -38,20 +38,22 @@ _SIGNS = ("KafkaConnectionError", "NodeNotReadyError", "Connect call failed", "C
 _VERDICT = "_tidegraph_kafka_outage"
 # A group coordinator still loading (a broker just started, a rebalance): aiokafka retries
 # and logs an ERROR each time. Counted inside an outage, never the start of one.
-_CHURN_TEMPLATES = ("Marking the coordinator dead", "Group Coordinator Request failed")
+# Leaving the group while the broker is away fails the same way.
+_CHURN_ALWAYS = ("Marking the coordinator dead",)
+_CHURN_TEMPLATES = ("Group Coordinator Request failed", "LeaveGroup request failed")
 _CHURN_SIGNS = ("GroupCoordinatorNotAvailableError", "NotCoordinatorForGroupError")
 
 
 def is_coordinator_churn(record: logging.LogRecord) -> bool:
-    """True for aiokafka's retried coordinator lookups, normal while a broker starts."""
+    """True for aiokafka's retried coordinator lookups, normal while a broker starts (and
+    for leaving the group while it is away)."""
     if not record.name.startswith("aiokafka") or record.levelno < logging.WARNING:
         return False
-    if str(record.msg).startswith(_CHURN_TEMPLATES[0]):
+    template = str(record.msg)
+    if template.startswith(_CHURN_ALWAYS):
         return True
     text = record.getMessage()
-    return str(record.msg).startswith(_CHURN_TEMPLATES[1]) and any(
-        sign in text for sign in _CHURN_SIGNS
-    )
+    return template.startswith(_CHURN_TEMPLATES) and any(sign in text for sign in _CHURN_SIGNS)
 
 
 def is_connection_error(record: logging.LogRecord) -> bool:
