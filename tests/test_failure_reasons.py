@@ -36,23 +36,21 @@ async def test_rules_extractor_failure_says_what_it_reads_and_how_to_switch() ->
     assert failure is not None
     assert failure.startswith("no chunk yielded valid structure: the rules extractor found no")
     assert "'worked with'" in failure and "README" in failure
-    assert "`tidegraph replay --realm acme --extractor llm`" in failure
+    assert "`tidegraph replay --realm REALM --extractor llm`" in failure
     assert await _failure("Ada Lovelace worked with Charles Babbage.") is None
 
 
 def test_gates_and_vocabulary_are_named() -> None:
     assert set(GATE_HINTS) == set(Gate)  # every gate can explain itself
-    why = why_nothing(
-        [Gate.CONFIDENCE_FLOOR, Gate.VAGUE_PREDICATE], {"worked_with"}, "llm:m", "acme"
-    )
+    why = why_nothing([Gate.CONFIDENCE_FLOOR, Gate.VAGUE_PREDICATE], {"worked_with"}, "llm:m")
     assert "its verbs (worked_with) are not in the realm's vocabulary" in why
     assert "predicate_aliases" in why
     assert GATE_HINTS[Gate.CONFIDENCE_FLOOR] in why and "hedged" in why
     assert GATE_HINTS[Gate.VAGUE_PREDICATE] in why
     assert "rules extractor" not in why
-    assert why_nothing([], set(), "llm:m", "acme") == (
+    assert why_nothing([], set(), "llm:m") == (
         "the model (llm:m) returned no entity or relation for this text"
     )
-    rules = why_nothing([Gate.PRONOMINAL_NAME], set(), "rules:1", "acme")
+    rules = why_nothing([Gate.PRONOMINAL_NAME], set(), "rules:1")
     assert rules.startswith(GATE_HINTS[Gate.PRONOMINAL_NAME])
     assert "--extractor llm" in rules

@@ -92,7 +92,7 @@ class Pipeline:
             except ExtractionFailed as exc:
                 facts.append((chunk, (), (), exc.reason))
                 continue
-            entities, relations, note = self._accept(output, vocab, extractor.id, info.realm)
+            entities, relations, note = self._accept(output, vocab, extractor.id)
             for e in entities:
                 known.setdefault(e.name, None)
             facts.append((chunk, entities, relations, note))
@@ -127,7 +127,7 @@ class Pipeline:
         )
 
     def _accept(
-        self, output: ExtractionOutput, vocab: Vocabulary, extractor: str, realm: str
+        self, output: ExtractionOutput, vocab: Vocabulary, extractor: str
     ) -> tuple[tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]:
         """Gates, predicate normalisation and validity normalisation of one chunk's output;
         when nothing survives, why, in words a user can act on."""
@@ -158,14 +158,14 @@ class Pipeline:
         note = None
         if not entities and not relations:
             gates = sorted({rej.gate for rej in gated.rejections})
-            note = why_nothing(gates, off_vocabulary, extractor, realm)
+            note = why_nothing(gates, off_vocabulary, extractor)
         return entities, tuple(relations), note
 
 
-def why_nothing(
-    gates: Sequence[Gate], off_vocabulary: Collection[str], extractor: str, realm: str
-) -> str:
-    """Why a chunk yielded no structure: what was refused and what to do about it."""
+def why_nothing(gates: Sequence[Gate], off_vocabulary: Collection[str], extractor: str) -> str:
+    """Why a chunk yielded no structure: what was refused and what to do about it. Stored
+    with the version, so it names nothing but the record's own content (a replay into
+    another schema, or the same log in another realm, stores the same words)."""
     causes = []
     if off_vocabulary:
         causes.append(
@@ -183,7 +183,7 @@ def why_nothing(
         causes.append(
             "the offline rules extractor reads only simple English patterns (README, 'What"
             " the rules extractor reads'); for free text switch the realm to a model:"
-            f" `tidegraph replay --realm {realm} --extractor llm`"
+            " `tidegraph replay --realm REALM --extractor llm`"
         )
     elif not causes:
         causes.append(f"the model ({extractor}) returned no entity or relation for this text")
