@@ -18,7 +18,7 @@ from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.store import holds, positions
 from tidegraph.store.figures import RealmFigures, realm_figures
 from tidegraph.store.holds import Hold
-from tidegraph.store.positions import NO_REALM, Position
+from tidegraph.store.positions import NO_REALM, Position, key_realm
 
 SCAN_LIMIT = 10_000
 """Records read per partition, at most, to find whose records wait (status stays quick)."""
@@ -124,18 +124,11 @@ async def _scan_unsettled(
             for record in records:
                 if record.offset >= stop:
                     break
-                realm = _key_realm(record.key)
+                realm = key_realm(record.key)
                 if realm != NO_REALM and not at[tp.partition].settled(realm, record.offset):
                     counts[realm] += 1
             if records[-1].offset + 1 >= stop:
                 del todo[tp.partition]
-
-
-def _key_realm(key: bytes | None) -> str:
-    try:
-        return key.decode() if key else NO_REALM
-    except UnicodeDecodeError:
-        return NO_REALM
 
 
 def render(status: DataStatus) -> str:

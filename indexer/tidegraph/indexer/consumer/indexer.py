@@ -50,7 +50,7 @@ from tidegraph.schemas.names import realm_schema
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import holds, positions
 from tidegraph.store.errors import classify_db_error, refusal
-from tidegraph.store.positions import NO_REALM, Claim, Position
+from tidegraph.store.positions import Claim, Position, key_realm
 from tidegraph.store.realms import RealmInfo, create_realm, ensure_control, open_realm, realm_exists
 
 log = logging.getLogger("tidegraph.indexer")
@@ -731,7 +731,4 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 def _realm_label(msg: ConsumerRecord[bytes, bytes]) -> str:
     """The realm a record's key names (its position is kept under it), or
     :data:`NO_REALM`."""
-    try:
-        return msg.key.decode() if msg.key else NO_REALM
-    except UnicodeDecodeError:
-        return NO_REALM
+    return key_realm(msg.key)
