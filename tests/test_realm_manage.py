@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,11 +16,12 @@ import psycopg
 import pytest
 
 from tidegraph.infra import _proc
-from tidegraph.store.realms import realm_exists
+from tidegraph.store.realms import drop_realm, realm_exists
 
 from indexer_helpers import (
     make_topics,
     publish,
+    realm_snapshot,
     running_indexer,
     stored_position,
     upsert,
@@ -137,3 +139,31 @@ async def test_realm_list_and_delete(
     [why] = listed.stderr.strip().splitlines()
     assert why.startswith("tidegraph: Kafka at ") and "lag unknown" in why, why
     _one_line(_cli(["realm", "delete", realm, "--yes"], env), "does not exist")
+
+
+async def test_a_realm_deleted_under_a_running_indexer_is_created_again_by_its_next_record(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    async with running_indexer(topics, pg_dsn, group, backoff_initial=0.2, backoff_max=30):
+        await publish(topics, [upsert(realm, "a.md", "Ada Lovelace worked with Charles Babbage.")])
+
+        async def first() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= 1
+
+        await wait_for(first, 60, "a.md applied")
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            assert await drop_realm(conn, realm) is not None
+        await publish(topics, [upsert(realm, "b.md", "Grace Hopper worked with Howard Aiken.")])
+        started = time.monotonic()
+
+        async def second() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= 2
+
+        await wait_for(second, 60, "b.md applied")
+        # The indexer's cached realm pointed at the dropped schema: a short retry, not the
+        # 30 s a record that cannot be applied waits.
+        assert time.monotonic() - started < 10
+    snap = await realm_snapshot(pg_dsn, realm)
+    assert [d[1] for d in snap["documents"]] == ["b.md"]

@@ -518,10 +518,13 @@ class Indexer:
         lost), False when only the record's realm is held and the others go on."""
         assert self.consumer is not None
         judged = verdict(exc)
-        if judged is Verdict.HOLD and not single:
-            judged = Verdict.RETRY  # not one record's: the partition waits, the longest
-        self._realms.clear()  # re-read realm state after any failure
         failed = exc if isinstance(exc, RecordFailed) else None
+        gone = _schema_gone(failed.cause if failed else exc)
+        if judged is Verdict.HOLD and (gone or not single):
+            # Not one record's: the partition waits (the longest, unless the realm's schema
+            # was dropped under us — `realm delete` — and is created again on the retry).
+            judged = Verdict.RETRY
+        self._realms.clear()  # re-read realm state after any failure
         realm = _realm_label(msg)
         offset = msg.offset
         cause = failed.cause if failed else classify_db_error(exc)
@@ -551,7 +554,7 @@ class Indexer:
             return False
         if judged is Verdict.RETRY_NOW:
             delay = 0.0  # a replay swapped the realm in: retry against it at once
-        elif verdict(exc) is Verdict.HOLD:
+        elif verdict(exc) is Verdict.HOLD and not gone:
             delay = self._backoff.longest
         else:
             owned.failures += 1
@@ -704,6 +707,11 @@ def _log_failed(tp: TopicPartition, item: _Item, prepared: Outcome | None) -> No
         rec.space,
         reason or "no reason given",
     )
+
+
+def _schema_gone(cause: BaseException) -> bool:
+    """A realm's tables or schema missing: deleted while cached here (`realm delete`)."""
+    return isinstance(cause, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName)
 
 
 def _runs(items: list[_Item]) -> list[list[_Item]]:
