@@ -24,9 +24,15 @@ Observation: ``calls`` per path, ``chunk_calls`` per fixture match, ``gleaning_c
 ``max_concurrent`` requests, and every request body in ``requests``; over HTTP, the
 counters at ``GET /v1/_scripted/stats``.
 
+- Synthesis (the query service's ``/query``, recognised by its system prompt): a short
+  answer in prose that cites the first passage of the evidence, e.g. ``From the passages:
+  Ada Lovelace worked with Charles Babbage [1].``
+
 Run as a program (``python tests/llm_server.py --latency 0.3``) it serves in its own
 process, prints its base URL on the first line of stdout and stops when stdin closes: the
-benchmark uses that so the endpoint does not compete with the pipeline for the GIL.
+benchmark uses that so the endpoint does not compete with the pipeline for the GIL. With
+``--port P`` it listens on that port and runs until SIGTERM or SIGINT whatever stdin does,
+so it can be left running in the background (``nohup … &``) to try the model path.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import struct
 import threading
 import time
@@ -161,8 +168,11 @@ class ScriptedLLMServer:
         *,
         embed_dim: int = 16,
         latency: float = 0.0,
+        port: int = 0,
     ) -> None:
         self.fixtures = list(fixtures)
+        self.requested_port = port
+        """Port to bind; 0 takes a free one."""
         self.embed_dim = embed_dim
         self.latency = latency
         self.reject_json_schema = False
@@ -185,7 +195,7 @@ class ScriptedLLMServer:
         class Handler(_Handler):
             scripted = server
 
-        httpd = _Server(("127.0.0.1", 0), Handler)
+        httpd = _Server(("127.0.0.1", self.requested_port), Handler)
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -294,6 +304,11 @@ class ScriptedLLMServer:
         prompt = user[-1].get("content", "") if user else ""
         if not isinstance(prompt, str):
             prompt = " ".join(part.get("text", "") for part in prompt if isinstance(part, dict))
+        system = " ".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+        if system.startswith(SYNTHESIS_MARK):
+            content = synthesis_answer(prompt)
+            all_text = "".join(str(m.get("content", "")) for m in messages)
+            return content, _tokens(all_text), _tokens(content)
         chunk = _chunk_of(prompt)
         gleaning = "<already_extracted>" in prompt
         hits = [f for f in self.fixtures if f.match in chunk]
@@ -451,11 +466,34 @@ def _completion(model: str, content: str, prompt_tokens: int, completion_tokens:
     }
 
 
+SYNTHESIS_MARK = "You answer questions from the evidence"
+"""How the query service's synthesis system prompt begins."""
+_PASSAGE = re.compile(r"^\[(\d+)\] \([^)]*\)\n(.+?)(?:\n\n|\n## |\Z)", re.M | re.S)
+
+
+def synthesis_answer(prompt: str) -> str:
+    """Prose citing the first passage of the evidence: its first sentence, numbered."""
+    found = _PASSAGE.search(prompt)
+    if found is None:
+        return "The evidence given does not answer the question."
+    text = " ".join(found.group(2).split())
+    sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0].rstrip(".!?")
+    return f"From the passages: {sentence} [{found.group(1)}]."
+
+
 def main() -> None:
     import argparse
+    import signal
     import sys
 
     parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible server.")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="listen on this port and run until SIGTERM/SIGINT (default: a free port,"
+        " until stdin closes)",
+    )
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
     parser.add_argument("--embed-dim", type=int, default=16)
     parser.add_argument(
@@ -463,11 +501,20 @@ def main() -> None:
     )
     args = parser.parse_args()
     server = ScriptedLLMServer(
-        load_fixtures(args.fixtures), embed_dim=args.embed_dim, latency=args.latency
+        load_fixtures(args.fixtures),
+        embed_dim=args.embed_dim,
+        latency=args.latency,
+        port=args.port or 0,
     )
     with server:
         print(server.base_url, flush=True)
-        sys.stdin.read()
+        if args.port is None:
+            sys.stdin.read()
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        stop.wait()
 
 
 if __name__ == "__main__":

@@ -78,6 +78,11 @@ async def test_publish_end_to_end(
     assert len(too_big) == 1 and "bytes encoded, over the 4096-byte limit" in too_big[0].reason
     assert len(report.refused) == 6 + 1  # the six bad inputs plus the oversize document
     assert "published 6, refused 7" in report.summary()
+    # Files no glob takes are passed over, and the summary says how many and why.
+    assert report.passed_over == {".png": 1, "hidden": 1}
+    assert "skipped 2 file(s) in the folders given: 1 .png, 1 hidden — publish reads *.md," in (
+        report.summary()
+    )
 
     records = await read_topic(kafka_bootstrap, settings.documents_topic, expected=6)
     docs = [validated(r) for r in records]

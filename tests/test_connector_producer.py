@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable
 
+import aiokafka.producer.message_accumulator as accumulator
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
-from tidegraph.connectors.producer import DocumentProducer, encode
+from tidegraph.connectors.producer import LZ4_LEVEL, DocumentProducer, _use_fast_lz4, encode
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.kafka_security import kafka_client_options
@@ -130,3 +132,32 @@ async def test_submit_many_batches_in_order_and_refuses_oversize(
                 assert DocumentVersion.from_json(record.value).doc_key == delivery.doc_key
     finally:
         await consumer.stop()
+
+
+def test_the_lz4_level_patch_still_applies_to_the_builder_producers_use() -> None:
+    """Fails when an aiokafka upgrade makes the process-wide LZ4 patch stop applying: the
+    builder the producer's accumulator uses must compress through ``lz4_encode`` looked up
+    in its module at call time, and that must be our level."""
+    builder = accumulator.DefaultRecordBatchBuilder
+    module = importlib.import_module(builder.__module__)
+    _use_fast_lz4()
+    patched = module.lz4_encode
+    assert getattr(patched, "keywords", None) == {"level": LZ4_LEVEL}, patched
+    calls: list[int] = []
+
+    def spy(data: bytes, *args: object, **kwargs: object) -> bytes:
+        calls.append(len(data))
+        return bytes(patched(data, *args, **kwargs))
+
+    module.lz4_encode = spy
+    try:
+        batch = builder(
+            magic=2, compression_type=3, is_transactional=0, producer_id=-1,
+            producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+        )  # fmt: skip  # compression_type 3: LZ4
+        batch.append(0, timestamp=None, key=b"k", value=b"x" * 10_000, headers=[])
+        built = batch.build()
+    finally:
+        module.lz4_encode = patched
+    assert calls and calls[0] >= 10_000  # the builder compressed through the patched name
+    assert len(built) < 1_000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -38,8 +39,12 @@ def _free_port() -> int:
 
 
 async def test_partition_pauses_while_postgres_is_down_and_loses_nothing(
-    kafka_bootstrap: str, tmp_path: Path, unique_name: Callable[[str], str]
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="tidegraph.indexer")
     layout = local_pg.PgLayout.under(tmp_path)
     port = _free_port()
     process = local_pg.launch(layout, port=port)
@@ -87,6 +92,13 @@ async def test_partition_pauses_while_postgres_is_down_and_loses_nothing(
         assert all(d[2] == "indexed" for d in snap["documents"])
         seqs = sorted({s for s, _, _ in await outbox(dsn, realm)})
         assert seqs == list(range(1, 11))
+        # Each pause and each resumption is one line saying why.
+        lines = [r.getMessage() for r in caplog.records if r.name == "tidegraph.indexer"]
+        paused = [line for line in lines if "partition paused, retrying in" in line]
+        resumed = [line for line in lines if " resumes at offset " in line]
+        assert paused and all("DatabaseUnavailable" in line for line in paused), lines
+        assert resumed and all("retrying after DatabaseUnavailable" in line for line in resumed)
+        assert len(resumed) <= len(paused)
     finally:
         local_pg.stop(layout)
 

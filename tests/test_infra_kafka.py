@@ -13,6 +13,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from tidegraph.schemas.kafka_security import kafka_client_options
 
+from fix_kafka import until_described
+
 pytestmark = pytest.mark.kafka
 
 
@@ -182,8 +184,7 @@ async def test_admin_client_creates_topic_with_contract_settings(
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, 3, 1, topic_configs=settings)])
-        assert topic in await admin.list_topics()
-        (described,) = await admin.describe_topics([topic])
+        described = await until_described(admin, topic, 3)  # metadata lags the creation
         assert len(described["partitions"]) == 3
         (response,) = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic)]

@@ -9,6 +9,7 @@ by names so a difference shows which entity, relation or mention is wrong.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -607,10 +608,12 @@ async def test_model_pinned_realm_without_endpoint_pauses_and_writes_nothing(
     unique_name: Callable[[str], str],
     corpus: Corpus,
     extractor: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A realm blocked by its configuration is held at its first record (fail closed,
-    retried, explained in ``tidegraph.indexer_holds``) while another realm sharing its
-    partition goes on, its position kept per realm."""
+    retried, explained in ``tidegraph.indexer_holds`` and the log) while another realm
+    sharing its partition goes on, its position kept per realm."""
+    caplog.set_level(logging.INFO, logger="tidegraph.indexer")
     config = RealmConfig.model_validate(
         {
             **corpus.realm_config.model_dump(),
@@ -659,7 +662,11 @@ async def test_model_pinned_realm_without_endpoint_pauses_and_writes_nothing(
             (realm, "held", 0, "a.md", "ConfigError")
         ]
         assert run.indexer.applied == 2
-    assert (await realm_counts(pg_dsn, other))["documents"] == 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "tidegraph.indexer"]
+    held = [line for line in lines if "realm held at this record, other realms go on" in line]
+    assert held and all(f"(realm {realm})" in line and "ConfigError" in line for line in held)
+    again = [line for line in lines if "trying held realms again" in line]
+    assert again and all(f"{realm} at offset 0" in line for line in again), lines
     # The realm was created pinned to the model embedder, and nothing else was written:
     # no hashing vectors, no chunks, no failed documents, no changes, no dead letters.
     assert await realm_embedder(pg_dsn, realm) == "llm:scripted-embed:16"

@@ -171,6 +171,8 @@ async def test_a_realm_of_the_earlier_layout_is_upgraded_on_first_lookup(
         ({"query": "x", "relation_top_k": 500}, "relation_top_k"),
         ({"query": "x", "space": "a b"}, "space"),
         ({"query": "x", "as_of": "yesterday"}, "as_of"),
+        ({"query": "x", "as_of": "1840-13"}, "is not a year, year-month or date"),
+        ({"query": "x", "as_of": "1840-02-30"}, "as_of"),
         ({"query": "x", "as_believed_at": "2026-01-01T00:00:00"}, "as_believed_at"),
         ({"query": "x", "surprise": 1}, "surprise"),
         ({"query": "x\u0000y"}, "NUL"),
@@ -196,7 +198,10 @@ async def test_unparseable_and_oversized_bodies(
         bad_json = await client.post(
             url, content=b"{not json", headers={"content-type": "application/json"}
         )
-        assert err(bad_json, 422) == "invalid_request"
+        assert err(bad_json, 400) == "malformed_json"  # as the ingest service answers it
+        message = bad_json.json()["error"]["message"]
+        assert message.startswith("request body is not JSON: ") and "character" in message
+        assert "JSON decode error" not in message
         not_object = await client.post(url, json=[1, 2])
         assert err(not_object, 422)
         big = await client.post(url, json={"query": "x" * 5000})
@@ -475,3 +480,38 @@ async def test_with_keys_service_routes_say_only_what_is_open(
 
     async with api_client(pool, api_keys=keys) as client:  # metrics open by default
         assert (await client.get("/metrics")).status_code == 200
+
+
+async def test_unknown_query_parameters_are_400_naming_them(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    a = realms[0]
+    async with api_client(pool) as client:
+        typo = await client.get(f"/v1/realms/{a}/relations", params={"subjct": "Charles Babbage"})
+        assert err(typo, 400) == "unknown_parameter"
+        message = typo.json()["error"]["message"]
+        assert "subjct" in message and "subject" in message  # names it and what is taken
+        both = await client.get(f"/v1/realms/{a}/entities", params={"x": "1", "y": "2"})
+        assert "unknown query parameters x, y" in both.json()["error"]["message"]
+        stray = await client.post(f"/v1/realms/{a}/query_data?top=3", json={"query": "Babbage"})
+        assert err(stray, 400) == "unknown_parameter"
+        fine = await client.get(f"/v1/realms/{a}/relations", params={"subject": "Charles Babbage"})
+        assert fine.status_code == 200 and fine.json()["relations"]
+        copy = await client.get(f"/v1/realms/{a}/changes", params={"copy": "audit_404"})
+        assert err(copy, 404) == "copy_not_found"  # a declared parameter is no stranger
+        assert (await client.get("/healthz", params={"probe": "1"})).status_code == 200
+
+
+async def test_docs_are_served_from_the_package_not_a_cdn(pool: AsyncConnectionPool[Any]) -> None:
+    async with api_client(pool) as client:
+        page = await client.get("/docs")
+        assert page.status_code == 200, page.text
+        assert "/docs/assets/swagger-ui-bundle.js" in page.text
+        assert "/docs/assets/swagger-ui.css" in page.text
+        assert "https://" not in page.text and "http://" not in page.text  # nothing remote
+        script = await client.get("/docs/assets/swagger-ui-bundle.js")
+        assert script.status_code == 200 and len(script.content) > 100_000
+        assert (await client.get("/docs/assets/swagger-ui.css")).status_code == 200
+        schema = await client.get("/openapi.json")
+        assert schema.status_code == 200 and schema.json()["openapi"].startswith("3.1")
+        assert (await client.get("/redoc")).status_code == 404  # it would load from a CDN

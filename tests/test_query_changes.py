@@ -202,6 +202,11 @@ async def test_document_relations_and_entities_routes(
         await client.get(f"/v1/realms/{realm}/relations", params={"as_of": "1800-01-01"})
     ).json()["relations"]
     assert old == []
+    for as_of, expected in (("1842", []), ("1843", ["enemy_of"]), ("1843-06", ["enemy_of"])):
+        listed = await client.get(f"/v1/realms/{realm}/relations", params={"as_of": as_of})
+        assert [r["predicate"] for r in listed.json()["relations"]] == expected, as_of
+    bad = await client.get(f"/v1/realms/{realm}/relations", params={"as_of": "1843-13"})
+    assert bad.status_code == 422 and "as_of" in bad.json()["error"]["message"]
     ents = (
         await client.get(f"/v1/realms/{realm}/entities", params={"name": "countess of lovelace"})
     ).json()["entities"]

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.schemas.ddl import NAME_SEARCH_INDEXES
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.ddl import NAME_SEARCH_INDEXES
 
 from graph_helpers import GraphHarness, ent
 from query_helpers import api_client, open_pool, write_doc

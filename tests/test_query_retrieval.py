@@ -220,7 +220,17 @@ async def test_denials_are_marked(client: httpx.AsyncClient, built: Built) -> No
 
 @pytest.mark.parametrize(
     ("as_of", "present"),
-    [("1830-06-01", False), ("1840-01-01", True), ("1852-12-31", True), ("1860-01-01", False)],
+    [
+        ("1830-06-01", False),
+        ("1840-01-01", True),
+        ("1852-12-31", True),
+        ("1860-01-01", False),
+        # a year and a year-month, as valid_from holds them: the whole year or month
+        ("1834", False),
+        ("1835", True),
+        ("1852-12", True),
+        ("1853", False),
+    ],
 )
 async def test_as_of_before_inside_and_after_a_stated_period(
     client: httpx.AsyncClient, built: Built, as_of: str, present: bool

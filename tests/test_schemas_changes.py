@@ -27,6 +27,7 @@ CONTRACT_KINDS = {
     "entity_unarchived", "relation_added",
     "relation_superseded", "relation_retracted", "relation_restored", "communities_built",
     "communities_stale",
+    "realm_deleted",  # an addition to CONTRACT's list (README, "Management verbs")
 }  # fmt: skip
 
 RELATION = {

@@ -109,3 +109,20 @@ def test_presets_are_self_consistent(name: PresetName) -> None:
     assert not vocab & set(config.predicate_aliases)
     assert all(group <= vocab for group in config.exclusive_groups)
     assert config.extractor == "llm" and config.embedder == "llm:m:8"
+
+
+def test_differences_name_each_setting_and_ignore_order() -> None:
+    a = RealmConfig(
+        vocabulary=("ally_of", "enemy_of"), exclusive_groups=(frozenset({"ally_of", "enemy_of"}),)
+    )
+    b = RealmConfig(
+        vocabulary=("enemy_of", "ally_of"), exclusive_groups=(frozenset({"enemy_of", "ally_of"}),)
+    )
+    assert a.differences(b) == []
+    c = RealmConfig(vocabulary=("ally_of", "rival_of"), embedder="hashing:256")
+    found = a.differences(c)
+    assert found == [
+        "vocabulary adds rival_of and drops enemy_of",
+        "exclusive_groups drops [ally_of,enemy_of]",
+        "embedder 'hashing:384' → 'hashing:256'",
+    ]

@@ -25,6 +25,7 @@ from tidegraph.client._errors import ConnectError, ProtocolError
 from tidegraph.client._position import Position
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import RecordValidationError
+from tidegraph.schemas.kafka_security import kafka_client_options
 
 
 async def topic_changes(
@@ -42,6 +43,7 @@ async def topic_changes(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         client_id="tidegraph-client",
+        **kafka_client_options(),  # SASL/TLS from TIDEGRAPH_KAFKA_* when set
     )
     try:
         await consumer.start()

@@ -11,6 +11,7 @@ acknowledge is reported as not published.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from tidegraph.connectors.textfiles import (
     OrderFrom,
     decode_text,
     file_version,
+    passed_over,
     walk,
 )
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
@@ -63,6 +65,9 @@ class BulkReport:
     elapsed: float = 0.0
     failure: str | None = None
     """Why the load stopped early (Kafka did not acknowledge), if it did."""
+    passed_over: dict[str, int] = field(default_factory=dict)
+    """Files in the folders given that were not read, by why: their suffix (not text,
+    Markdown or JSONL), ``hidden`` or ``symlink``. Not a failure: said in the summary."""
 
     @property
     def ok(self) -> bool:
@@ -79,6 +84,14 @@ class BulkReport:
             f"  refused {r.source}" + (f" [{r.doc_key}]" if r.doc_key else "") + f": {r.reason}"
             for r in self.refused
         ]
+        if self.passed_over:
+            counts = sorted(self.passed_over.items(), key=lambda kv: (-kv[1], kv[0]))
+            lines.append(
+                f"  skipped {sum(self.passed_over.values())} file(s) in the folders given: "
+                + ", ".join(f"{n} {why}" for why, n in counts)
+                + f" — publish reads {', '.join(g.removeprefix('**/') for g in BULK_GLOBS)}"
+                " files and passes over hidden ones and symlinks"
+            )
         if self.failure:
             lines.append(f"  stopped: {self.failure}")
         return "\n".join(lines)
@@ -316,4 +329,10 @@ async def publish_paths(
     """Publish files, folders and JSONL files of ``realm``; see :func:`read_inputs`."""
     progress = Progress("publish", count_inputs(paths), enabled=show_progress)
     items = read_inputs(paths, realm, space=space, order_from=order_from)
-    return await publish_items(producer, items, progress=progress, window=window)
+    report = await publish_items(producer, items, progress=progress, window=window)
+    passed: Counter[str] = Counter()
+    for given in paths:
+        if given.is_dir():
+            passed.update(passed_over(given, BULK_GLOBS))
+    report.passed_over = dict(passed)
+    return report

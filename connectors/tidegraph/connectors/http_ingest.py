@@ -104,6 +104,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         400: "A request body that is not JSON.",
         401: "No key or an unknown key.",
         403: "The key may not write to this realm (or no keys and a remote caller).",
+        404: "No such route (a path no route matches, such as a doc_key with a line break).",
         413: "Over the document, request or batch size limit.",
         422: "An invalid realm, document or batch item, naming the field.",
         503: "Kafka did not acknowledge in time; retry after the Retry-After seconds.",

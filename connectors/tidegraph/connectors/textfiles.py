@@ -21,6 +21,7 @@ ordered by its mtime gets ``event_time`` in a fixed-width UTC form.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -167,6 +168,25 @@ def matches(relative: str, globs: Iterable[str]) -> bool:
     if any(part.startswith(".") for part in relative.split("/")):
         return False
     return any(_glob_regex(g).fullmatch(relative) for g in globs)
+
+
+def passed_over(root: Path, globs: Iterable[str]) -> Counter[str]:
+    """Why :func:`walk` leaves files under ``root`` out, and how many: ``hidden`` (a hidden
+    file or folder), ``symlink``, or the file's suffix (``.pdf``; ``no suffix``) when no
+    glob takes it."""
+    patterns = tuple(globs)
+    why: Counter[str] = Counter()
+    for path in root.rglob("*"):
+        relative = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            why["symlink"] += 1
+        elif not path.is_file():
+            continue
+        elif any(part.startswith(".") for part in relative.split("/")):
+            why["hidden"] += 1
+        elif not matches(relative, patterns):
+            why[path.suffix.lower() or "no suffix"] += 1
+    return why
 
 
 def walk(root: Path, globs: Iterable[str]) -> Iterator[tuple[str, Path]]:

@@ -103,6 +103,10 @@ async def _ensure(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> Top
                 report.created.append(err["topic"])
             else:
                 existing.add(err["topic"])  # created meanwhile, or not yet listed
+    if report.created:
+        # Callers subscribe to or describe them next: wait (a few seconds at most) until
+        # the broker's metadata lists the new topics with their partitions.
+        await _partition_counts(admin, report.created)
     present = [s for s in specs if s.name in existing]
     report.existing += [s.name for s in present]
     if present:

@@ -141,8 +141,9 @@ def port_answers(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
         return False
 
 
-def ensure_port_free(service: str, port: int, host: str = LOOPBACK) -> None:
-    """Raise :class:`PortInUseError` naming the holder when ``host:port`` cannot be bound."""
+def ensure_port_free(service: str, port: int, host: str = LOOPBACK, *, option: str = "") -> None:
+    """Raise :class:`PortInUseError` naming the holder when ``host:port`` cannot be bound
+    (``option``: the flag that chooses another port, named in the message)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # Servers set SO_REUSEADDR too; without it a socket in TIME_WAIT would look busy.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -151,7 +152,7 @@ def ensure_port_free(service: str, port: int, host: str = LOOPBACK) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
                 raise
-            raise PortInUseError(service, port, port_holder(port)) from exc
+            raise PortInUseError(service, port, port_holder(port), option=option) from exc
 
 
 def free_port(host: str = LOOPBACK) -> int:

@@ -18,11 +18,22 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+import psycopg
+from aiokafka.errors import KafkaConnectionError
+from psycopg_pool import PoolTimeout
+
 from tidegraph.infra import commands
-from tidegraph.infra.errors import PrerequisiteMissingError
+from tidegraph.infra.errors import InfraError, PrerequisiteMissingError
+from tidegraph.infra.logs import configure_logging
+from tidegraph.infra.reach import kafka_unreachable, pg_unreachable
 from tidegraph.infra.services import read_env_file, state_path
 from tidegraph.schemas.errors import ConfigError, TidegraphError
+from tidegraph.schemas.settings import load_settings
 
+STATE_DIR_HELP = (
+    "state folder of the local services (default: $TIDEGRAPH_STATE_DIR, else the nearest "
+    ".tidegraph/ upwards, else ~/.local/state/tidegraph)"
+)
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -35,12 +46,31 @@ def _version() -> str:
         return "unknown"
 
 
+class ShowDefaults(argparse.HelpFormatter):
+    """Help that ends each option with its default, when it has a telling one (not
+    ``None``, ``False`` or a flag's absence)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or not action.option_strings
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or default == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def add_state_dir_option(parser: argparse.ArgumentParser) -> None:
     """``--state-dir`` on a subcommand too, so it may follow the command name."""
     parser.add_argument(
         "--state-dir",
         default=argparse.SUPPRESS,
-        help="state folder of the local services (default: $TIDEGRAPH_STATE_DIR or .tidegraph)",
+        help=STATE_DIR_HELP,
     )
 
 
@@ -57,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--state-dir",
         default=None,
-        help="state folder of the local services (default: $TIDEGRAPH_STATE_DIR or .tidegraph)",
+        help=STATE_DIR_HELP,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
@@ -104,11 +134,21 @@ def _load_env_file(state_dir: str | None) -> None:
             os.environ.setdefault(key, value)
 
 
+def _unreachable(args: argparse.Namespace, exc: Exception) -> InfraError:
+    """The service a stray connection error came from, named with what to do."""
+    settings = load_settings(
+        kafka_bootstrap=getattr(args, "bootstrap", None), pg_dsn=getattr(args, "pg_dsn", None)
+    )
+    if isinstance(exc, KafkaConnectionError):
+        return kafka_unreachable(settings.kafka_bootstrap, exc)
+    return pg_unreachable(settings.pg_dsn.get_secret_value(), exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tidegraph`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level)
     try:
         _load_env_file(args.state_dir)
         handler = args.func
@@ -116,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
+    except (psycopg.OperationalError, PoolTimeout, KafkaConnectionError) as exc:
+        # A connection a command made on its own path: the same one line as reach.py's.
+        print(f"tidegraph: {_unreachable(args, exc)}", file=sys.stderr)
+        return EXIT_FAILURE
     except (ConfigError, PrerequisiteMissingError) as exc:
         print(f"tidegraph: {exc}", file=sys.stderr)
         return EXIT_USAGE

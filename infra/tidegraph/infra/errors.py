@@ -36,11 +36,14 @@ class PrerequisiteMissingError(InfraError):
 class PortInUseError(InfraError):
     """The port is already bound; ``holder`` describes the process when it can be found."""
 
-    def __init__(self, service: str, port: int, holder: str | None = None) -> None:
+    def __init__(
+        self, service: str, port: int, holder: str | None = None, *, option: str = ""
+    ) -> None:
         by = f" by {holder}" if holder else " by another process"
+        choose = f"choose another with {option}" if option else "choose another port"
+        where = "" if option else " (see `tidegraph up --help`)"
         super().__init__(
-            f"port {port} for {service} is already in use{by}: "
-            f"stop it or choose another port (see `tidegraph up --help`)"
+            f"port {port} for {service} is already in use{by} — stop it or {choose}{where}"
         )
         self.service = service
         self.port = port
@@ -77,14 +80,22 @@ class ServiceStartError(InfraError):
 
 
 class ServiceUnreachableError(InfraError):
-    """An external service given by environment or flag does not answer; it may come back."""
+    """A service does not answer at the address in force; it may come back.
+
+    ``hint`` is what to do about it; the message reads ``<what> — <what to do>``.
+    """
 
     retriable = True
 
-    def __init__(self, service: str, address: str, cause: str) -> None:
-        super().__init__(f"{service} at {address} does not answer: {cause}")
+    def __init__(self, service: str, address: str, cause: str, *, hint: str = "") -> None:
+        message = f"{service} at {address} does not answer ({cause})"
+        if hint:
+            message += f" — {hint}"
+        super().__init__(message)
         self.service = service
         self.address = address
+        self.cause = cause
+        self.hint = hint
 
 
 class VectorExtensionError(InfraError):

@@ -54,6 +54,7 @@ from tidegraph.infra.errors import (
     StateDirError,
 )
 from tidegraph.schemas.kafka_security import KafkaSecurity
+from tidegraph.schemas.settings import local_bootstrap
 
 MIN_JAVA = 17
 JAVA_INSTALL = "a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless)"
@@ -171,7 +172,7 @@ class KafkaProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"{_proc.LOOPBACK}:{self.port}"
+        return local_bootstrap(self.port)
 
     @property
     def security(self) -> KafkaSecurity:

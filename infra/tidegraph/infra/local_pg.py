@@ -362,12 +362,17 @@ def ensure_vector(dsn: str, *, timeout: float = 5.0) -> str:
     try:
         conn = psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True)
     except psycopg.Error as exc:
-        raise ServiceUnreachableError("postgres", shown, _first_line(exc)) from exc
+        raise ServiceUnreachableError(
+            "PostgreSQL",
+            shown,
+            first_line(exc),
+            hint="start it, or correct TIDEGRAPH_PG_DSN (unset it to use `tidegraph up`'s)",
+        ) from exc
     with conn:
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except psycopg.Error as exc:
-            raise VectorExtensionError(shown, _first_line(exc)) from exc
+            raise VectorExtensionError(shown, first_line(exc)) from exc
         row = conn.execute("SHOW server_version").fetchone()
     return str(row[0]) if row else "?"
 
@@ -382,6 +387,7 @@ def answers(dsn: str, *, timeout: float = 2.0) -> bool:
     return True
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (libpq's messages run to several)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

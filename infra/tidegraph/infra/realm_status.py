@@ -6,38 +6,30 @@ its own failure instead of failing the command.
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from psycopg import sql
 
+from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.store import holds, positions
+from tidegraph.store.figures import RealmFigures, realm_figures
 from tidegraph.store.holds import Hold
-from tidegraph.store.realms import list_realms
+from tidegraph.store.positions import NO_REALM, Position, key_realm
 
-
-@dataclass(frozen=True)
-class RealmRow:
-    """One realm's headline figures."""
-
-    realm: str
-    documents: dict[str, int]
-    """Document count by status (indexed, deleted, failed)."""
-    head_seq: int
-    """Latest commit sequence of the realm's change feed."""
-    last_write_at: datetime | None
-    embedder: str
-    extractor: str
+SCAN_LIMIT = 10_000
+"""Records read per partition, at most, to find whose records wait (status stays quick)."""
 
 
 @dataclass
 class DataStatus:
     """Realms and the indexer group's lag per partition."""
 
-    realms: list[RealmRow] = field(default_factory=list)
+    realms: list[RealmFigures] = field(default_factory=list)
     lag: dict[int, int] = field(default_factory=dict)
     """Partition → records between the high watermark and the applied position."""
     problems: list[str] = field(default_factory=list)
@@ -46,35 +38,28 @@ class DataStatus:
     behind: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     """(partition, held realm) → the partition's other realms whose records lie past the
     held record (they go on; their position is kept per realm)."""
+    held_up: dict[tuple[int, str], list[str]] = field(default_factory=dict)
+    """(partition, realm of the record a paused partition waits at) → the other realms
+    with records waiting behind it on that partition."""
+    unsettled: dict[int, Counter[str]] = field(default_factory=dict)
+    """Partition → realm → records not yet settled (read up to :data:`SCAN_LIMIT`)."""
+    scan_cut: set[int] = field(default_factory=set)
+    """Partitions whose unsettled records were not all read (counts are lower bounds)."""
+
+    def realm_lag(self, realm: str) -> int:
+        """Records of ``realm`` in the log not yet applied (a lower bound when cut)."""
+        return sum(counts[realm] for counts in self.unsettled.values())
 
 
 async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataStatus:
     out = DataStatus()
-    positions_at: dict[int, int] = {}
+    group_positions: dict[int, Position] = {}
     try:
         async with await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=3
         ) as conn:
-            for realm, name in await list_realms(conn):
-                schema = sql.Identifier(name)
-                cur = await conn.execute(
-                    sql.SQL("SELECT status, count(*) FROM {}.documents GROUP BY status").format(
-                        schema
-                    )
-                )
-                counts = {str(s): int(n) for s, n in await cur.fetchall()}
-                cur = await conn.execute(
-                    sql.SQL("SELECT seq, last_write_at, embedder, extractor FROM {}.meta").format(
-                        schema
-                    )
-                )
-                meta = await cur.fetchone()
-                if meta is not None:
-                    out.realms.append(
-                        RealmRow(realm, counts, int(meta[0]), meta[1], str(meta[2]), str(meta[3]))
-                    )
+            out.realms = await realm_figures(conn)
             group_positions = await positions.read_group(conn, group, topic)
-            positions_at = {p: pos.next_offset for p, pos in group_positions.items()}
             out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
             for h in out.waiting:
                 if h.kind == "held" and h.partition in group_positions:
@@ -83,22 +68,71 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
     except psycopg.Error as exc:
         out.problems.append(f"PostgreSQL: {exc}")
         return out
-    if not positions_at:
+    if not group_positions:
+        return out
+    if not await asyncio.to_thread(brokers_answering, bootstrap, timeout=5.0):
+        out.problems.append(f"Kafka at {bootstrap} does not answer")
         return out
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, request_timeout_ms=5000, **kafka_client_options()
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=5000,
+        enable_auto_commit=False,
+        **kafka_client_options(),
     )
     try:
         await consumer.start()
-        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in positions_at])
-        out.lag = {
-            tp.partition: max(0, end - positions_at[tp.partition]) for tp, end in ends.items()
-        }
+        tps = [TopicPartition(topic, p) for p in group_positions]
+        ends = {tp.partition: end for tp, end in (await consumer.end_offsets(tps)).items()}
+        out.lag = {p: max(0, end - group_positions[p].next_offset) for p, end in ends.items()}
+        await _scan_unsettled(consumer, topic, group_positions, ends, out)
     except Exception as exc:  # noqa: BLE001 - status reports, never fails
         out.problems.append(f"Kafka: {exc!r}")
     finally:
         await consumer.stop()
+    for h in out.waiting:
+        if h.kind == "paused":
+            waiting = out.unsettled.get(h.partition, Counter())
+            out.held_up[(h.partition, h.realm)] = sorted(r for r in waiting if r != h.realm)
     return out
+
+
+async def _scan_unsettled(
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    at: dict[int, Position],
+    ends: dict[int, int],
+    out: DataStatus,
+) -> None:
+    """Count, per partition and realm, the records not yet settled: those from the
+    partition's position to its end whose realm (the record key) stands before them.
+    Reads at most :data:`SCAN_LIMIT` records a partition."""
+    todo = {
+        p: (at[p].next_offset, min(end, at[p].next_offset + SCAN_LIMIT)) for p, end in ends.items()
+    }
+    todo = {p: span for p, span in todo.items() if span[0] < span[1]}
+    out.scan_cut = {p for p, (_, stop) in todo.items() if stop < ends[p]}
+    if not todo:
+        return
+    consumer.assign([TopicPartition(topic, p) for p in todo])
+    for p, (start, _) in todo.items():
+        consumer.seek(TopicPartition(topic, p), start)
+    while todo:
+        batch = await consumer.getmany(timeout_ms=1000)
+        if not batch:
+            break  # nothing more within a second: report what was read
+        for tp, records in batch.items():
+            if tp.partition not in todo:
+                continue
+            stop = todo[tp.partition][1]
+            counts = out.unsettled.setdefault(tp.partition, Counter())
+            for record in records:
+                if record.offset >= stop:
+                    break
+                realm = key_realm(record.key)
+                if realm != NO_REALM and not at[tp.partition].settled(realm, record.offset):
+                    counts[realm] += 1
+            if records[-1].offset + 1 >= stop:
+                del todo[tp.partition]
 
 
 def render(status: DataStatus) -> str:
@@ -116,14 +150,62 @@ def render(status: DataStatus) -> str:
         parts = ", ".join(f"p{p}={n}" for p, n in sorted(status.lag.items()) if n)
         lines.append(f"indexer lag: {total} records" + (f" ({parts})" if parts else ""))
     for h in status.waiting:
-        what = "held (fix the cause; retried periodically)" if h.kind == "held" else "paused"
-        doc = f" doc_key {h.doc_key!r}" if h.doc_key is not None else ""
-        lines.append(
-            f"indexer {what}: realm {h.realm} at partition {h.partition} offset {h.offset}"
-            f"{doc} since {h.since.isoformat(timespec='seconds')}: {h.error_class}: {h.error}"
-        )
-        others = status.behind.get((h.partition, h.realm))
-        if others:
-            lines.append(f"  other realms of partition {h.partition} go on: {', '.join(others)}")
+        doc = f", doc_key {h.doc_key!r}" if h.doc_key is not None else ""
+        since = h.since.isoformat(timespec="seconds")
+        retry = f"; retried at {h.retry_at.isoformat(timespec='seconds')}" if h.retry_at else ""
+        if h.kind == "paused":
+            lines.append(
+                f"indexer paused partition {h.partition} at offset {h.offset} (realm {h.realm}"
+                f"{doc}) since {since}: {h.error_class}: {h.error}{retry}"
+            )
+            others = status.held_up.get((h.partition, h.realm))
+            if others:
+                lines.append(f"  realms held up behind it: {', '.join(others)}")
+        else:
+            lines.append(
+                f"indexer held realm {h.realm} at partition {h.partition} offset {h.offset}"
+                f"{doc} since {since}: {h.error_class}: {h.error} — fix the cause{retry}"
+            )
+            others = status.behind.get((h.partition, h.realm))
+            if others:
+                lines.append(
+                    f"  other realms of partition {h.partition} go on: {', '.join(others)}"
+                )
     lines.extend(f"unavailable: {p}" for p in status.problems)
     return "\n".join(lines)
+
+
+def as_json(status: DataStatus) -> dict[str, Any]:
+    """What :func:`render` says, as ``status --json`` carries it."""
+    return {
+        "realms": {
+            r.realm: {
+                "documents": r.documents,
+                "head_seq": r.head_seq,
+                "last_write_at": r.last_write_at.isoformat() if r.last_write_at else None,
+                "embedder": r.embedder,
+                "extractor": r.extractor,
+                "lag": status.realm_lag(r.realm),
+            }
+            for r in status.realms
+        },
+        "indexer_lag": {str(p): n for p, n in status.lag.items()},
+        "indexer_waiting": [
+            {
+                "kind": h.kind,
+                "realm": h.realm,
+                "topic": h.topic,
+                "partition": h.partition,
+                "offset": h.offset,
+                "doc_key": h.doc_key,
+                "error_class": h.error_class,
+                "error": h.error,
+                "since": h.since.isoformat(),
+                "retry_at": h.retry_at.isoformat() if h.retry_at else None,
+                "other_realms_going_on": status.behind.get((h.partition, h.realm), []),
+                "realms_held_up_behind": status.held_up.get((h.partition, h.realm), []),
+            }
+            for h in status.waiting
+        ],
+        "problems": status.problems,
+    }

@@ -6,8 +6,10 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from tidegraph.schemas import RecordValidationError
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
 
@@ -36,6 +38,21 @@ def default_realm_config(
     except ValueError as exc:
         raise ConfigError(f"TIDEGRAPH_EMBEDDER: {exc}") from None
     return RealmConfig(extractor=extractor, embedder=embedder)
+
+
+def read_realm_config(path: Path) -> RealmConfig:
+    """A ``--config`` file, or one :class:`ConfigError` line naming the file and the fix."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"--config {path}: {exc.strerror} — give the path of a realm configuration JSON "
+            "file (README, `realm create`)"
+        ) from None
+    try:
+        return RealmConfig.from_json(data)
+    except RecordValidationError as exc:
+        raise ConfigError(f"--config {path}: {exc} — correct the file") from None
 
 
 def llm_client_if_configured() -> Any:

@@ -39,6 +39,7 @@ KAFKA = "kafka"
 POSTGRES = "postgres"
 SERVICES: tuple[str, ...] = (KAFKA, POSTGRES)
 ENV_FILE = "env"
+STATE_FOLDER = ".tidegraph"
 ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
 KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
@@ -50,15 +51,18 @@ Progress = Callable[[str], None]
 
 
 class LocalSettings(BaseSettings):
-    """Ports and time limits of the local services (``TIDEGRAPH_KAFKA_PORT`` and so on)."""
+    """What only `up` needs (``TIDEGRAPH_KAFKA_CONTROLLER_PORT``, ``_START_TIMEOUT``).
+
+    The service ports themselves (``TIDEGRAPH_KAFKA_PORT``, ``TIDEGRAPH_PG_PORT``) are in
+    :class:`~tidegraph.schemas.settings.Settings`, because every command's default address
+    is derived from them.
+    """
 
     model_config = SettingsConfigDict(env_prefix="TIDEGRAPH_", extra="ignore")
 
-    kafka_port: int = Field(9092, ge=1, le=65535, description="Broker listener port.")
     kafka_controller_port: int | None = Field(
         None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + 1)."
     )
-    pg_port: int = Field(54329, ge=1, le=65535, description="PostgreSQL port.")
     start_timeout: float = Field(90.0, gt=0, description="Seconds to wait for each service.")
 
 
@@ -122,9 +126,47 @@ class ServiceStatus:
 # --- state folder and env file ----------------------------------------------------------------
 
 
+def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The per-user state folder: ``$XDG_STATE_HOME/tidegraph`` (``~/.local/state/tidegraph``)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
+    return Path(base).expanduser().resolve() / "tidegraph"
+
+
+def _holds_state(folder: Path) -> bool:
+    """A ``.tidegraph/`` someone meant as a state folder: empty, or with `up`'s files in it.
+
+    A folder holding only the test suite's ``test*/`` areas does not count, so running the
+    tests in a checkout never hides the services `up` started elsewhere.
+    """
+    try:
+        names = {child.name for child in folder.iterdir()}
+    except OSError:
+        return False
+    return not names or bool(names & {ENV_FILE, KAFKA, POSTGRES})
+
+
+def find_state_dir(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The state folder every command uses when none is given.
+
+    The nearest ``.tidegraph/`` from ``start`` (the working directory) upwards that holds
+    state, else :func:`user_state_dir`. `up` and every other command look the same way, so
+    from any directory they agree on where the services are.
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / STATE_FOLDER
+        if candidate.is_dir() and _holds_state(candidate):
+            return candidate
+    return user_state_dir(environ)
+
+
 def state_path(state_dir: str | os.PathLike[str] | None, settings: Settings | None = None) -> Path:
-    """The state folder as an absolute path (``TIDEGRAPH_STATE_DIR``, default ``.tidegraph``)."""
+    """The state folder as an absolute path: ``--state-dir``, ``TIDEGRAPH_STATE_DIR``, else
+    :func:`find_state_dir`."""
     chosen = state_dir if state_dir is not None else (settings or load_settings()).state_dir
+    if chosen is None:
+        return find_state_dir()
     return Path(chosen).expanduser().resolve()
 
 
@@ -267,6 +309,28 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> ServiceStatus:
     )
 
 
+_NAMES = {KAFKA: "Kafka", POSTGRES: "PostgreSQL"}
+
+
+def unavailable(status: ServiceStatus) -> str | None:
+    """One line naming what does not answer and ending with what to do; None when all do."""
+    down = [s for s in status.services if not s.running]
+    if not down:
+        return None
+    local = [_NAMES[s.name] for s in down if s.origin == "local"]
+    external = [s for s in down if s.origin == "external"]
+    what: list[str] = []
+    todo: list[str] = []
+    if local:
+        verb = "is" if len(local) == 1 else "are"
+        what.append(f"{' and '.join(local)} {verb} not running (state folder {status.state_dir})")
+        todo.append("run `tidegraph up`")
+    for s in external:
+        what.append(f"{_NAMES[s.name]} at {s.shown} does not answer")
+        todo.append(f"start it or correct {ENV_KEYS[s.name]}")
+    return f"{'; '.join(what)} — {' and '.join(todo)}"
+
+
 # --- up -----------------------------------------------------------------------------------------
 
 
@@ -279,16 +343,18 @@ class _Ports:
     pg_explicit: bool
 
 
-def _ports(kafka_port: int | None, controller_port: int | None, pg_port: int | None) -> _Ports:
+def _ports(
+    settings: Settings, kafka_port: int | None, controller_port: int | None, pg_port: int | None
+) -> _Ports:
     local = LocalSettings()
-    kafka = kafka_port or local.kafka_port
+    kafka = kafka_port or settings.kafka_port
     controller = controller_port or local.kafka_controller_port or kafka + 1
     return _Ports(
         kafka=kafka,
         controller=controller,
-        pg=pg_port or local.pg_port,
-        kafka_explicit=kafka_port is not None or "kafka_port" in local.model_fields_set,
-        pg_explicit=pg_port is not None or "pg_port" in local.model_fields_set,
+        pg=pg_port or settings.pg_port,
+        kafka_explicit=kafka_port is not None or "kafka_port" in settings.model_fields_set,
+        pg_explicit=pg_port is not None or "pg_port" in settings.model_fields_set,
     )
 
 
@@ -313,7 +379,7 @@ def up(
     settings = load_settings()
     state = state_path(state_dir, settings)
     written = read_env_file(state)
-    ports = _ports(kafka_port, kafka_controller_port, pg_port)
+    ports = _ports(settings, kafka_port, kafka_controller_port, pg_port)
     wait = timeout or LocalSettings().start_timeout
     ext_kafka = _external(settings, KAFKA, written)
     ext_pg = _external(settings, POSTGRES, written)
@@ -349,7 +415,13 @@ def up(
     if KAFKA in services and ext_kafka is not None:
         progress(f"kafka: checking external broker {ext_kafka}")
         if not local_kafka.brokers_answering(ext_kafka, timeout=min(wait, 10.0)):
-            raise ServiceUnreachableError("Kafka", ext_kafka, "no metadata answer")
+            raise ServiceUnreachableError(
+                "Kafka",
+                ext_kafka,
+                "no metadata answer",
+                hint="start it, or correct TIDEGRAPH_KAFKA_BOOTSTRAP "
+                "(unset it to use `tidegraph up`'s)",
+            )
     if POSTGRES in services and ext_pg is not None:
         progress(f"postgres: checking external server {local_pg.redact(ext_pg)}")
         local_pg.ensure_vector(ext_pg)

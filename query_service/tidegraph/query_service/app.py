@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import date
 from typing import Annotated, Any
 
 import orjson
 import psycopg
-from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -42,15 +43,18 @@ from tidegraph.query_service.db import (
     unavailable,
 )
 from tidegraph.query_service.decompose import merge, sub_questions
+from tidegraph.query_service.docs import install_docs
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder, checked
 from tidegraph.query_service.errors import (
     ChatModelNotConfigured,
     DocumentNotFound,
     EmbedderMismatch,
     InvalidRequest,
+    MalformedJson,
     QueryServiceError,
     TelemetryOff,
     Unavailable,
+    UnknownParameter,
 )
 from tidegraph.query_service.explorer import mount_explorer
 from tidegraph.query_service.gate import DatabaseGate
@@ -66,6 +70,7 @@ from tidegraph.query_service.retrieval import (
 )
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
 from tidegraph.schemas.api import (
+    AS_OF_DOC,
     ChangesResponse,
     CommunitiesResponse,
     CoverageCommunitiesResponse,
@@ -80,17 +85,28 @@ from tidegraph.schemas.api import (
     RealmsResponse,
     RelationsResponse,
     no_nul,
+    valid_as_of,
 )
 from tidegraph.schemas.api_keys import ApiKeys
 from tidegraph.schemas.errors import ConfigError, ContractError, TidegraphError
 from tidegraph.schemas.names import validate_space
 from tidegraph.store.errors import is_transient
+from tidegraph.store.figures import RealmFigures, realm_figures
 from tidegraph.store.realms import RealmInfo, list_realms, realm_problems
 
 log = logging.getLogger(__name__)
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
 RealmPath = Annotated[str, Path(description="Realm name.", max_length=64)]
+CopyQuery = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="Read a copy of the realm instead of the realm itself, read-only:"
+        " `audit_<label>` (made by `tidegraph replay --until`: the realm as the log stood"
+        " then), `retired_<label>` or `shadow_<label>`; `tidegraph realm copies R` lists them.",
+    ),
+]
 Auth = Annotated[str | None, Header(alias="Authorization", include_in_schema=False)]
 
 
@@ -147,7 +163,11 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         version="1",
         description="Retrieval and synthesis over tidegraph's bi-temporal knowledge graph.",
         responses=_ERRORS,
+        dependencies=[Depends(_known_query_parameters)],
+        docs_url=None,  # served from a package below: works offline
+        redoc_url=None,
     )
+    install_docs(app)
     _install_error_handlers(app, metrics)
     mount_explorer(app, keys_required=keys.enabled)
     app.add_middleware(_Observed, metrics=metrics)
@@ -199,14 +219,15 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             body.decompose,
         )
 
-    async def lookup(realm: str, auth: str | None) -> RealmInfo:
+    async def lookup(realm: str, auth: str | None, copy: str | None = None) -> RealmInfo:
+        """The realm (or its read-only ``copy``) after the key check."""
         authorize(keys, auth, realm)
-        return await gate.run(lambda conn: catalog.get(conn, realm))
+        return await gate.run(lambda conn: catalog.get(conn, realm, copy))
 
     async def run_retrieval(
-        realm: str, auth: str | None, params: RetrievalParams
+        realm: str, auth: str | None, params: RetrievalParams, copy: str | None = None
     ) -> RetrievalResult:
-        meta = await lookup(realm, auth)
+        meta = await lookup(realm, auth, copy)
         if params.mode == "bypass":
             return RetrievalResult([], [], [], [], {"mode": "bypass"})
         embedder = embedder_for(meta)
@@ -280,26 +301,44 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     async def realms(auth: Auth = None) -> Response:
         """The realms this key may read, with their sizes and head sequence."""
 
-        async def read(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
-            registered = await list_realms(conn)
-            names = set(readable(keys, auth, [r for r, _ in registered]))
-            return await reads.realm_summaries(conn, [(r, s) for r, s in registered if r in names])
+        async def read(conn: AsyncConnection[Any]) -> list[RealmFigures]:
+            names = [realm for realm, _ in await list_realms(conn)]
+            return await realm_figures(conn, only=readable(keys, auth, names))
 
-        return _json({"realms": await gate.run(read)})
+        figures = await gate.run(read)
+        return _json(
+            {
+                "realms": [
+                    {
+                        "realm": f.realm,
+                        "embedder": f.embedder,
+                        "documents": f.documents.get("indexed", 0),
+                        "entities": f.entities,
+                        "relations": f.relations,
+                        "head_seq": f.head_seq,
+                    }
+                    for f in figures
+                ]
+            }
+        )
 
     @app.post("/v1/realms/{realm}/query_data", tags=["query"], response_model=QueryDataResponse)
-    async def query_data(realm: RealmPath, body: QueryDataRequest, auth: Auth = None) -> Response:
+    async def query_data(
+        realm: RealmPath, body: QueryDataRequest, copy: CopyQuery = None, auth: Auth = None
+    ) -> Response:
         """Retrieval without synthesis."""
-        return _json(await run_retrieval(realm, auth, params_of(body)))
+        return _json(await run_retrieval(realm, auth, params_of(body), copy))
 
     @app.post("/v1/realms/{realm}/query", tags=["query"], response_model=QueryResponse)
-    async def query(realm: RealmPath, body: QueryRequest, auth: Auth = None) -> Response:
+    async def query(
+        realm: RealmPath, body: QueryRequest, copy: CopyQuery = None, auth: Auth = None
+    ) -> Response:
         """Retrieval plus a synthesised answer with references."""
         params = params_of(body)
         if deps.chat is None:
-            await lookup(realm, auth)
+            await lookup(realm, auth, copy)
             raise ChatModelNotConfigured()
-        data = await run_retrieval(realm, auth, params)
+        data = await run_retrieval(realm, auth, params, copy)
         given = body.token_budgets
         budgets = {b: n for b in BLOCKS if given and (n := getattr(given, b)) is not None}
         prompt = build_prompt(body.query, data, body.max_prompt_chars, budgets)
@@ -333,6 +372,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         after_seq: Annotated[int | None, Query(ge=0, le=2**62)] = None,
         since: Annotated[AwareDatetime | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """A page of the change feed, by commit sequence or by belief time."""
@@ -340,7 +380,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             raise InvalidRequest("give either after_seq or since, not both")
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        meta = await lookup(realm, auth)
+        meta = await lookup(realm, auth, copy)
         page = await gate.run(
             lambda conn: reads.changes_page(
                 conn, meta, after_seq=after_seq, since=since, limit=limit
@@ -357,12 +397,13 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         realm: RealmPath,
         doc_key: Annotated[str, Path(min_length=1, max_length=1024)],
         space: Annotated[str, Query(max_length=64)] = "default",
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """A document's indexing state."""
         _text("doc_key", doc_key)
         _space(space, wildcard=False)
-        meta = await lookup(realm, auth)
+        meta = await lookup(realm, auth, copy)
         state = await gate.run(lambda conn: reads.document_state(conn, meta, space, doc_key))
         if state is None:
             raise DocumentNotFound(realm, space, doc_key)
@@ -375,11 +416,12 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         predicate: Annotated[str | None, Query(max_length=128)] = None,
         object: Annotated[str | None, Query(max_length=1024)] = None,  # noqa: A002
         space: Annotated[str, Query(max_length=64)] = "*",
-        as_of: Annotated[date | None, Query()] = None,
+        as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None,
         as_believed_at: Annotated[AwareDatetime | None, Query()] = None,
         include_superseded: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """Relations by canonical names and predicate; current ones unless asked."""
@@ -389,8 +431,8 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         _space(space, wildcard=True)
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        scope = channels.Scope(space, as_of, as_believed_at, include_superseded, None)
-        meta = await lookup(realm, auth)
+        scope = channels.Scope(space, _valid_days(as_of), as_believed_at, include_superseded, None)
+        meta = await lookup(realm, auth, copy)
         rows = await gate.run(
             lambda conn: reads.list_relations(
                 conn,
@@ -415,6 +457,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         include_archived: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
+        copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
         """Entities by id; with `name`, a ranked lookup by name or alias: exact matches
@@ -425,7 +468,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         _space(space, wildcard=True)
         if limit > settings.max_page:
             raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
-        meta = await lookup(realm, auth)
+        meta = await lookup(realm, auth, copy)
         rows = await gate.run(
             lambda conn: reads.list_entities(
                 conn,
@@ -586,6 +629,10 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
 
     async def validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
+        broken = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+        if broken:
+            err = MalformedJson(_json_message(broken[0]))
+            return answer(err.status, err.code, str(err))
         return answer(422, "invalid_request", _validation_message(exc))
 
     async def http_error(_: Request, exc: Exception) -> Response:
@@ -608,6 +655,30 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(psycopg.Error, database_error)
     app.add_exception_handler(PoolTimeout, database_error)
+
+
+def _json_message(error: Mapping[str, Any]) -> str:
+    """``request body is not JSON: <why> (at character N)`` from FastAPI's decode error."""
+    why = (error.get("ctx") or {}).get("error") or "not valid JSON"
+    loc = error.get("loc") or ()
+    where = f" (at character {loc[-1]})" if loc and isinstance(loc[-1], int) else ""
+    return f"request body is not JSON: {why}{where}"
+
+
+async def _known_query_parameters(request: Request) -> None:
+    """Refuse query-string parameters an API route does not declare (400 naming them);
+    service routes (health, metrics) ignore them, as probes expect."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None or not request.query_params or not request.url.path.startswith("/v1/"):
+        return
+    allowed = sorted(
+        {p.alias for p in dependant.query_params}
+        | {p.alias for d in dependant.dependencies for p in d.query_params}
+    )
+    unknown = sorted(set(request.query_params) - set(allowed))
+    if unknown:
+        raise UnknownParameter(unknown, allowed)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -680,6 +751,14 @@ class _BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": bytes(response.body)})
+
+
+def _valid_days(as_of: str | None) -> tuple[date, date] | None:
+    """The days a query-string ``as_of`` covers; 422 naming it when it is no date."""
+    try:
+        return channels.valid_days(valid_as_of(as_of))
+    except ValueError as exc:
+        raise InvalidRequest(f"as_of: {exc}") from None
 
 
 class _Observed:

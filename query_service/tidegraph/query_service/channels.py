@@ -10,7 +10,8 @@ current context).
 
 Temporal semantics (paper §5.4):
 
-* ``as_of`` (valid time): relations whose padded period contains the date; undated bounds
+* ``as_of`` (valid time): relations whose padded period overlaps the days ``as_of`` covers
+  (``1840`` the whole year, ``1840-06`` the month, ``1840-06-05`` the day); undated bounds
   are open, so an undated relation always matches.
 * ``as_believed_at`` (belief time): the relation had a ``relation_history`` interval in an
   admitted state with ``t_created <= T < t_expired``; chunks likewise by their own stamps.
@@ -29,6 +30,7 @@ from psycopg import sql
 
 from tidegraph.query_service.db import table
 from tidegraph.schemas.names import ANY_SPACE
+from tidegraph.schemas.periods import covered
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,9 @@ class Scope:
 
     space: str
     """A space name, or ``*`` for every space of the realm."""
-    as_of: date | None
-    """Valid-time instant; ``None`` admits every period."""
+    as_of: tuple[date, date] | None
+    """First and last day of the valid time asked for (:func:`valid_days`); ``None``
+    admits every period."""
     believed_at: datetime | None
     """Belief-time instant; ``None`` reads the current belief."""
     include_superseded: bool
@@ -54,11 +57,18 @@ class Scope:
         return ["current", "superseded"] if self.include_superseded else ["current"]
 
 
+def valid_days(as_of: str | None) -> tuple[date, date] | None:
+    """The days an ``as_of`` value (``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD``, as
+    ``valid_from`` holds them) covers."""
+    return covered(as_of) if as_of is not None else None
+
+
 def parameters(scope: Scope, **extra: Any) -> dict[str, Any]:
     """The named parameters shared by every statement of one request."""
     return {
         "space": scope.space,
-        "as_of": scope.as_of,
+        "as_of_first": scope.as_of[0] if scope.as_of else None,
+        "as_of_last": scope.as_of[1] if scope.as_of else None,
         "believed": scope.believed_at,
         "states": scope.states,
         "types": list(scope.relation_types or ()),
@@ -132,8 +142,8 @@ def edge_filter(schema: str, scope: Scope, alias: str = "r") -> sql.Composed:
     if scope.as_of is not None:
         parts.append(
             sql.SQL(
-                "({r}.valid_from_d IS NULL OR {r}.valid_from_d <= %(as_of)s)"
-                " AND ({r}.valid_to_d IS NULL OR {r}.valid_to_d >= %(as_of)s)"
+                "({r}.valid_from_d IS NULL OR {r}.valid_from_d <= %(as_of_last)s)"
+                " AND ({r}.valid_to_d IS NULL OR {r}.valid_to_d >= %(as_of_first)s)"
             ).format(r=r)
         )
     if scope.relation_types is not None:

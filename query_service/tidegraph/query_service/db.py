@@ -18,9 +18,11 @@ from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.query_service.errors import RealmNotFound, Unavailable
+from tidegraph.query_service.errors import CopyNotFound, RealmNotFound, Unavailable
+from tidegraph.schemas.errors import InvalidNameError
+from tidegraph.schemas.names import copy_schema
 from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import RealmInfo, find_realm
+from tidegraph.store.realms import RealmInfo, find_realm, open_realm, realm_exists
 
 Query = LiteralString | sql.Composed
 """What may be executed: literal SQL, or SQL composed from identifiers and literals."""
@@ -87,20 +89,38 @@ class RealmCatalog:
 
     def __init__(self, ttl: float = 5.0) -> None:
         self.ttl = ttl
-        self._cache: dict[str, tuple[float, RealmInfo]] = {}
+        self._cache: dict[tuple[str, str | None], tuple[float, RealmInfo]] = {}
 
     def invalidate(self) -> None:
         self._cache.clear()
 
-    async def get(self, conn: AsyncConnection[Any], realm: str) -> RealmInfo:
-        """The realm's metadata; :class:`RealmNotFound` when absent or its name is invalid."""
-        hit = self._cache.get(realm)
+    async def get(
+        self, conn: AsyncConnection[Any], realm: str, copy: str | None = None
+    ) -> RealmInfo:
+        """The realm's metadata, or its copy ``copy``'s (``audit_1``: read as the realm
+        stood then); :class:`RealmNotFound` / :class:`CopyNotFound` when absent or the
+        name is invalid."""
+        hit = self._cache.get((realm, copy))
         now = time.monotonic()
         if hit is not None and now - hit[0] < self.ttl:
             return hit[1]
         meta = await self._load(conn, realm)
-        self._cache[realm] = (now, meta)
+        if copy is not None:
+            meta = await self._load_copy(conn, realm, copy)
+        self._cache[(realm, copy)] = (now, meta)
         return meta
+
+    async def _load_copy(self, conn: AsyncConnection[Any], realm: str, copy: str) -> RealmInfo:
+        try:
+            schema = copy_schema(realm, copy)
+        except InvalidNameError:
+            raise CopyNotFound(realm, copy) from None
+        if not await realm_exists(conn, schema):
+            raise CopyNotFound(realm, copy)
+        try:
+            return await open_realm(conn, realm, schema=schema)
+        except RealmSchemaError as exc:
+            raise Unavailable(f"copy {copy!r} of realm {realm!r} cannot be read: {exc}") from exc
 
     async def _load(self, conn: AsyncConnection[Any], realm: str) -> RealmInfo:
         try:

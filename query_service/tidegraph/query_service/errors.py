@@ -2,12 +2,15 @@
 
     TidegraphError                         (tidegraph.schemas.errors)
     └── QueryServiceError                  status 400, code ``bad_request``
+        ├── MalformedJson                  400: the body is not JSON
+        ├── UnknownParameter               400: a query-string parameter the route does not take
         ├── InvalidRequest                 422: a request breaks a limit or the contract
         ├── Unauthenticated                401: no key, or a key nobody issued
         ├── Forbidden                      403: the key does not reach this realm
         │   └── AllRealmsRequired          the route needs a key reaching every realm
         ├── NotFound                       404: base of the ones below
         │   ├── RealmNotFound              the realm does not exist (or its name is invalid)
+        │   ├── CopyNotFound               the realm has no copy of that name
         │   └── DocumentNotFound           no such document in the space
         ├── EmbedderMismatch               409: the query embedder is not the realm's pinned one
         ├── TelemetryOff                   409: coverage asked of a realm that records none
@@ -36,6 +39,28 @@ class InvalidRequest(QueryServiceError):
 
     status = 422
     code = "invalid_request"
+
+
+class MalformedJson(QueryServiceError):
+    """The request body is not JSON at all (as the ingest service answers it)."""
+
+    status = 400
+    code = "malformed_json"
+
+
+class UnknownParameter(QueryServiceError):
+    """A query-string parameter the route does not take: refused rather than ignored, so a
+    misspelt filter never silently returns everything."""
+
+    status = 400
+    code = "unknown_parameter"
+
+    def __init__(self, names: list[str], allowed: list[str]) -> None:
+        super().__init__(
+            f"unknown query parameter{'s' if len(names) > 1 else ''} {', '.join(names)};"
+            f" this route takes {', '.join(allowed) or 'none'}"
+        )
+        self.names = names
 
 
 class Unauthenticated(QueryServiceError):
@@ -85,6 +110,19 @@ class RealmNotFound(NotFound):
             "or by their first document"
         )
         self.realm = realm
+
+
+class CopyNotFound(NotFound):
+    """The realm has no copy of that name (``replay --until`` makes audit copies)."""
+
+    code = "copy_not_found"
+
+    def __init__(self, realm: str, copy: str) -> None:
+        super().__init__(
+            f"realm {realm!r} has no copy {copy!r}; `tidegraph realm copies {realm}` lists them"
+        )
+        self.realm = realm
+        self.copy = copy
 
 
 class DocumentNotFound(NotFound):

@@ -48,7 +48,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from psycopg import AsyncConnection
@@ -99,7 +99,8 @@ class RetrievalParams:
     relation_top_k: int = DEFAULT_RELATION_TOP_K
     """Relations returned after fusion and de-duplication (see :func:`relation_cap`)."""
     hops: int = 2
-    as_of: date | None = None
+    as_of: str | None = None
+    """``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD`` (validated by the request model)."""
     as_believed_at: datetime | None = None
     include_superseded: bool = False
     relation_types: tuple[str, ...] | None = None
@@ -292,7 +293,7 @@ async def search(
     archived_row = await cur.fetchone()
     scope = Scope(
         params.space,
-        params.as_of,
+        channels.valid_days(params.as_of),
         params.as_believed_at,
         params.include_superseded,
         params.relation_types,

@@ -12,13 +12,19 @@ from the retrieval values; these models document their shape.
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
+from tidegraph.schemas.periods import covered
+
+AS_OF_DOC = (
+    "Valid time: `YYYY`, `YYYY-MM` or `YYYY-MM-DD`, as relations' `valid_from` holds them;"
+    " relations whose period overlaps the year, month or day match, undated ones always."
+)
 
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
 
@@ -55,7 +61,7 @@ class QueryDataRequest(BaseModel):
         "X as subject), come first.",
     )
     hops: int = Field(2, ge=0, le=10, description="Traversal depth from matched entities.")
-    as_of: date | None = Field(None, description="Valid-time date; undated relations match.")
+    as_of: str | None = Field(None, description=AS_OF_DOC)
     as_believed_at: AwareDatetime | None = Field(
         None, description="Belief-time instant (with offset): the graph as believed then."
     )
@@ -118,6 +124,11 @@ class QueryDataRequest(BaseModel):
         if not value.strip():
             raise ValueError("must not be blank")
         return no_nul(value)
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, value: str | None) -> str | None:
+        return valid_as_of(value)
 
     @field_validator("space")
     @classmethod
@@ -436,3 +447,17 @@ class ErrorResponse(BaseModel):
     """Every error answer: ``{"error": {"code", "message"}}``."""
 
     error: ErrorDetail
+
+
+def valid_as_of(value: str | None) -> str | None:
+    """``value`` when it is a year, a year-month or a date that exists, else ValueError
+    saying what is accepted."""
+    if value is None:
+        return None
+    try:
+        covered(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a year, year-month or date (YYYY, YYYY-MM, YYYY-MM-DD)"
+        ) from None
+    return value

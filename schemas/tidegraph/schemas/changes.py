@@ -53,6 +53,9 @@ class ChangeKind(StrEnum):
     RELATION_RESTORED = "relation_restored"
     COMMUNITIES_BUILT = "communities_built"
     COMMUNITIES_STALE = "communities_stale"
+    REALM_DELETED = "realm_deleted"
+    """The realm was deleted (`tidegraph realm delete`): drop every copy of it. Its ``seq``
+    follows the realm's last commit; a realm created again under the name starts at 1."""
 
 
 REQUIRED_BY_KIND: dict[ChangeKind, tuple[str, ...]] = {
@@ -62,6 +65,7 @@ REQUIRED_BY_KIND: dict[ChangeKind, tuple[str, ...]] = {
     ChangeKind.RELATION_SUPERSEDED: ("relation", "superseded_by"),
     ChangeKind.COMMUNITIES_BUILT: (),
     ChangeKind.COMMUNITIES_STALE: (),
+    ChangeKind.REALM_DELETED: (),
 }
 """Fields a change of each kind must carry."""
 

@@ -15,7 +15,12 @@ DEFAULT_SPACE = "default"
 ANY_SPACE = "*"
 """Read-time wildcard over every space of a realm; never valid on a write."""
 
+COPY_PATTERN = r"^(shadow|audit|retired)_[a-z0-9][a-z0-9_]{0,31}$"
+"""A realm's copy as ``<kind>_<label>`` (``audit_1``): its schema is
+``realm_<realm>__<kind>_<label>``, made by `tidegraph replay`."""
+
 _REALM_RE = re.compile(REALM_PATTERN)
+_COPY_RE = re.compile(COPY_PATTERN)
 _SPACE_RE = re.compile(SPACE_PATTERN)
 
 
@@ -48,3 +53,10 @@ def name_key(name: str) -> str:
     unique index in PostgreSQL always agree.
     """
     return name.lower()
+
+
+def copy_schema(realm: str, copy: str) -> str:
+    """The schema of ``realm``'s copy ``copy`` (``audit_1`` → ``realm_<realm>__audit_1``)."""
+    if not _COPY_RE.fullmatch(copy):
+        raise InvalidNameError("copy", copy, COPY_PATTERN)
+    return f"{realm_schema(realm)}__{copy}"

@@ -150,6 +150,27 @@ class RealmConfig(BaseModel):
         """The exclusive groups ``predicate`` belongs to."""
         return tuple(g for g in self.exclusive_groups if predicate in g)
 
+    def differences(self, other: RealmConfig) -> list[str]:
+        """How ``other`` differs from this configuration, one phrase per setting (``adds …``,
+        ``drops …``, ``old → new``); empty when they agree.
+
+        Order does not matter for vocabulary and groups, so the same file created twice
+        compares equal however the database returned it.
+        """
+        found: list[str] = []
+        if set(self.vocabulary) != set(other.vocabulary):
+            found.append(_set_change("vocabulary", set(self.vocabulary), set(other.vocabulary)))
+        if self.predicate_aliases != other.predicate_aliases:
+            found.append(f"predicate_aliases {self.predicate_aliases} ≠ {other.predicate_aliases}")
+        if set(self.exclusive_groups) != set(other.exclusive_groups):
+            mine = {",".join(sorted(g)) for g in self.exclusive_groups}
+            theirs = {",".join(sorted(g)) for g in other.exclusive_groups}
+            found.append(_set_change("exclusive_groups", mine, theirs))
+        for name in ("extractor", "embedder"):
+            if getattr(self, name) != getattr(other, name):
+                found.append(f"{name} {getattr(self, name)!r} → {getattr(other, name)!r}")
+        return found
+
     def to_json(self) -> bytes:
         """The contract's JSON form (groups as sorted lists, so output is stable)."""
         body = self.model_dump(mode="json")
@@ -169,6 +190,20 @@ class RealmConfig(BaseModel):
             return cls.model_validate(obj)
         except ValidationError as exc:
             raise RecordValidationError("realm config", problems_from(exc)) from None
+
+
+def _set_change(name: str, before: set[str], after: set[str], shown: int = 4) -> str:
+    def listed(items: set[str]) -> str:
+        ordered = sorted(items)
+        more = f" (+{len(ordered) - shown} more)" if len(ordered) > shown else ""
+        return " ".join(f"[{item}]" if "," in item else item for item in ordered[:shown]) + more
+
+    parts = []
+    if after - before:
+        parts.append("adds " + listed(after - before))
+    if before - after:
+        parts.append("drops " + listed(before - after))
+    return f"{name} {' and '.join(parts)}"
 
 
 DEFAULT_REALM_CONFIG = RealmConfig()

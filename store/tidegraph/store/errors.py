@@ -4,6 +4,7 @@
     ├── RealmSchemaError     a realm's tables disagree with its pinned embedding (invariant 10)
     ├── EmbedderMismatch     writing or querying with another embedder than the realm's
     ├── Fenced               another consumer owns the partition now: stop, do not retry
+    ├── RealmBusy            a replay of the realm runs: it cannot be deleted now
     └── TransientError
         ├── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
         └── RealmSwapped          a replay replaced the realm's schema under this write
@@ -45,6 +46,17 @@ class Fenced(TidegraphError):
         self.topic = topic
         self.partition = partition
         self.offset = offset
+
+
+class RealmBusy(TidegraphError):
+    """A replay of the realm holds it; deleting it would pull the schema from under it."""
+
+    def __init__(self, realm: str) -> None:
+        super().__init__(
+            f"a replay of realm {realm!r} is running — wait for it to finish, or stop it,"
+            " then delete the realm"
+        )
+        self.realm = realm
 
 
 class DatabaseUnavailable(TransientError):

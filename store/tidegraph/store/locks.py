@@ -14,3 +14,9 @@ from psycopg import AsyncConnection
 async def lock_realm_schema(conn: AsyncConnection[Any], schema: str) -> None:
     """Hold the schema's layout lock until the current transaction ends."""
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("tidegraph:realm:" + schema,))
+
+
+def replay_lock_key(realm: str) -> str:
+    """The advisory lock a swapping replay of ``realm`` holds for its whole run (session
+    level); deleting the realm meanwhile is refused."""
+    return "tidegraph:replay:" + realm

@@ -30,6 +30,14 @@ NO_REALM = ""
 """The realm of a record whose key names none: it is settled with the partition."""
 
 
+def key_realm(key: bytes | None) -> str:
+    """The realm a record's key names (its position is kept under it), or :data:`NO_REALM`."""
+    try:
+        return key.decode() if key else NO_REALM
+    except UnicodeDecodeError:
+        return NO_REALM
+
+
 @dataclass(frozen=True)
 class Claim:
     """A partition this process owns, and the epoch it claimed it with."""
@@ -71,6 +79,11 @@ class Position:
             next_offset,
             MappingProxyType({r: o for r, o in sorted(ahead.items()) if o > next_offset}),
         )
+
+
+def replay_group(schema: str) -> str:
+    """The consumer-positions group of a replay into ``schema``."""
+    return f"tidegraph-replay:{schema}"
 
 
 async def claim(

@@ -19,8 +19,9 @@ from tidegraph.store.ddl import (
     realm_ddl,
     search_index_ddl,
 )
-from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
-from tidegraph.store.locks import lock_realm_schema
+from tidegraph.store.errors import EmbedderMismatch, RealmBusy, RealmSchemaError
+from tidegraph.store.locks import lock_realm_schema, replay_lock_key
+from tidegraph.store.positions import replay_group
 from tidegraph.store.upgrades import (
     NameKeyConflict,
     add_archival,
@@ -125,6 +126,68 @@ async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
         return []
     cur = await conn.execute("SELECT realm, schema_name FROM tidegraph.realms ORDER BY realm")
     return [(str(a), str(b)) for a, b in await cur.fetchall()]
+
+
+async def realm_copies(conn: AsyncConnection[Any], realm: str) -> list[str]:
+    """Schemas holding a copy of ``realm`` — shadows, audit copies, retired schemas
+    (``realm_<realm>__<kind>_<label>``) — by name."""
+    cur = await conn.execute(
+        "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s) ORDER BY nspname",
+        (realm_schema(validate_realm(realm)) + "__",),
+    )
+    return [str(n) for (n,) in await cur.fetchall()]
+
+
+@dataclass(frozen=True)
+class DroppedRealm:
+    """What :func:`drop_realm` removed."""
+
+    realm: str
+    schema: str
+    head_seq: int
+    """The last commit sequence the realm's change feed had."""
+    copies: tuple[str, ...]
+    """Shadow, audit and retired schemas of the realm, left in place."""
+
+
+async def drop_realm(conn: AsyncConnection[Any], realm: str) -> DroppedRealm | None:
+    """Delete a realm in one transaction: its schema, its catalogue row, its publisher
+    position, the indexer's holds on it and its replays' positions. ``None`` when there is
+    no such realm; :class:`RealmBusy` while a replay of it runs.
+
+    Kept: the indexer's positions (the realm's records already read stay settled, so a
+    restart does not bring back what was deleted; later records create it again) and the
+    realm's copies (``replay --drop`` removes them one by one). Run inside a caller's
+    transaction, nothing is gone before it commits.
+    """
+    validate_realm(realm)
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT schema_name FROM tidegraph.realms WHERE realm = %s FOR UPDATE", (realm,)
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        schema = str(row[0])
+        cur = await conn.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtext(%s))", (replay_lock_key(realm),)
+        )
+        locked = await cur.fetchone()
+        if locked is None or not locked[0]:
+            raise RealmBusy(realm)
+        await lock_realm_schema(conn, schema)
+        cur = await conn.execute(sql.SQL("SELECT seq FROM {}.meta").format(sql.Identifier(schema)))
+        meta = await cur.fetchone()
+        copies = tuple(c for c in await realm_copies(conn, realm) if c != schema)
+        await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
+        await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,))
+        await conn.execute("DELETE FROM tidegraph.indexer_holds WHERE realm = %s", (realm,))
+        await conn.execute(
+            "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s",
+            (replay_group(schema),),
+        )
+    return DroppedRealm(realm, schema, int(meta[0]) if meta else 0, copies)
 
 
 async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None:

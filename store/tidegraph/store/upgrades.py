@@ -12,14 +12,14 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
-from tidegraph.schemas.ddl import (
+from tidegraph.schemas.names import name_key
+from tidegraph.store.ddl import (
     NAME_SEARCH_INDEXES,
     TELEMETRY_TABLE,
     archival_ddl,
     name_search_ddl,
     telemetry_ddl,
 )
-from tidegraph.schemas.names import name_key
 from tidegraph.store.locks import lock_realm_schema
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,7 +56,7 @@ from tidegraph.schemas.names import realm_schema
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import holds, positions
 from tidegraph.store.errors import classify_db_error, refusal
-from tidegraph.store.positions import NO_REALM, Claim, Position
+from tidegraph.store.positions import Claim, Position, key_realm
 from tidegraph.store.realms import RealmInfo, create_realm, ensure_control, open_realm, realm_exists
 
 log = logging.getLogger("tidegraph.indexer")
@@ -113,6 +113,8 @@ class _Owned:
     failures: int = 0
     resume_at: float | None = None
     """A transient failure paused the partition until then."""
+    paused_for: str = ""
+    """Why (said again when it resumes)."""
     held: dict[str, int] = field(default_factory=dict)
     """Realm → offset of the record it is held at."""
     retry_held_at: float | None = None
@@ -358,6 +360,7 @@ class Indexer:
             return taken[decision.offset]
 
         queue = deque(_runs(items, self.config.catch_up_run))
+        tally: dict[str, Counter[str]] = {}
         try:
             while queue:
                 run = queue.popleft()
@@ -370,7 +373,11 @@ class Indexer:
                     if not kept:
                         continue
                     try:
-                        await self._write_run(tp, owned, _Run(kept, run.catch_up), outcome_of)
+                        outcomes = await self._write_run(
+                            tp, owned, _Run(kept, run.catch_up), outcome_of
+                        )
+                        for realm, outcome in outcomes:
+                            tally.setdefault(realm, Counter())[outcome] += 1
                     except Exception as exc:  # noqa: BLE001 - judged by the failure policy
                         if run.catch_up and verdict(exc) is not Verdict.LOST:
                             log.info(
@@ -404,6 +411,33 @@ class Indexer:
                             return
         finally:
             await ahead.cancel()
+            if tally:
+                self._log_batch(tp, owned, msgs, tally)
+
+    def _log_batch(
+        self,
+        tp: TopicPartition,
+        owned: _Owned,
+        msgs: Sequence[ConsumerRecord[bytes, bytes]],
+        tally: Mapping[str, Counter[str]],
+    ) -> None:
+        """One INFO line per batch: what each realm's records did, and the lag left."""
+        assert self.consumer is not None
+        high = self.consumer.highwater(tp)
+        lag = "?" if high is None else str(max(0, high - owned.position.next_offset))
+        realms = "; ".join(
+            f"realm {realm or '(none)'} " + _counts(counts)
+            for realm, counts in sorted(tally.items())
+        )
+        log.info(
+            "batch %s/%d offsets %d-%d: %s; lag %s",
+            tp.topic,
+            tp.partition,
+            msgs[0].offset,
+            msgs[-1].offset,
+            realms,
+            lag,
+        )
 
     def _partition_lock(self, tp: TopicPartition) -> asyncio.Lock:
         return self._partition_locks.setdefault(tp, asyncio.Lock())
@@ -443,10 +477,10 @@ class Indexer:
         owned: _Owned,
         run: _Run,
         outcome_of: Callable[[Decision], Awaitable[Outcome | None]],
-    ) -> None:
+    ) -> list[tuple[str, str]]:
         """Write one record that applies or deletes a version, a catch-up run, or move the
         position over a run of records that write nothing, in one transaction; count what
-        happened."""
+        happened and return it, (realm, outcome) per record."""
         assert self.pool is not None
         items = run.items
         now = owned.position
@@ -463,13 +497,14 @@ class Indexer:
         if run.catch_up:
             assert first.info is not None
             decisions = [it.decision for it in items if it.decision is not None]
-            outcomes = {d.offset: await outcome_of(d) for d in decisions if d.writes}
+            prepared_docs = {d.offset: await outcome_of(d) for d in decisions if d.writes}
             batch = BatchUnit(first.info, self._embedder_for(first.info), owned.claim, refused)
             async with self.pool.connection() as conn:
-                await batch.write(conn, first.msg.offset, now, decisions, outcomes)
+                await batch.write(conn, first.msg.offset, now, decisions, prepared_docs)
                 await self._cleared(conn, tp, owned, items)
-            for d in decisions:
-                metrics.RECORDS.labels(first.realm, _OUTCOMES.get(d.action.value, "applied")).inc()
+            outcomes = [
+                (first.realm, _OUTCOMES.get(d.action.value, d.action.value)) for d in decisions
+            ]
             metrics.CATCH_UP_RECORDS.inc(len(items))
             log.info(
                 "%s/%d: caught up %d records of realm %s (offsets %d-%d) in one transaction",
@@ -493,9 +528,10 @@ class Indexer:
                     [(it.info, it.decision) for it in items if it.decision and it.info],
                 )
                 await self._cleared(conn, tp, owned, items)
-            for it in items:
-                outcome = it.decision.action.value if it.decision else "dead_lettered"
-                metrics.RECORDS.labels(it.realm, outcome).inc()
+            outcomes = [
+                (it.realm, it.decision.action.value if it.decision else "dead_lettered")
+                for it in items
+            ]
         else:
             assert first.decision is not None and first.info is not None
             unit = RecordUnit(owned.claim, refused)
@@ -515,11 +551,16 @@ class Indexer:
                 if result is None
                 else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
             )
-            metrics.RECORDS.labels(first.realm, outcome).inc()
+            if outcome == "failed":
+                _log_failed(tp, first, prepared)
+            outcomes = [(first.realm, outcome)]
+        for realm, outcome in outcomes:
+            metrics.RECORDS.labels(realm, outcome).inc()
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         owned.position = now
         owned.failures = 0
         self.applied += len(items)
+        return outcomes
 
     async def _dead_letter(self, msg: ConsumerRecord[bytes, bytes], error: str, kind: str) -> None:
         assert self.producer is not None
@@ -560,10 +601,13 @@ class Indexer:
         lost), False when only the record's realm is held and the others go on."""
         assert self.consumer is not None
         judged = verdict(exc)
-        if judged is Verdict.HOLD and not single:
-            judged = Verdict.RETRY  # not one record's: the partition waits, the longest
-        self._realms.clear()  # re-read realm state after any failure
         failed = exc if isinstance(exc, RecordFailed) else None
+        gone = _schema_gone(failed.cause if failed else exc)
+        if judged is Verdict.HOLD and (gone or not single):
+            # Not one record's: the partition waits (the longest, unless the realm's schema
+            # was dropped under us — `realm delete` — and is created again on the retry).
+            judged = Verdict.RETRY
+        self._realms.clear()  # re-read realm state after any failure
         realm = _realm_label(msg)
         offset = msg.offset
         cause = failed.cause if failed else classify_db_error(exc)
@@ -593,7 +637,7 @@ class Indexer:
             return False
         if judged is Verdict.RETRY_NOW:
             delay = 0.0  # a replay swapped the realm in: retry against it at once
-        elif verdict(exc) is Verdict.HOLD:
+        elif verdict(exc) is Verdict.HOLD and not gone:
             delay = self._backoff.longest
         else:
             owned.failures += 1
@@ -611,6 +655,7 @@ class Indexer:
         self.consumer.pause(tp)
         self._seek(tp, owned, offset)
         owned.resume_at = time.monotonic() + delay
+        owned.paused_for = f"{type(cause).__name__}: {cause}"
         self._gauge()
         return True
 
@@ -656,9 +701,16 @@ class Indexer:
         self, conn: AsyncConnection[Any], tp: TopicPartition, owned: _Owned, run: list[_Item]
     ) -> None:
         """Forget why the realms of ``run`` waited: their records are settled now."""
-        for realm in {it.realm for it in run} & owned.waiting:
+        for realm in sorted({it.realm for it in run} & owned.waiting):
             await holds.clear(conn, owned.claim.group_id, tp.topic, tp.partition, realm)
             owned.waiting.discard(realm)
+            log.info(
+                "%s/%d: realm %s goes on: its record at offset %d is settled",
+                tp.topic,
+                tp.partition,
+                realm,
+                run[0].msg.offset,
+            )
 
     def _resume_due(self, busy: Mapping[TopicPartition, object]) -> None:
         """Resume partitions whose backoff has elapsed, and try held realms again (unless a
@@ -671,11 +723,24 @@ class Indexer:
             if owned.retry_held_at is not None and owned.retry_held_at <= now:
                 owned.retry_held_at = None
                 if owned.held:
+                    log.info(
+                        "%s/%d: trying held realms again from their records (%s)",
+                        tp.topic,
+                        tp.partition,
+                        ", ".join(f"{r} at offset {o}" for r, o in sorted(owned.held.items())),
+                    )
                     self._seek(tp, owned, min(owned.held.values()))
                     owned.held.clear()
                     self._realms.clear()
             if owned.resume_at is not None and owned.resume_at <= now:
                 owned.resume_at = None
+                log.info(
+                    "%s/%d resumes at offset %d: retrying after %s",
+                    tp.topic,
+                    tp.partition,
+                    owned.fetch_from,
+                    owned.paused_for,
+                )
                 self._resume_idle(tp)
         self._gauge()
 
@@ -697,6 +762,39 @@ class Indexer:
             if high is not None:
                 lag = max(0, high - owned.position.next_offset)
                 metrics.LAG.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+_SAID = ("applied", "noop", "stale", "failed")
+"""Outcomes a batch line always counts; others (deleted, dead-lettered, unstorable) when
+they happened."""
+
+
+def _counts(counts: Counter[str]) -> str:
+    said = [f"{counts[o]} {o.replace('noop', 'no-op')}" for o in _SAID]
+    said += [f"{n} {o.replace('_', '-')}" for o, n in sorted(counts.items()) if o not in _SAID]
+    return ", ".join(said)
+
+
+def _log_failed(tp: TopicPartition, item: _Item, prepared: Outcome | None) -> None:
+    """A document stored as ``failed``: which, and why, in the extractor's words."""
+    assert item.decision is not None
+    rec = item.decision.record
+    reason = prepared.failure if isinstance(prepared, PreparedDocument) else None
+    log.warning(
+        "%s/%d offset %d: document %r (realm %s, space %s) failed: %s",
+        tp.topic,
+        tp.partition,
+        item.msg.offset,
+        rec.doc_key,
+        rec.realm,
+        rec.space,
+        reason or "no reason given",
+    )
+
+
+def _schema_gone(cause: BaseException) -> bool:
+    """A realm's tables or schema missing: deleted while cached here (`realm delete`)."""
+    return isinstance(cause, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName)
 
 
 def _runs(items: list[_Item], catch_up_run: int) -> list[_Run]:
@@ -754,7 +852,4 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 def _realm_label(msg: ConsumerRecord[bytes, bytes]) -> str:
     """The realm a record's key names (its position is kept under it), or
     :data:`NO_REALM`."""
-    try:
-        return msg.key.decode() if msg.key else NO_REALM
-    except UnicodeDecodeError:
-        return NO_REALM
+    return key_realm(msg.key)

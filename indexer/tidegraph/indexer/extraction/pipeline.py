@@ -9,7 +9,7 @@ extractor cannot turn into valid output is recorded on the chunk, never papered 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from tidegraph.indexer.extraction.chunking import build_context, chunk_document
@@ -20,7 +20,7 @@ from tidegraph.indexer.extraction.prepared import (
     PreparedDocument,
     RelationFact,
 )
-from tidegraph.indexer.graph.gates import GateConfig, apply_gates
+from tidegraph.indexer.graph.gates import GATE_HINTS, Gate, GateConfig, apply_gates
 from tidegraph.indexer.graph.predicates import Vocabulary
 from tidegraph.indexer.graph.rules import render_entity, render_relation
 from tidegraph.indexer.graph.validity import normalize_period
@@ -92,7 +92,7 @@ class Pipeline:
             except ExtractionFailed as exc:
                 facts.append((chunk, (), (), exc.reason))
                 continue
-            entities, relations, note = self._accept(output, vocab)
+            entities, relations, note = self._accept(output, vocab, extractor.id)
             for e in entities:
                 known.setdefault(e.name, None)
             facts.append((chunk, entities, relations, note))
@@ -127,17 +127,20 @@ class Pipeline:
         )
 
     def _accept(
-        self, output: ExtractionOutput, vocab: Vocabulary
+        self, output: ExtractionOutput, vocab: Vocabulary, extractor: str
     ) -> tuple[tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]:
-        """Gates, predicate normalisation and validity normalisation of one chunk's output."""
+        """Gates, predicate normalisation and validity normalisation of one chunk's output;
+        when nothing survives, why, in words a user can act on."""
         gated = apply_gates(output, self.config.gates)
         entities = tuple(
             EntityFact(e.name, e.type, e.description, tuple(e.aliases)) for e in gated.entities
         )
         relations: list[RelationFact] = []
+        off_vocabulary: set[str] = set()
         for r in gated.relations:
             predicate, negated_by_word = vocab.canonical(r.predicate)
             if not predicate:
+                off_vocabulary.add(r.predicate)
                 continue
             valid_from, valid_to = normalize_period(r.valid_from, r.valid_to)
             relations.append(
@@ -154,8 +157,34 @@ class Pipeline:
             )
         note = None
         if not entities and not relations:
-            reasons = sorted({str(rej.gate) for rej in gated.rejections})
-            note = "no valid structure"
-            if reasons:
-                note += f" (rejected by: {', '.join(reasons)})"
+            gates = sorted({rej.gate for rej in gated.rejections})
+            note = why_nothing(gates, off_vocabulary, extractor)
         return entities, tuple(relations), note
+
+
+def why_nothing(gates: Sequence[Gate], off_vocabulary: Collection[str], extractor: str) -> str:
+    """Why a chunk yielded no structure: what was refused and what to do about it. Stored
+    with the version, so it names nothing but the record's own content (a replay into
+    another schema, or the same log in another realm, stores the same words)."""
+    causes = []
+    if off_vocabulary:
+        causes.append(
+            f"its verbs ({', '.join(sorted(off_vocabulary))}) are not in the realm's vocabulary"
+            " — add them to the vocabulary or its predicate_aliases"
+        )
+    causes.extend(GATE_HINTS[g] for g in gates)
+    if extractor.startswith("rules"):
+        if not causes:
+            causes.append(
+                "the rules extractor found no sentence it reads (a capitalised name, a verb"
+                " it knows such as 'worked with', 'founded', 'married', 'joined', then a"
+                " capitalised name)"
+            )
+        causes.append(
+            "the offline rules extractor reads only simple English patterns (README, 'What"
+            " the rules extractor reads'); for free text switch the realm to a model:"
+            " `tidegraph replay --realm REALM --extractor llm`"
+        )
+    elif not causes:
+        causes.append(f"the model ({extractor}) returned no entity or relation for this text")
+    return "; ".join(causes)

@@ -93,6 +93,23 @@ class Gate(StrEnum):
     CONFIDENCE_FLOOR = "confidence_floor"
 
 
+GATE_HINTS: dict[Gate, str] = {
+    Gate.EMPTY_NAME: "a name was empty",
+    Gate.OVER_LONG_NAME: "a name was longer than the longest accepted",
+    Gate.PRONOMINAL_NAME: "a pronoun or generic reference ('he', 'the company') stood where a"
+    " name should, with no earlier name to resolve it to",
+    Gate.BARE_QUANTITY: "a bare number or quantity stood where a name should",
+    Gate.CONJUNCTIVE_NAME: "two names joined by 'and' were read as one",
+    Gate.POSSESSIVE_NAME: "a possessive phrase ('his father') stood where a name should",
+    Gate.ORPHANED_ENDPOINT: "a relation lost an end to another gate",
+    Gate.VAGUE_PREDICATE: "the verb was too vague to mean anything ('is related to', 'has')",
+    Gate.SELF_LOOP: "a relation joined a name to itself",
+    Gate.CONFIDENCE_FLOOR: "the statement was hedged ('reportedly', 'may have') and fell below"
+    " the confidence floor",
+}
+"""Why a gate refuses, in words for a failed document's reason."""
+
+
 @dataclass(frozen=True)
 class GateConfig:
     """Tunable parts of the gates; the defaults are the paper's."""

@@ -24,6 +24,8 @@ import functools
 import re
 from datetime import date
 
+from tidegraph.schemas.periods import period_end, period_start
+
 __all__ = [
     "normalize_date",
     "normalize_period",
@@ -55,7 +57,6 @@ _FORMS = tuple(
     )
 )
 _LEADING = re.compile(r"^(?:in|on)\s+")
-_VALUE = re.compile(r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$")
 
 
 @functools.lru_cache(maxsize=16384)
@@ -102,27 +103,6 @@ def _assemble(m: re.Match[str]) -> str | None:
         return date(year, month, day).isoformat()
     except ValueError:
         return None
-
-
-def _parts(value: str) -> list[int]:
-    if not _VALUE.fullmatch(value):
-        raise ValueError(f"{value!r} is not a normalised validity date (YYYY, YYYY-MM, YYYY-MM-DD)")
-    return [int(p) for p in value.split("-")]
-
-
-def period_start(value: str) -> date:
-    """First day a normalised date covers: ``1625`` → 1625-01-01, ``1625-06`` → 1625-06-01."""
-    parts = _parts(value)
-    return date(parts[0], parts[1] if len(parts) > 1 else 1, parts[2] if len(parts) > 2 else 1)
-
-
-def period_end(value: str) -> date:
-    """Last day a normalised date covers: ``1625`` → 1625-12-31, ``2024-02`` → 2024-02-29."""
-    parts = _parts(value)
-    if len(parts) == 3:
-        return date(parts[0], parts[1], parts[2])
-    month = parts[1] if len(parts) == 2 else 12
-    return date(parts[0], month, calendar.monthrange(parts[0], month)[1])
 
 
 def normalize_period(valid_from: str | None, valid_to: str | None) -> tuple[str | None, str | None]:

@@ -16,6 +16,7 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.schemas.errors import ConfigError, InvalidNameError
 from tidegraph.schemas.names import realm_schema, validate_realm
+from tidegraph.store.positions import replay_group
 
 __all__ = [
     "LABEL_PATTERN",
@@ -65,11 +66,6 @@ def audit_schema(realm: str, label: str) -> str:
 def retired_schema(realm: str, label: str) -> str:
     """``realm_<realm>__retired_<label>``: the schema a swap replaced, kept for inspection."""
     return derived_schema(realm, "retired", label)
-
-
-def replay_group(schema: str) -> str:
-    """The consumer-positions group of a replay into ``schema``."""
-    return f"tidegraph-replay:{schema}"
 
 
 async def next_label(conn: AsyncConnection[Any], realm: str, kind: str) -> str:

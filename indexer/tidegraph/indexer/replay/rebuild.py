@@ -87,6 +87,7 @@ from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
 from tidegraph.store.ddl import drop_foreign_keys_ddl, foreign_keys_ddl, search_index_ddl
 from tidegraph.store.errors import Fenced, classify_db_error
+from tidegraph.store.locks import replay_lock_key
 from tidegraph.store.realms import (
     RealmInfo,
     create_realm,
@@ -297,7 +298,7 @@ class _Replay:
         swap = o.swap and o.until is None
         if swap:
             cur = await control.execute(
-                "SELECT pg_try_advisory_lock(hashtext(%s))", ("tidegraph:replay:" + o.realm,)
+                "SELECT pg_try_advisory_lock(hashtext(%s))", (replay_lock_key(o.realm),)
             )
             row = await cur.fetchone()
             if row is None or not row[0]:

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
+from tidegraph.infra.reach import kafka_unreachable
 from tidegraph.infra.runtime import on_termination
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import RecordValidationError, TransientError
@@ -62,7 +63,7 @@ async def tail(args: argparse.Namespace, settings: Settings) -> int:
         await consumer.start()
     except (KafkaError, OSError) as exc:
         await consumer.stop()
-        raise TransientError(f"Kafka at {settings.kafka_bootstrap} is unreachable: {exc}") from exc
+        raise kafka_unreachable(settings.kafka_bootstrap, exc) from None
     stop = asyncio.Event()
     if args.follow:
         on_termination(stop.set)

@@ -14,12 +14,15 @@ from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import TEXT_GLOBS
+from tidegraph.infra import services as local_services
+from tidegraph.infra._proc import ensure_port_free
 from tidegraph.infra.commands._connector_args import (
     add_kafka_options,
     add_order_option,
     prepare_topics,
     settings_from,
 )
+from tidegraph.infra.logs import set_service_level
 from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm, validate_space
@@ -103,7 +106,7 @@ def run_fs(args: argparse.Namespace) -> int:
 async def _fs(args: argparse.Namespace, realm: str, space: str, root: Path) -> int:
     settings, connector_settings = settings_from(args)
     await prepare_topics(args, settings, connector_settings)
-    state_dir = getattr(args, "state_dir", None) or settings.state_dir
+    state_dir = local_services.state_path(getattr(args, "state_dir", None), settings)
     state_path = args.state or default_state_path(state_dir, realm, root)
     producer = DocumentProducer.from_settings(
         settings, max_document_bytes=connector_settings.max_document_bytes
@@ -167,14 +170,22 @@ def run_http(args: argparse.Namespace) -> int:
     secret = connector_settings.api_keys
     keys = ApiKeys.parse(secret.get_secret_value() if secret else None)
     require_loopback(args.host, keys)
+    ensure_port_free("the ingest service", args.port, args.host, option="--port")
     asyncio.run(prepare_topics(args, settings, connector_settings))
     producer = DocumentProducer.from_settings(
         settings, max_document_bytes=connector_settings.max_document_bytes
     )
     app = create_app(IngestService(producer, connector_settings), keys)
     _say(f"ingest on http://{args.host}:{args.port} → {settings.documents_topic}")
+    set_service_level("INFO")
     config = BoundedConfig(
-        app, limits=HttpLimits(), host=args.host, port=args.port, log_level="info", lifespan="on"
+        app,
+        limits=HttpLimits(),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        log_config=None,
+        lifespan="on",
     )
     uvicorn.Server(config).run()
     return 0

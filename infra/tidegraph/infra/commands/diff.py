@@ -24,6 +24,7 @@ from tidegraph.indexer.replay.diff import (
     format_difference,
     resolve_schema,
 )
+from tidegraph.infra.reach import connect_pg
 from tidegraph.schemas.errors import TidegraphError
 from tidegraph.schemas.names import validate_space
 from tidegraph.schemas.settings import load_settings
@@ -66,12 +67,12 @@ async def run(args: argparse.Namespace) -> int:
             validate_space(args.space)
         settings = load_settings(pg_dsn=args.pg_dsn)
         dsn = settings.pg_dsn.get_secret_value()
-        async with await AsyncConnection.connect(dsn, autocommit=True) as conn:
+        async with connect_pg(dsn) as conn:
             a, b, differences = await compare(
                 conn, args.realm, args.against, space=args.space, history=args.history
             )
     except TidegraphError as exc:
-        print(f"tidegraph diff: {exc}", file=sys.stderr)
+        print(f"tidegraph: {exc}", file=sys.stderr)
         return EXIT_TROUBLE
     report(differences, a, b, limit=args.limit)
     return EXIT_DIFFERENT if differences else EXIT_SAME

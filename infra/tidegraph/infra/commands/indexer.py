@@ -7,20 +7,28 @@ import asyncio
 import logging
 from typing import Any
 
+from aiokafka.errors import KafkaConnectionError
 from prometheus_client import start_http_server
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
 from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
+from tidegraph.infra._proc import LOOPBACK, ensure_port_free
+from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.composition import ModelRegistry
+from tidegraph.infra.logs import set_service_level
+from tidegraph.infra.reach import kafka_unreachable, until_stopped, wait_for_kafka, wait_for_pg
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
 from tidegraph.schemas.settings import load_settings
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "indexer",
+        formatter_class=ShowDefaults,
         help="consume document versions and keep realm graphs in step",
         description="Run one member of the indexer consumer group until SIGTERM.",
     )
@@ -37,19 +45,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="records of one realm fetched back to back that are written in one transaction"
         " while the indexer is behind (0: every record on its own)",
     )
-    p.add_argument("--metrics-port", type=int, default=0, help="serve /metrics on this port")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--metrics-port", type=int, default=0, help="serve /metrics on this port (0: none)"
+    )
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger().setLevel(logging.WARNING)
-    logging.getLogger("tidegraph").setLevel(args.log_level.upper())
+    set_service_level(args.log_level)
     settings = load_settings(
         kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
     )
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr="127.0.0.1")
+        ensure_port_free("the indexer's metrics", args.metrics_port, option="--metrics-port")
+        start_http_server(args.metrics_port, addr=LOOPBACK)
     asyncio.run(_main(args, settings))
     return 0
 
@@ -59,6 +69,8 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
 
     assert isinstance(settings, Settings)
     dsn = settings.pg_dsn.get_secret_value()
+    if not await until_stopped(_services_answer(dsn, settings.kafka_bootstrap)):
+        return
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
         dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
     )
@@ -80,5 +92,27 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
         registry.embedder_for,
         pool,
     )
-    on_termination(indexer.stop)
-    await indexer.run()
+    stopping = False
+
+    def stop() -> None:
+        nonlocal stopping
+        stopping = True
+        indexer.stop()
+
+    on_termination(stop)
+    try:
+        await indexer.run()
+    except KafkaConnectionError as exc:
+        raise kafka_unreachable(settings.kafka_bootstrap, exc) from None
+    except asyncio.CancelledError:
+        # Told to stop while the broker is away, aiokafka's consumer.stop() re-raises the
+        # cancellation of its own fetch task; nothing of ours was interrupted.
+        task = asyncio.current_task()
+        if not stopping or (task is not None and task.cancelling()):
+            raise
+        log.warning("stopped while Kafka at %s did not answer", settings.kafka_bootstrap)
+
+
+async def _services_answer(dsn: str, bootstrap: str) -> None:
+    await wait_for_pg(dsn)
+    await wait_for_kafka(bootstrap)

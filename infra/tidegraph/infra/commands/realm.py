@@ -1,30 +1,57 @@
-"""``tidegraph realm create|show|telemetry``: pin a realm's configuration before its first
-record; turn its coverage telemetry on or off later."""
+"""``tidegraph realm create|show|list|copies|delete|telemetry``: pin a realm's configuration
+before its first record, see every realm's size and lag, delete one, turn its coverage
+telemetry on or off."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
+from tidegraph.infra.reach import check_kafka, check_pg, connect_pg, kafka_unreachable
+from tidegraph.infra.realm_status import DataStatus, data_status
+from tidegraph.infra.runtime import read_realm_config
+from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
+from tidegraph.store.figures import realm_figures, schema_figures
 from tidegraph.store.realms import (
+    DroppedRealm,
     create_realm,
+    drop_realm,
     ensure_control,
     open_realm,
+    realm_copies,
     realm_exists,
     set_coverage_telemetry,
 )
 
 
+class RealmExistsError(ConfigError):
+    """`realm create` of a realm that exists with another configuration."""
+
+    def __init__(self, realm: str, differences: list[str]) -> None:
+        super().__init__(
+            f"realm {realm!r} exists with another configuration (in force → requested: "
+            f"{'; '.join(differences)}) — `tidegraph realm show {realm}` prints the one in "
+            "force; change a configuration with `tidegraph replay --realm "
+            f"{realm} --config FILE`"
+        )
+        self.realm = realm
+        self.differences = differences
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("realm", help="create a realm or show its configuration")
+    p = sub.add_parser("realm", help="create, show, list or delete realms")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser(
         "create",
@@ -40,6 +67,42 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("realm")
     show.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     show.set_defaults(func=_show)
+    listed = actions.add_parser(
+        "list",
+        help="every realm: documents, entities, relations, head sequence, embedder, lag",
+        description="List realms with their size and the indexer's lag on each (records of"
+        " the realm in the documents topic not applied yet).",
+    )
+    listed.add_argument("--json", action="store_true", help="print JSON")
+    listed.add_argument("--group", default="tidegraph-indexer", help="indexer group for the lag")
+    listed.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    listed.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEGRAPH_KAFKA_BOOTSTRAP)")
+    listed.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
+    listed.set_defaults(func=_list)
+    copies = actions.add_parser(
+        "copies",
+        help="a realm's shadow, audit and retired copies",
+        description="List the copies `replay` made of REALM (shadows, audit copies from"
+        " --until, retired schemas) with their size; drop one with"
+        " `tidegraph replay --realm R --drop SCHEMA`.",
+    )
+    copies.add_argument("realm")
+    copies.add_argument("--json", action="store_true", help="print JSON")
+    copies.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    copies.set_defaults(func=_copies)
+    delete = actions.add_parser(
+        "delete",
+        help="delete a realm: its schema, positions and cache (needs --yes)",
+        description="Drop REALM's schema (graph, history, change outbox, extraction cache),"
+        " its catalogue entry, publisher position, indexer holds and replay positions, and"
+        " publish a `realm_deleted` change. Later records of the realm create it again.",
+    )
+    delete.add_argument("realm")
+    delete.add_argument("--yes", action="store_true", help="confirm the deletion")
+    delete.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    delete.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEGRAPH_KAFKA_BOOTSTRAP)")
+    delete.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
+    delete.set_defaults(func=_delete)
     telemetry = actions.add_parser(
         "telemetry",
         help="turn coverage telemetry on or off",
@@ -57,7 +120,7 @@ def _config(args: argparse.Namespace) -> RealmConfig:
     if args.config is not None and args.preset is not None:
         raise ConfigError("give --preset or --config, not both")
     if args.config is not None:
-        return RealmConfig.from_json(args.config.read_bytes())
+        return read_realm_config(args.config)
     if args.preset is not None:
         return preset(args.preset)
     return RealmConfig()
@@ -67,17 +130,15 @@ async def _create(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     config = _config(args)
     dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    async with connect_pg(dsn) as conn:
         await ensure_control(conn)
         if await realm_exists(conn, realm_schema(realm)):
             info = await open_realm(conn, realm)
-            if info.embedder != config.embedder:
-                raise ConfigError(
-                    f"realm {realm!r} exists with embedder {info.embedder!r}; "
-                    "an embedder is fixed for a realm's lifetime (replay into a new one)"
-                )
-            print(f"realm {realm} already exists", file=sys.stderr)
-            return 1
+            differences = info.config.differences(config)
+            if differences:
+                raise RealmExistsError(realm, differences)
+            print(f"realm {realm} already exists with this configuration", file=sys.stderr)
+            return 0
         info = await create_realm(conn, realm, config)
     print(f"created realm {realm} ({info.extractor}, {info.embedder})")
     return 0
@@ -86,7 +147,7 @@ async def _create(args: argparse.Namespace) -> int:
 async def _show(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    async with connect_pg(dsn) as conn:
         if not await realm_exists(conn, realm_schema(realm)):
             raise RealmSchemaError(f"realm {realm!r} does not exist")
         info = await open_realm(conn, realm)
@@ -97,9 +158,165 @@ async def _show(args: argparse.Namespace) -> int:
 async def _telemetry(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    async with connect_pg(dsn) as conn:
         if not await realm_exists(conn, realm_schema(realm)):
-            raise RealmSchemaError(f"realm {realm!r} does not exist")
+            raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
         info = await set_coverage_telemetry(conn, realm, args.state == "on")
     print(f"realm {realm}: coverage telemetry {'on' if info.config.coverage_telemetry else 'off'}")
     return 0
+
+
+async def _list(args: argparse.Namespace) -> int:
+    settings = load_settings(
+        kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
+    )
+    dsn = settings.pg_dsn.get_secret_value()
+    await check_pg(dsn)
+    data = await data_status(dsn, settings.kafka_bootstrap, settings.documents_topic, args.group)
+    lag_known = not any(p.startswith("Kafka") for p in data.problems)
+    if args.json:
+        print(json.dumps(_listing(data, lag_known), indent=2))
+    else:
+        print(_table(data, lag_known))
+    for problem in data.problems:
+        print(f"tidegraph: {problem} — lag unknown", file=sys.stderr)
+    return 0
+
+
+def _listing(data: DataStatus, lag_known: bool) -> list[dict[str, object]]:
+    return [
+        {
+            "realm": r.realm,
+            "documents": r.documents,
+            "entities": r.entities,
+            "relations": r.relations,
+            "head_seq": r.head_seq,
+            "embedder": r.embedder,
+            "extractor": r.extractor,
+            "lag": data.realm_lag(r.realm) if lag_known else None,
+        }
+        for r in data.realms
+    ]
+
+
+def _table(data: DataStatus, lag_known: bool) -> str:
+    rows = [("REALM", "DOCUMENTS", "ENTITIES", "RELATIONS", "HEAD SEQ", "EMBEDDER", "LAG")]
+    for item in _listing(data, lag_known):
+        docs = item["documents"]
+        assert isinstance(docs, dict)
+        shown = ", ".join(f"{n} {s}" for s, n in sorted(docs.items())) or "0"
+        lag = "?" if item["lag"] is None else str(item["lag"])
+        rows.append(
+            (
+                str(item["realm"]),
+                shown,
+                str(item["entities"]),
+                str(item["relations"]),
+                str(item["head_seq"]),
+                str(item["embedder"]),
+                lag,
+            )
+        )
+    if len(rows) == 1:
+        return "no realms yet"
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+async def _copies(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
+    async with connect_pg(dsn) as conn:
+        await ensure_control(conn)
+        found = [await schema_figures(conn, realm, c) for c in await realm_copies(conn, realm)]
+    rows = [
+        {
+            "schema": f.schema,
+            "kind": f.schema[len(realm_schema(realm)) + 2 :].split("_", 1)[0],
+            "documents": f.documents,
+            "entities": f.entities,
+            "relations": f.relations,
+            "head_seq": f.head_seq,
+            "last_write_at": f.last_write_at.isoformat() if f.last_write_at else None,
+        }
+        for f in found
+        if f is not None
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"realm {realm} has no copies")
+    for row in rows if not args.json else []:
+        docs = row["documents"]
+        assert isinstance(docs, dict)
+        shown = ", ".join(f"{n} {s}" for s, n in sorted(docs.items())) or "0 documents"
+        print(
+            f"{row['schema']}  {row['kind']}  {shown}  {row['entities']} entities"
+            f"  {row['relations']} relations  seq {row['head_seq']}"
+            f"  last write {row['last_write_at'] or '-'}"
+        )
+    return 0
+
+
+async def _delete(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    settings = load_settings(
+        kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
+    )
+    async with connect_pg(settings.pg_dsn.get_secret_value()) as conn:
+        await ensure_control(conn)
+        figures = {f.realm: f for f in await realm_figures(conn)}
+        if realm not in figures:
+            raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
+        if not args.yes:
+            docs = sum(figures[realm].documents.values())
+            raise ConfigError(
+                f"realm delete drops realm {realm!r} and everything in it ({docs} documents,"
+                f" {figures[realm].entities} entities, {figures[realm].relations} relations,"
+                f" its history and cache) — run it again with --yes"
+            )
+        # The note is published inside the transaction: nothing is dropped unless the change
+        # feed says so.
+        await check_kafka(settings.kafka_bootstrap)
+        async with conn.transaction():
+            dropped = await drop_realm(conn, realm)
+            if dropped is None:
+                raise RealmSchemaError(f"realm {realm!r} does not exist")
+            await _publish_deleted(settings.kafka_bootstrap, settings.changes_topic, dropped)
+    print(f"deleted realm {realm} (schema {dropped.schema}, last seq {dropped.head_seq})")
+    if dropped.copies:
+        print(
+            f"kept its copies: {', '.join(dropped.copies)} — drop each with"
+            f" `tidegraph replay --realm {realm} --drop NAME`",
+            file=sys.stderr,
+        )
+    return 0
+
+
+async def _publish_deleted(bootstrap: str, topic: str, dropped: DroppedRealm) -> None:
+    seq = dropped.head_seq + 1
+    note = GraphChange.model_validate(
+        {
+            "id": f"{dropped.realm}:{seq}:0",
+            "realm": dropped.realm,
+            "seq": seq,
+            "belief_time": datetime.now(UTC),
+            "kind": "realm_deleted",
+        }
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        client_id="tidegraph-realm-delete",
+        **kafka_client_options(),
+    )
+    try:
+        await producer.start()
+        await producer.send_and_wait(topic, note.to_json(), key=dropped.realm.encode())
+    except KafkaError as exc:
+        raise kafka_unreachable(bootstrap, exc) from None
+    finally:
+        await producer.stop()

@@ -14,6 +14,7 @@ Progress (records read, realm records applied, ETA) goes to stderr; the summary 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -33,8 +34,14 @@ from tidegraph.indexer.replay.rebuild import (
     replay_realm,
 )
 from tidegraph.infra.composition import ModelRegistry
-from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured
-from tidegraph.schemas.errors import ConfigError, RecordValidationError
+from tidegraph.infra.local_kafka import brokers_answering
+from tidegraph.infra.reach import check_pg, connect_pg, kafka_unreachable
+from tidegraph.infra.runtime import (
+    default_realm_config,
+    llm_client_if_configured,
+    read_realm_config,
+)
+from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.settings import Settings, load_settings
@@ -126,9 +133,7 @@ def run(args: argparse.Namespace) -> Any:
 
 
 async def _drop(realm: str, schema: str, settings: Settings) -> int:
-    async with await AsyncConnection.connect(
-        settings.pg_dsn.get_secret_value(), autocommit=True
-    ) as conn:
+    async with connect_pg(settings.pg_dsn.get_secret_value()) as conn:
         await drop_copy(conn, realm, schema)
     print(f"dropped {schema}")
     return 0
@@ -139,21 +144,18 @@ def parse_until(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise ConfigError(f"--until {text!r}: not an ISO 8601 date-time") from None
+        raise ConfigError(
+            f"--until {text!r}: not an ISO 8601 date-time — give one such as 2026-12-02T10:00:00Z"
+        ) from None
     if value.tzinfo is None:
-        raise ConfigError(f"--until {text!r}: give a UTC offset (e.g. 2026-12-02T10:00:00Z)")
+        raise ConfigError(f"--until {text!r}: no UTC offset — add one (e.g. 2026-12-02T10:00:00Z)")
     return value
 
 
 def build_options(args: argparse.Namespace, settings: Settings) -> ReplayOptions:
     config: RealmConfig | None = None
     if args.config is not None:
-        try:
-            config = RealmConfig.from_json(args.config.read_bytes())
-        except OSError as exc:
-            raise ConfigError(f"--config {args.config}: {exc.strerror}") from None
-        except RecordValidationError as exc:
-            raise ConfigError(f"--config {args.config}: {exc}") from None
+        config = read_realm_config(args.config)
     embedder = None
     if args.embedder is not None:
         embedder = default_realm_config(embedder=args.embedder).embedder
@@ -181,6 +183,9 @@ def build_options(args: argparse.Namespace, settings: Settings) -> ReplayOptions
 
 async def _main(args: argparse.Namespace, settings: Settings, options: ReplayOptions) -> int:
     dsn = settings.pg_dsn.get_secret_value()
+    await check_pg(dsn)
+    if not await asyncio.to_thread(brokers_answering, settings.kafka_bootstrap, timeout=5.0):
+        raise kafka_unreachable(settings.kafka_bootstrap, "no metadata answer")
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
         dsn,
         min_size=1,

@@ -17,7 +17,11 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from tidegraph.infra._proc import ensure_port_free
+from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.http_server import BoundedConfig, HttpLimits
+from tidegraph.infra.logs import set_service_level
+from tidegraph.infra.reach import until_stopped, wait_for_pg
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings, load_query_settings
@@ -45,6 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
         help="HTTP query API and change publisher",
+        formatter_class=ShowDefaults,
         description="Serve the query API (CONTRACT.md, HTTP API) and publish each realm's "
         "changes to <prefix>.changes (one publisher per realm across replicas).",
     )
@@ -68,15 +73,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="rebuild a realm's communities after this many quiet seconds (0: never)",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    set_service_level(args.log_level)
     settings = load_settings(
         kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
     )
@@ -85,8 +87,17 @@ def run(args: argparse.Namespace) -> int:
         query_settings.api_keys.get_secret_value() if query_settings.api_keys else None
     )
     require_loopback(args.host, keys)
-    asyncio.run(serve(args, settings, query_settings))
+    ensure_port_free("the query service", args.port, args.host, option="--port")
+    asyncio.run(_serve_when_ready(args, settings, query_settings))
     return 0
+
+
+async def _serve_when_ready(
+    args: argparse.Namespace, settings: Settings, query: QuerySettings
+) -> None:
+    """Wait (saying so) until PostgreSQL answers, then serve."""
+    if await until_stopped(wait_for_pg(settings.pg_dsn.get_secret_value())):
+        await serve(args, settings, query)
 
 
 def embedder_factory(llm: Any) -> EmbedderFactory:
@@ -172,6 +183,7 @@ async def serve(
             host=args.host,
             port=args.port,
             log_level=args.log_level.lower(),
+            log_config=None,  # uvicorn's loggers propagate to the one format (infra.logs)
             lifespan="off",
             access_log=False,
         )

@@ -10,7 +10,7 @@ import sys
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.infra import services
 from tidegraph.infra.cli import add_state_dir_option
-from tidegraph.infra.realm_status import data_status, render
+from tidegraph.infra.realm_status import as_json, data_status, render
 from tidegraph.schemas.settings import load_settings
 
 
@@ -100,38 +100,15 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         body = json.loads(_as_json(status))
         if data is not None:
-            body["realms"] = {
-                r.realm: {
-                    "documents": r.documents,
-                    "head_seq": r.head_seq,
-                    "last_write_at": r.last_write_at.isoformat() if r.last_write_at else None,
-                    "embedder": r.embedder,
-                    "extractor": r.extractor,
-                }
-                for r in data.realms
-            }
-            body["indexer_lag"] = {str(p): n for p, n in data.lag.items()}
-            body["indexer_waiting"] = [
-                {
-                    "kind": h.kind,
-                    "realm": h.realm,
-                    "topic": h.topic,
-                    "partition": h.partition,
-                    "offset": h.offset,
-                    "doc_key": h.doc_key,
-                    "error_class": h.error_class,
-                    "error": h.error,
-                    "since": h.since.isoformat(),
-                    "retry_at": h.retry_at.isoformat() if h.retry_at else None,
-                    "other_realms_going_on": data.behind.get((h.partition, h.realm), []),
-                }
-                for h in data.waiting
-            ]
+            body.update(as_json(data))
         print(json.dumps(body, indent=2))
     else:
         _print_status(status)
         if data is not None:
             print(render(data))
+    problem = services.unavailable(status)
+    if problem is not None:
+        print(f"tidegraph: {problem}", file=sys.stderr)
     return 0 if status.ok else 1
 
 
