@@ -177,3 +177,16 @@ def pg_container() -> Iterator[str]:
     )
     with container:
         yield container.get_connection_url()
+
+
+def env_without_settings(**settings: str) -> dict[str, str]:
+    """This process's environment for a ``tidegraph`` subprocess: none of tidegraph's
+    settings but ``settings`` — except how Kafka clients log in, which the test broker
+    needs (its generated credentials)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TIDEGRAPH_") or k in kafka_security.ENV_KEYS
+    }
+    env.update(settings)
+    return env

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -10,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from local_services import env_without_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -23,8 +24,7 @@ def _free_port() -> int:
 def test_demo_indexes_the_sample_corpus_and_answers(
     kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGRAPH_")}
-    env.update(
+    env = env_without_settings(
         TIDEGRAPH_KAFKA_BOOTSTRAP=kafka_bootstrap,
         TIDEGRAPH_PG_DSN=pg_dsn,
         TIDEGRAPH_TOPIC_PREFIX=unique_name("t"),

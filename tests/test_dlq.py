@@ -4,7 +4,6 @@ chosen ones again, checking each again first."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from indexer_helpers import (
     upsert,
     wait_for,
 )
+from local_services import env_without_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -70,8 +70,7 @@ async def test_dlq_list_and_replay(
 ) -> None:
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGRAPH_")}
-    env.update(
+    env = env_without_settings(
         TIDEGRAPH_KAFKA_BOOTSTRAP=kafka_bootstrap,
         TIDEGRAPH_TOPIC_PREFIX=topics.prefix,
         TIDEGRAPH_STATE_DIR=str(tmp_path / "state"),

@@ -5,7 +5,6 @@ meanwhile, the indexer exits cleanly."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
@@ -17,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from tidegraph.infra import _proc, services
+from tidegraph.schemas import kafka_security
 
 from indexer_helpers import make_topics, publish, stored_position, upsert, wait_for
+from local_services import env_without_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -36,7 +37,10 @@ def _spawn_indexer(group: str, env: dict[str, str], log: Path) -> subprocess.Pop
 
 
 async def test_indexer_logs_a_broker_outage_in_a_few_lines(
-    pg_dsn: str, unique_name: Callable[[str], str], tmp_path: Path
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     state = tmp_path / "broker"
     kafka_port, controller_port = _proc.free_port(), _proc.free_port()
@@ -45,13 +49,16 @@ async def test_indexer_logs_a_broker_outage_in_a_few_lines(
         kafka_controller_port=controller_port,
     )  # fmt: skip
     bootstrap = status.kafka_bootstrap
+    # this broker's own credentials, for this process's clients and the indexer's
+    login = {k: v for k, v in services.read_env_file(state).items() if k in kafka_security.ENV_KEYS}
+    for key, value in login.items():
+        monkeypatch.setenv(key, value)
     log = tmp_path / "indexer.log"
     process: subprocess.Popen[bytes] | None = None
     try:
         topics = await make_topics(bootstrap, unique_name("t"), partitions=1)
         group, realm = unique_name("g"), unique_name("r")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGRAPH_")}
-        env.update(
+        env = env_without_settings(
             TIDEGRAPH_KAFKA_BOOTSTRAP=bootstrap,
             TIDEGRAPH_PG_DSN=pg_dsn,
             TIDEGRAPH_TOPIC_PREFIX=topics.prefix,

@@ -4,7 +4,6 @@ realm and what belongs to it, and says so on the change feed."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from indexer_helpers import (
     upsert,
     wait_for,
 )
+from local_services import env_without_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -62,8 +62,7 @@ async def test_realm_list_and_delete(
 ) -> None:
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGRAPH_")}
-    env.update(
+    env = env_without_settings(
         TIDEGRAPH_PG_DSN=pg_dsn,
         TIDEGRAPH_KAFKA_BOOTSTRAP=kafka_bootstrap,
         TIDEGRAPH_TOPIC_PREFIX=topics.prefix,
