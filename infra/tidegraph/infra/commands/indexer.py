@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import Any
 
 from prometheus_client import start_http_server
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
+from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
 from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
@@ -52,25 +49,19 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
 
     assert isinstance(settings, Settings)
     dsn = settings.pg_dsn.get_secret_value()
-    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-        dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    config = IndexerConfig(
+        bootstrap=settings.kafka_bootstrap,
+        pg_dsn=dsn,
+        topic=settings.documents_topic,
+        dlq_topic=settings.dlq_topic,
+        group_id=args.group,
+        default_realm=default_realm_config(),
+        prepare_concurrency=args.concurrency,
+        max_poll_records=args.max_poll_records,
     )
+    pool = make_pool(config)
     registry = ModelRegistry(pool=pool, llm=llm_client_if_configured())
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for, PipelineConfig())
-    indexer = Indexer(
-        IndexerConfig(
-            bootstrap=settings.kafka_bootstrap,
-            pg_dsn=dsn,
-            topic=settings.documents_topic,
-            dlq_topic=settings.dlq_topic,
-            group_id=args.group,
-            default_realm=default_realm_config(),
-            prepare_concurrency=args.concurrency,
-            max_poll_records=args.max_poll_records,
-        ),
-        pipeline.prepare,
-        registry.embedder_for,
-        pool,
-    )
+    indexer = Indexer(config, pipeline.prepare, registry.embedder_for, pool)
     on_termination(indexer.stop)
     await indexer.run()
