@@ -266,6 +266,8 @@ async def run(args: argparse.Namespace) -> int:
     dsn = os.environ.get("TIDEGRAPH_PG_DSN")
     if not (bootstrap and dsn):
         status = services.up()
+        for key, value in services.read_env_file(status.state_dir).items():
+            os.environ.setdefault(key, value)  # the broker's login, as commands get it
         bootstrap, dsn = status.kafka_bootstrap, status.pg_dsn
     n, c = args.documents, args.chunks
     first, changed = document(0, c, 1), document(0, c, 2)

@@ -211,6 +211,8 @@ async def main() -> None:
     dsn = os.environ.get("TIDEGRAPH_PG_DSN")
     if not (bootstrap and dsn):
         status = services.up()
+        for key, value in services.read_env_file(status.state_dir).items():
+            os.environ.setdefault(key, value)  # the broker's login, as commands get it
         bootstrap, dsn = status.kafka_bootstrap, status.pg_dsn
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     realms = [f"bench{uuid.uuid4().hex[:8]}" for _ in range(4)]

@@ -80,12 +80,18 @@ def _timed(action: Callable[[], None]) -> float:
 # --- start-up -------------------------------------------------------------------------------
 
 
+PASSWORD = local_kafka.new_password()
+"""The bench broker's SCRAM password, the same across its restarts."""
+
+
 def kafka_start(layout: local_kafka.KafkaLayout, runtime: local_kafka.KafkaRuntime) -> float:
     """Seconds from launch until the broker answers metadata; the broker is left running."""
     port, controller = _proc.free_port(), _proc.free_port()
 
     def start() -> None:
-        process = local_kafka.launch(layout, runtime, port=port, controller_port=controller)
+        process = local_kafka.launch(
+            layout, runtime, port=port, controller_port=controller, password=PASSWORD
+        )
         local_kafka.wait_ready(layout, process, timeout=120)
 
     return _timed(start)
@@ -253,6 +259,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000, help="records per run")
     args = parser.parse_args()
+    os.environ.update(local_kafka.local_security(PASSWORD).env())  # the clients below log in
 
     runtime = local_kafka.prepare()  # fetches the jars once, outside every timing
     state = Path(tempfile.mkdtemp(prefix="tidegraph-bench-", dir=Path.cwd() / ".tidegraph"))

@@ -46,12 +46,13 @@ class Recovery:
     fault: str
     recovery_s: float
     lost: int
-    duplicated: int
+    duplicated: int | None
+    """``None`` where a case cannot count duplicates (versions folding by design)."""
 
     def show(self) -> None:
         print(
             f"\nFAULT | {self.fault} | recovered in {self.recovery_s:.1f}s | lost {self.lost} "
-            f"| duplicated {self.duplicated}"
+            f"| duplicated {'n/a' if self.duplicated is None else self.duplicated}"
         )
 
 

@@ -101,6 +101,22 @@ class IndexerConfig:
     and the record is applied once, by the new owner."""
 
 
+def make_pool(config: IndexerConfig) -> AsyncConnectionPool[AsyncConnection[Any]]:
+    """An unopened pool of autocommit connections whose sessions PostgreSQL ends after
+    ``idle_in_transaction_timeout`` idle inside a transaction (see that field)."""
+    timeout_ms = int(config.idle_in_transaction_timeout * 1000)
+    return AsyncConnectionPool(
+        config.pg_dsn,
+        min_size=1,
+        max_size=config.pool_size,
+        open=False,
+        kwargs={
+            "autocommit": True,
+            "options": f"-c idle_in_transaction_session_timeout={timeout_ms}",
+        },
+    )
+
+
 @dataclass
 class _Owned:
     """A partition this process owns."""
@@ -170,17 +186,7 @@ class Indexer:
         self._realms: dict[str, RealmInfo] = {}
         self._stop = asyncio.Event()
         self._running = asyncio.Semaphore(config.prepare_concurrency)
-        self.pool = pool or AsyncConnectionPool(
-            config.pg_dsn,
-            min_size=1,
-            max_size=config.pool_size,
-            open=False,
-            kwargs={
-                "autocommit": True,
-                "options": "-c idle_in_transaction_session_timeout="
-                f"{int(config.idle_in_transaction_timeout * 1000)}",
-            },
-        )
+        self.pool = pool or make_pool(config)
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.applied = 0

@@ -20,12 +20,11 @@ from typing import Any
 import httpx
 import psycopg
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.connectors.bulk import Input, publish_paths, read_inputs
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.topics import ensure_topics
-from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
+from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.commands import serve as serve_command
 from tidegraph.infra.composition import ModelRegistry
@@ -91,24 +90,18 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
     if report.failure is not None:
         return 1
 
-    pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-        dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    config = IndexerConfig(
+        bootstrap=settings.kafka_bootstrap,
+        pg_dsn=dsn,
+        topic=settings.documents_topic,
+        dlq_topic=settings.dlq_topic,
+        group_id="tidegraph-demo",
+        default_realm=default_realm_config(),
     )
+    pool = make_pool(config)
     registry = ModelRegistry(pool=pool, llm=llm_client_if_configured())
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
-    indexer = Indexer(
-        IndexerConfig(
-            bootstrap=settings.kafka_bootstrap,
-            pg_dsn=dsn,
-            topic=settings.documents_topic,
-            dlq_topic=settings.dlq_topic,
-            group_id="tidegraph-demo",
-            default_realm=default_realm_config(),
-        ),
-        pipeline.prepare,
-        registry.embedder_for,
-        pool,
-    )
+    indexer = Indexer(config, pipeline.prepare, registry.embedder_for, pool)
     indexing = asyncio.create_task(indexer.run(), name="indexer")
     serve_args = argparse.Namespace(
         host=args.host,

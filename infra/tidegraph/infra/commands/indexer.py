@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import Any
 
 from aiokafka.errors import KafkaConnectionError
 from prometheus_client import start_http_server
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig
+from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
 from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
 from tidegraph.infra._proc import LOOPBACK, ensure_port_free
 from tidegraph.infra.cli import ShowDefaults
@@ -71,27 +68,21 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
     dsn = settings.pg_dsn.get_secret_value()
     if not await until_stopped(_services_answer(dsn, settings.kafka_bootstrap)):
         return
-    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-        dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    config = IndexerConfig(
+        bootstrap=settings.kafka_bootstrap,
+        pg_dsn=dsn,
+        topic=settings.documents_topic,
+        dlq_topic=settings.dlq_topic,
+        group_id=args.group,
+        default_realm=default_realm_config(),
+        prepare_concurrency=args.concurrency,
+        max_poll_records=args.max_poll_records,
+        catch_up_run=args.catch_up_run,
     )
+    pool = make_pool(config)
     registry = ModelRegistry(pool=pool, llm=llm_client_if_configured())
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for, PipelineConfig())
-    indexer = Indexer(
-        IndexerConfig(
-            bootstrap=settings.kafka_bootstrap,
-            pg_dsn=dsn,
-            topic=settings.documents_topic,
-            dlq_topic=settings.dlq_topic,
-            group_id=args.group,
-            default_realm=default_realm_config(),
-            prepare_concurrency=args.concurrency,
-            max_poll_records=args.max_poll_records,
-            catch_up_run=args.catch_up_run,
-        ),
-        pipeline.prepare,
-        registry.embedder_for,
-        pool,
-    )
+    indexer = Indexer(config, pipeline.prepare, registry.embedder_for, pool)
     stopping = False
 
     def stop() -> None:
