@@ -147,6 +147,21 @@ def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_a_fresh_up_command_creates_the_topics_with_the_login_it_wrote(
+    state_dir: Path,
+) -> None:
+    """The command reads the env file before `up` writes it: on a fresh state folder its
+    own topic creation must log in with the credentials just generated."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGRAPH_")}
+    ports = ["--kafka-port", str(_proc.free_port())]
+    ports += ["--kafka-controller-port", str(_proc.free_port())]
+    done = _cli(["--state-dir", str(state_dir), "up", "--only", "kafka", *ports], env)
+    assert done.returncode == 0, done.stderr
+    assert "topics:" in done.stdout and "unreachable" not in done.stderr
+
+
 @pytest.mark.parametrize("service", ["kafka", "postgres"])
 def test_port_in_use_names_the_port_and_its_holder(state_dir: Path, service: str) -> None:
     with socket.socket() as blocker:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.infra import services
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
+from tidegraph.schemas import kafka_security
 from tidegraph.schemas.settings import load_settings
 
 
@@ -71,6 +73,9 @@ def run_up(args: argparse.Namespace) -> int:
     )
     _print_status(status)
     if "kafka" in _selected(args):
+        # This process read the env file before `up` wrote it: log in as it now says.
+        written = services.read_env_file(status.state_dir)
+        os.environ.update({k: v for k, v in written.items() if k in kafka_security.ENV_KEYS})
         settings = load_settings(kafka_bootstrap=status.kafka_bootstrap)
         for warning in asyncio.run(ensure_topics(status.kafka_bootstrap, settings)):
             print(f"warning: {warning}", file=sys.stderr)
