@@ -11,6 +11,8 @@ import fcntl
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -190,3 +192,17 @@ def env_without_settings(**settings: str) -> dict[str, str]:
     }
     env.update(settings)
     return env
+
+
+def run_cli(
+    args: list[str], env: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``tidegraph ARGS`` as a user runs it: its own process, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tidegraph.infra.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -4,8 +4,6 @@ chosen ones again, checking each again first."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,19 +23,9 @@ from indexer_helpers import (
     upsert,
     wait_for,
 )
-from local_services import env_without_settings
+from local_services import env_without_settings, run_cli
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
-
-
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidegraph.infra.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 async def _documents(topics: Topics) -> list[DocumentVersion]:
@@ -109,7 +97,7 @@ async def test_dlq_list_and_replay(
     finally:
         await producer.stop()
 
-    listed = _cli(["dlq", "list", "--json"], env)
+    listed = run_cli(["dlq", "list", "--json"], env)
     assert listed.returncode == 0, listed.stderr
     letters = json.loads(listed.stdout)
     assert [(d["error_class"], d["realm"], d["doc_key"]) for d in letters] == [
@@ -123,18 +111,18 @@ async def test_dlq_list_and_replay(
     )
     assert "does not match" in letters[1]["error"]
     assert "3 dead-lettered record(s)" in listed.stderr
-    text = _cli(["dlq", "list", "--error-class", "hash_mismatch"], env)
+    text = run_cli(["dlq", "list", "--error-class", "hash_mismatch"], env)
     [line] = text.stdout.splitlines()
     assert line.startswith(f"{letters[1]['at']}  ") and "doc_key tampered.md" in line
-    assert json.loads(_cli(["dlq", "list", "--json", "--realm", "nosuch"], env).stdout) == []
+    assert json.loads(run_cli(["dlq", "list", "--json", "--realm", "nosuch"], env).stdout) == []
 
-    nothing = _cli(["dlq", "replay"], env)
+    nothing = run_cli(["dlq", "replay"], env)
     assert nothing.returncode != 0 and "Traceback" not in nothing.stderr
     assert nothing.stderr.startswith("tidegraph: dlq replay publishes only chosen records — ")
     before = await _documents(topics)
 
     # Checked again: the two still broken are skipped with their reason, the fixed one goes.
-    again = _cli(["dlq", "replay", "--all"], env)
+    again = run_cli(["dlq", "replay", "--all"], env)
     assert again.returncode == 1, again.stderr
     assert "still not a valid document" in again.stderr
     assert "content_hash sha256:000" in again.stderr and "still does not match" in again.stderr
@@ -143,7 +131,7 @@ async def test_dlq_list_and_replay(
     assert [d.doc_key for d in after[len(before) :]] == ["fixed.md"]
     assert after[-1].content == fixed.content and after[-1].hash_matches()
 
-    one = _cli(["dlq", "replay", "--at", letters[2]["at"], "--dry-run"], env)
+    one = run_cli(["dlq", "replay", "--at", letters[2]["at"], "--dry-run"], env)
     assert one.returncode == 0 and "would publish 1 of 1" in one.stderr
-    bad = _cli(["dlq", "replay", "--at", "0:12345"], env)
+    bad = run_cli(["dlq", "replay", "--at", "0:12345"], env)
     assert bad.returncode != 0 and "no dead-lettered record at 0:12345" in bad.stderr

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from tidegraph.infra import _proc, services
 from tidegraph.infra.cli import _load_env_file
 from tidegraph.schemas.settings import Settings, load_settings
 
-from local_services import REPO
+from local_services import REPO, run_cli
 
 SERVICE_VARS = (
     "TIDEGRAPH_KAFKA_BOOTSTRAP",
@@ -45,17 +43,6 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
     env.update(extra)
     return env
-
-
-def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidegraph.infra.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_default_addresses_are_the_ones_up_uses(clean_env: Path) -> None:
@@ -126,7 +113,7 @@ def test_status_with_nothing_running_is_one_line_ending_with_what_to_run(
     (project / ".tidegraph").mkdir(parents=True)
     (project / "sub").mkdir()
     env = _env(XDG_STATE_HOME=str(clean_env), TIDEGRAPH_KAFKA_PORT=str(_proc.free_port()))
-    done = _cli(["status", "--json"], env, cwd=project / "sub")
+    done = run_cli(["status", "--json"], env, cwd=project / "sub")
     assert done.returncode == 1
     report = json.loads(done.stdout)
     assert report["state_dir"] == str((project / ".tidegraph").resolve())
@@ -154,16 +141,16 @@ def project(clean_env: Path) -> Iterator[Path]:
 def test_commands_in_a_subfolder_find_what_up_started(clean_env: Path, project: Path) -> None:
     port = _proc.free_port()
     env = _env(XDG_STATE_HOME=str(clean_env), TIDEGRAPH_PG_PORT=str(port))
-    started = _cli(["up", "--only", "postgres"], env, cwd=project)
+    started = run_cli(["up", "--only", "postgres"], env, cwd=project)
     assert started.returncode == 0, started.stderr
     deeper = project / "docs" / "notes"
     deeper.mkdir(parents=True)
     # Without the port variable: the env file `up` wrote is found from the subfolder.
     env = _env(XDG_STATE_HOME=str(clean_env))
-    status = _cli(["status", "--json"], env, cwd=deeper)
+    status = run_cli(["status", "--json"], env, cwd=deeper)
     report = json.loads(status.stdout)
     assert report["state_dir"] == str((project / ".tidegraph").resolve())
     assert report["services"]["postgres"]["running"] is True
     assert report["services"]["postgres"]["address"].endswith(f":{port}/postgres")
-    shown = _cli(["realm", "show", "nosuchrealm"], env, cwd=deeper)
+    shown = run_cli(["realm", "show", "nosuchrealm"], env, cwd=deeper)
     assert "does not exist" in shown.stderr, shown.stderr  # it reached the server

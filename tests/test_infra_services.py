@@ -6,8 +6,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from tidegraph.infra.errors import (
 )
 from tidegraph.schemas.kafka_security import KafkaSecurity
 
-from local_services import REPO
+from local_services import REPO, run_cli
 
 SERVICE_VARS = (
     "TIDEGRAPH_KAFKA_BOOTSTRAP",
@@ -61,16 +59,6 @@ def _ours(path: Path) -> list[int]:
         for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
         if pid != os.getpid() and _proc.is_ours(pid, str(path))
     ]
-
-
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidegraph.infra.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.slow
@@ -157,7 +145,7 @@ def test_a_fresh_up_command_creates_the_topics_with_the_login_it_wrote(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGRAPH_")}
     ports = ["--kafka-port", str(_proc.free_port())]
     ports += ["--kafka-controller-port", str(_proc.free_port())]
-    done = _cli(["--state-dir", str(state_dir), "up", "--only", "kafka", *ports], env)
+    done = run_cli(["--state-dir", str(state_dir), "up", "--only", "kafka", *ports], env)
     assert done.returncode == 0, done.stderr
     assert "topics:" in done.stdout and "unreachable" not in done.stderr
 
@@ -233,7 +221,7 @@ def test_missing_java_is_one_line(state_dir: Path, tmp_path: Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
     env = {"PATH": str(empty), "HOME": str(tmp_path), "TIDEGRAPH_CACHE_DIR": str(tmp_path)}
-    done = _cli(["--state-dir", str(state_dir), "up"], env)
+    done = run_cli(["--state-dir", str(state_dir), "up"], env)
     assert done.returncode == 2
     assert done.stderr.startswith("tidegraph: java not found: install a JDK 17")
     assert len(done.stderr.strip().splitlines()) == 1
@@ -250,7 +238,7 @@ def test_missing_maven_is_one_line_when_the_jars_are_not_cached(
     java.chmod(0o755)
     cache = tmp_path / "cache"
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "TIDEGRAPH_CACHE_DIR": str(cache)}
-    done = _cli(["--state-dir", str(state_dir), "up"], env)
+    done = run_cli(["--state-dir", str(state_dir), "up"], env)
     assert done.returncode == 2
     assert done.stderr.startswith("tidegraph: mvn not found: install Apache Maven")
     assert len(done.stderr.strip().splitlines()) == 1
@@ -266,7 +254,7 @@ def test_old_java_is_named(tmp_path: Path) -> None:
 
 def test_status_json_on_an_empty_state_dir(state_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
-    done = _cli(["status", "--json", "--state-dir", str(state_dir)], env)
+    done = run_cli(["status", "--json", "--state-dir", str(state_dir)], env)
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     assert report["services"]["kafka"]["running"] is False

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -26,19 +25,9 @@ from indexer_helpers import (
     upsert,
     wait_for,
 )
-from local_services import env_without_settings
+from local_services import env_without_settings, run_cli
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
-
-
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidegraph.infra.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _one_line(done: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -83,14 +72,14 @@ async def test_realm_list_and_delete(
         await wait_for(done, 60, "both applied")
     await publish(topics, [upsert(realm, "c.md", "Alan Turing worked with Max Newman.")])
 
-    listed = _cli(["realm", "list", "--json", "--group", group], env)
+    listed = run_cli(["realm", "list", "--json", "--group", group], env)
     assert listed.returncode == 0, listed.stderr
     [row] = [r for r in json.loads(listed.stdout) if r["realm"] == realm]
     assert row["documents"] == {"indexed": 2}
     assert row["entities"] >= 4 and row["relations"] >= 2
     assert row["head_seq"] == 2 and row["embedder"] == "hashing:64"
     assert row["lag"] == 1  # c.md is in the log, not applied
-    table = _cli(["realm", "list", "--group", group], env)
+    table = run_cli(["realm", "list", "--group", group], env)
     assert table.stdout.startswith("REALM"), table.stdout
     assert any(
         line.split()[0] == realm and line.endswith(" 1") for line in table.stdout.splitlines()
@@ -98,46 +87,46 @@ async def test_realm_list_and_delete(
 
     # An audit copy as of now: listed with its size.
     until = datetime.now(UTC).isoformat()
-    audit = _cli(["replay", "--realm", realm, "--until", until, "--no-progress"], env)
+    audit = run_cli(["replay", "--realm", realm, "--until", until, "--no-progress"], env)
     assert audit.returncode == 0, audit.stderr
-    copies = _cli(["realm", "copies", realm, "--json"], env)
+    copies = run_cli(["realm", "copies", realm, "--json"], env)
     [copy] = json.loads(copies.stdout)
     assert copy["schema"] == f"realm_{realm}__audit_1" and copy["kind"] == "audit"
     # c.md too: the copy holds every record logged up to the instant
     assert copy["documents"] == {"indexed": 3} and copy["head_seq"] == 3
 
-    _one_line(_cli(["realm", "delete", realm], env), "2 documents", "--yes")
+    _one_line(run_cli(["realm", "delete", realm], env), "2 documents", "--yes")
     assert await _schema_exists(pg_dsn, realm)
 
     # The broker away: nothing is dropped (the note is published before the commit).
     dead = dict(env, TIDEGRAPH_KAFKA_BOOTSTRAP=f"127.0.0.1:{_proc.free_port()}")
-    _one_line(_cli(["realm", "delete", realm, "--yes"], dead), "Kafka")
+    _one_line(run_cli(["realm", "delete", realm, "--yes"], dead), "Kafka")
     assert await _schema_exists(pg_dsn, realm)
 
-    deleted = _cli(["realm", "delete", realm, "--yes"], env)
+    deleted = run_cli(["realm", "delete", realm, "--yes"], env)
     assert deleted.returncode == 0, deleted.stderr
     assert f"deleted realm {realm}" in deleted.stdout
     assert f"kept its copies: realm_{realm}__audit_1" in deleted.stderr
-    dropped = _cli(["replay", "--realm", realm, "--drop", f"realm_{realm}__audit_1"], env)
+    dropped = run_cli(["replay", "--realm", realm, "--drop", f"realm_{realm}__audit_1"], env)
     assert dropped.returncode == 0, dropped.stderr
-    assert _cli(["realm", "copies", realm], env).stdout.strip() == f"realm {realm} has no copies"
+    assert run_cli(["realm", "copies", realm], env).stdout.strip() == f"realm {realm} has no copies"
     assert not await _schema_exists(pg_dsn, realm)
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute("SELECT count(*) FROM tidegraph.realms WHERE realm = %s", (realm,))
         assert await cur.fetchone() == (0,)
-    changes = _cli(["changes", "--realm", realm], env)
+    changes = run_cli(["changes", "--realm", realm], env)
     assert changes.returncode == 0, changes.stderr
     [note] = [json.loads(line) for line in changes.stdout.splitlines()]
     assert (note["kind"], note["seq"], note["id"]) == ("realm_deleted", 3, f"{realm}:3:0")
-    listed = _cli(["realm", "list", "--json", "--group", group], env)
+    listed = run_cli(["realm", "list", "--json", "--group", group], env)
     assert realm not in {r["realm"] for r in json.loads(listed.stdout)}
     # Kafka away: the realms are listed, the lag is unknown, one line says why.
-    listed = _cli(["realm", "list", "--json", "--group", group], dead)
+    listed = run_cli(["realm", "list", "--json", "--group", group], dead)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr
     assert all(r["lag"] is None for r in json.loads(listed.stdout))
     [why] = listed.stderr.strip().splitlines()
     assert why.startswith("tidegraph: Kafka at ") and "lag unknown" in why, why
-    _one_line(_cli(["realm", "delete", realm, "--yes"], env), "does not exist")
+    _one_line(run_cli(["realm", "delete", realm, "--yes"], env), "does not exist")
 
 
 async def test_a_realm_deleted_under_a_running_indexer_is_created_again_by_its_next_record(

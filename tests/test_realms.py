@@ -213,3 +213,28 @@ def test_realm_telemetry_command_turns_recording_on_and_off(
     assert main(["realm", "telemetry", realm, "off", "--pg-dsn", pg_dsn]) == 0
     assert asyncio.run(state())[0] is False
     assert main(["realm", "telemetry", unique_name("nx"), "on", "--pg-dsn", pg_dsn]) != 0
+
+
+async def test_control_setup_waits_for_no_open_write_and_upgrades_an_old_layout(
+    own_database: str,
+) -> None:
+    """Every indexer start sets up the control schema; a member's write transaction (which
+    updates its position first) may be open meanwhile — the setup must not queue behind it,
+    and a control schema from before per-realm positions gets the column it lacks."""
+    async with (
+        await psycopg.AsyncConnection.connect(own_database, autocommit=True) as writer,
+        await psycopg.AsyncConnection.connect(own_database, autocommit=True) as starter,
+    ):
+        await ensure_control(writer)
+        await writer.execute("ALTER TABLE tidegraph.consumer_positions DROP COLUMN ahead")
+        await ensure_control(starter)  # the old layout upgraded
+        await writer.execute(
+            "INSERT INTO tidegraph.consumer_positions (group_id, topic, partition, next_offset)"
+            " VALUES ('g', 't', 0, 0)"
+        )
+        async with writer.transaction():
+            await writer.execute(
+                "UPDATE tidegraph.consumer_positions SET next_offset = 1, ahead = '{}'"
+                " WHERE group_id = 'g'"
+            )
+            await asyncio.wait_for(ensure_control(starter), 10)

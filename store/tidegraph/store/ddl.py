@@ -44,7 +44,6 @@ CREATE TABLE IF NOT EXISTS tidegraph.consumer_positions (
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (group_id, topic, partition)
 );
-ALTER TABLE tidegraph.consumer_positions ADD COLUMN IF NOT EXISTS ahead jsonb NOT NULL DEFAULT '{}';
 CREATE TABLE IF NOT EXISTS tidegraph.indexer_holds (
     group_id     text   NOT NULL,
     topic        text   NOT NULL,
@@ -296,6 +295,13 @@ created before them gets them on its next lookup (:mod:`tidegraph.store.upgrades
 def name_search_ddl(schema: str) -> sql.Composed:
     """The word-prefix indexes of names and aliases alone (idempotent)."""
     return sql.SQL(_NAME_SEARCH_INDEXES).format(schema=sql.Identifier(schema))
+
+
+POSITIONS_AHEAD_DDL = sql.SQL(
+    "ALTER TABLE tidegraph.consumer_positions ADD COLUMN IF NOT EXISTS ahead jsonb"
+    " NOT NULL DEFAULT '{}'"
+)
+"""Per-realm positions for a control schema created before them."""
 
 
 def control_ddl() -> sql.SQL:

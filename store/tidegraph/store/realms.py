@@ -27,6 +27,7 @@ from tidegraph.store.upgrades import (
     add_archival,
     add_name_keys,
     add_name_search,
+    add_positions_ahead,
     add_telemetry,
     has_name_search,
     has_telemetry,
@@ -65,6 +66,7 @@ async def ensure_control(conn: AsyncConnection[Any]) -> None:
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext('tidegraph:control'))")
         await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         await conn.execute(control_ddl())
+        await add_positions_ahead(conn)
 
 
 async def create_realm(

@@ -1,4 +1,5 @@
-"""In-place upgrades of realms created with an earlier table layout.
+"""In-place upgrades of realms (and of the control schema) created with an earlier table
+layout.
 
 Both the indexer and the query service open realms, and either may be the first to meet
 an older one after an upgrade, so the steps live here and are safe to run concurrently:
@@ -15,12 +16,28 @@ from psycopg import AsyncConnection, sql
 from tidegraph.schemas.names import name_key
 from tidegraph.store.ddl import (
     NAME_SEARCH_INDEXES,
+    POSITIONS_AHEAD_DDL,
     TELEMETRY_TABLE,
     archival_ddl,
     name_search_ddl,
     telemetry_ddl,
 )
 from tidegraph.store.locks import lock_realm_schema
+
+
+async def add_positions_ahead(conn: AsyncConnection[Any]) -> None:
+    """Give consumer positions their per-realm ``ahead`` column, when missing.
+
+    Checked in the catalogue first: ``ALTER TABLE`` locks the table exclusively even when
+    the column exists, and every indexer start would then queue behind any open write
+    transaction (they all update their position), and every position read behind it.
+    """
+    cur = await conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = 'tidegraph.consumer_positions'::regclass"
+        " AND attname = 'ahead' AND NOT attisdropped"
+    )
+    if await cur.fetchone() is None:
+        await conn.execute(POSITIONS_AHEAD_DDL)
 
 
 class NameKeyConflict(Exception):
