@@ -11,6 +11,7 @@ import pytest
 
 from tidegraph.infra.cli import main
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store import positions
 from tidegraph.store.ddl import FOREIGN_KEYS, drop_foreign_keys_ddl, foreign_keys_ddl
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.realms import check_embedder, create_realm, ensure_control, open_realm
@@ -238,3 +239,34 @@ async def test_control_setup_waits_for_no_open_write_and_upgrades_an_old_layout(
                 " WHERE group_id = 'g'"
             )
             await asyncio.wait_for(ensure_control(starter), 10)
+
+
+async def test_a_claim_ends_a_previous_owner_frozen_inside_its_write(own_database: str) -> None:
+    """The previous owner's write transaction holds its position row and never ends (its
+    process is frozen); the claim ends that session, takes the partition, and the old
+    owner's uncommitted write is gone."""
+    dsn = own_database
+    async with (
+        await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, application_name="tidegraph-indexer"
+        ) as frozen,
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as claimer,
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as helper,
+    ):
+        await ensure_control(frozen)
+        old, _ = await positions.claim(frozen, "g", "t", 0, 0)
+        await frozen.execute("BEGIN")
+        await positions.advance(frozen, old, 0, positions.Position(1))
+        claiming = asyncio.ensure_future(positions.claim(claimer, "g", "t", 0, 0))
+        await asyncio.sleep(0.5)
+        assert not claiming.done()  # waits for the frozen write
+        # only sessions named as indexers are ended
+        assert await positions.end_owners_in_the_way(helper, claimer.info.backend_pid, "x") == 0
+        ended = await positions.end_owners_in_the_way(
+            helper, claimer.info.backend_pid, "tidegraph-indexer"
+        )
+        assert ended == 1
+        claim, position = await asyncio.wait_for(claiming, 10)
+        assert claim.epoch == old.epoch + 1 and position.next_offset == 0  # write rolled back
+        with pytest.raises(psycopg.OperationalError):
+            await frozen.execute("SELECT 1")

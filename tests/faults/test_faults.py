@@ -276,13 +276,6 @@ async def _applied(dsn: str, group: str, topic: str, n: int, limit: float = 180.
         raise AssertionError(f"{n} records not applied within {limit}s") from None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="when SIGSTOP lands while the member's write transaction has a psycopg pipeline "
-    "open, its backend stays 'active' (ClientRead), which no PostgreSQL timeout ends: every "
-    "indexer start (ensure_control DDL) and reads of consumer_positions wait until the "
-    "member resumes or dies; the claiming member would have to end the old owner's session",
-)
 async def test_zombie_member_is_fenced(
     kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:

@@ -107,6 +107,27 @@ async def claim(
     return Claim(group_id, topic, partition, int(row[2])), _position(row[0], row[1])
 
 
+async def end_owners_in_the_way(
+    conn: AsyncConnection[Any], waiting_pid: int, application_name: str
+) -> int:
+    """End the sessions named ``application_name`` holding a lock the session
+    ``waiting_pid`` (a claim) waits for; return how many were ended.
+
+    Such a session is a previous owner frozen inside its write transaction (SIGSTOP, a
+    paused VM): Kafka gave its partitions away, and a member that is not frozen finishes
+    its record before giving a partition up. Its backend waits for the client and no
+    PostgreSQL timeout ends it, so the claim would wait as long as the member stays frozen.
+    Ending it rolls its transaction back, position included: the new owner writes that
+    record once more, and the old owner can no longer commit it.
+    """
+    cur = await conn.execute(
+        "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a"
+        " WHERE a.pid = ANY(pg_blocking_pids(%s)) AND a.application_name = %s",
+        (waiting_pid, application_name),
+    )
+    return sum(1 for (ended,) in await cur.fetchall() if ended)
+
+
 async def advance(conn: AsyncConnection[Any], claim: Claim, at: int, now: Position) -> None:
     """Move the position to ``now`` over records from offset ``at`` on, inside the
     caller's transaction, or raise :class:`Fenced`.

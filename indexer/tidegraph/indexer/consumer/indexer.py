@@ -101,6 +101,12 @@ class IndexerConfig:
     and the record is applied once, by the new owner."""
 
 
+APPLICATION_NAME = "tidegraph-indexer"
+"""How the indexer's sessions name themselves, so a claim can tell them apart."""
+TAKE_OVER_AFTER = 5.0
+"""Seconds a claim waits for a previous owner's open write before ending its session."""
+
+
 def make_pool(config: IndexerConfig) -> AsyncConnectionPool[AsyncConnection[Any]]:
     """An unopened pool of autocommit connections whose sessions PostgreSQL ends after
     ``idle_in_transaction_timeout`` idle inside a transaction (see that field)."""
@@ -112,6 +118,7 @@ def make_pool(config: IndexerConfig) -> AsyncConnectionPool[AsyncConnection[Any]
         open=False,
         kwargs={
             "autocommit": True,
+            "application_name": APPLICATION_NAME,
             "options": f"-c idle_in_transaction_session_timeout={timeout_ms}",
         },
     )
@@ -278,9 +285,7 @@ class Indexer:
         starts = await self.consumer.beginning_offsets(list(assigned))
         async with self._lock, self.pool.connection() as conn:
             for tp in assigned:
-                claim, position = await positions.claim(
-                    conn, self.config.group_id, tp.topic, tp.partition, starts[tp]
-                )
+                claim, position = await self._claim(conn, tp, starts[tp])
                 self._owned[tp] = _Owned(claim, position, position.next_offset)
                 self.consumer.seek(tp, position.next_offset)
                 # The consumer fetches as soon as it is assigned a partition, before this
@@ -294,6 +299,36 @@ class Indexer:
                     claim.epoch,
                 )
         self._gauge()
+
+    async def _claim(
+        self, conn: AsyncConnection[Any], tp: TopicPartition, start: int
+    ) -> tuple[Claim, Position]:
+        """Claim ``tp``; a previous owner frozen inside its write transaction holds the
+        position row, and its session is ended after :data:`TAKE_OVER_AFTER` (see
+        ``positions.end_owners_in_the_way``)."""
+        assert self.pool is not None
+        claiming = asyncio.ensure_future(
+            positions.claim(conn, self.config.group_id, tp.topic, tp.partition, start)
+        )
+        while True:
+            done, _ = await asyncio.wait({claiming}, timeout=TAKE_OVER_AFTER)
+            if done:
+                return claiming.result()
+            try:
+                async with self.pool.connection() as other:
+                    ended = await positions.end_owners_in_the_way(
+                        other, conn.info.backend_pid, APPLICATION_NAME
+                    )
+            except psycopg.Error as exc:  # e.g. not allowed to end another role's session
+                log.warning("%s/%d: claim waits; %s", tp.topic, tp.partition, exc)
+                continue
+            if ended:
+                log.warning(
+                    "%s/%d: ended %d session(s) of a previous owner frozen inside its write",
+                    tp.topic,
+                    tp.partition,
+                    ended,
+                )
 
     async def on_revoked(self, revoked: Sequence[TopicPartition]) -> None:
         for tp in revoked:
