@@ -41,7 +41,7 @@ def test_a_block_keeps_a_prefix_within_its_budget(
         assert kept == texts
         return
     assert sum(map(len, kept)) <= budget * CHARS_PER_TOKEN
-    assert kept[:-1] == texts[: len(kept) - 1]  # whole items, in rank order
+    assert kept[:-1] == texts[: max(len(kept) - 1, 0)]  # whole items, in rank order
     if kept and kept[-1] != texts[len(kept) - 1]:  # only the last may be clipped
         assert clippable and len(kept[-1]) >= MIN_CLIP_CHARS - 1
         assert kept[-1].endswith("…")
