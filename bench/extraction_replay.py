@@ -262,13 +262,7 @@ def start_indexer(
 
 
 async def run(args: argparse.Namespace) -> int:
-    bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP")
-    dsn = os.environ.get("TIDEGRAPH_PG_DSN")
-    if not (bootstrap and dsn):
-        status = services.up()
-        for key, value in services.read_env_file(status.state_dir).items():
-            os.environ.setdefault(key, value)  # the broker's login, as commands get it
-        bootstrap, dsn = status.kafka_bootstrap, status.pg_dsn
+    bootstrap, dsn = services.given_or_up()
     n, c = args.documents, args.chunks
     first, changed = document(0, c, 1), document(0, c, 2)
     old = [ch.text for ch in chunk_document(first, CHUNK_BUDGET, 200)]

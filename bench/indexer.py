@@ -207,13 +207,7 @@ async def main() -> None:
     )
     args = parser.parse_args()
 
-    bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP")
-    dsn = os.environ.get("TIDEGRAPH_PG_DSN")
-    if not (bootstrap and dsn):
-        status = services.up()
-        for key, value in services.read_env_file(status.state_dir).items():
-            os.environ.setdefault(key, value)  # the broker's login, as commands get it
-        bootstrap, dsn = status.kafka_bootstrap, status.pg_dsn
+    bootstrap, dsn = services.given_or_up()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     realms = [f"bench{uuid.uuid4().hex[:8]}" for _ in range(4)]
     group = f"bench-{uuid.uuid4().hex[:8]}"

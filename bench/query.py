@@ -34,7 +34,8 @@ mechanism of the request on and off (MMR, node distance, ``max_relation_edges``,
 decomposition, all of them at once), the settings taking turns per query; with
 ``--mechanisms-only`` the same table alone, in-process against PostgreSQL only.
 
-Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP``. Run:
+Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP`` when set, else the ones
+``tidegraph up`` runs (started if needed). Run:
 ``.venv/bin/python bench/query.py [--sizes 10000,100000] [--answers-only]
 [--mechanisms-only]``.
 """
@@ -75,6 +76,7 @@ from tidegraph.indexer.graph.rules import period_bounds, render_entity, render_r
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.write.units import RecordUnit
 from tidegraph.indexer.write.writer import UNKNOWN, Version, apply_version
+from tidegraph.infra import services
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
@@ -923,8 +925,7 @@ def main() -> None:
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.modes = args.modes.split(",")
     args.clients = [int(c) for c in args.clients.split(",")]
-    args.dsn = os.environ.get("TIDEGRAPH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-    args.bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    args.bootstrap, args.dsn = services.given_or_up()
     print(
         f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f} at start"

@@ -364,13 +364,7 @@ async def live_stall(dsn: str, realm: str, retired: str, committed_at: datetime)
 
 
 async def run(args: argparse.Namespace) -> None:
-    bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP")
-    dsn = os.environ.get("TIDEGRAPH_PG_DSN")
-    if not (bootstrap and dsn):
-        status = services.up()
-        for key, value in services.read_env_file(status.state_dir).items():
-            os.environ.setdefault(key, value)  # the broker's login, as commands get it
-        bootstrap, dsn = status.kafka_bootstrap, status.pg_dsn
+    bootstrap, dsn = services.given_or_up()
     tag = uuid.uuid4().hex[:8]
     prefix, realm, group = f"benchr{tag}", f"benchr{tag}", f"benchr-{tag}"
     topic = f"{prefix}.documents"

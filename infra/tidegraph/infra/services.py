@@ -520,3 +520,18 @@ def down(
     after = status(state)
     _write_env_file(state, after.services, _local_secrets(state, read_env_file(state)))
     return tuple(stopped)
+
+
+def given_or_up() -> tuple[str, str]:
+    """``(kafka bootstrap, PostgreSQL DSN)``: those ``TIDEGRAPH_KAFKA_BOOTSTRAP`` and
+    ``TIDEGRAPH_PG_DSN`` name, else the local ones `up` runs (started if needed), with what
+    its env file says — the broker's login included — put into this process's environment
+    where nothing else set it, as every command gets it. For scripts such as benchmarks."""
+    bootstrap = os.environ.get("TIDEGRAPH_KAFKA_BOOTSTRAP")
+    dsn = os.environ.get("TIDEGRAPH_PG_DSN")
+    if bootstrap and dsn:
+        return bootstrap, dsn
+    status = up()
+    for key, value in read_env_file(status.state_dir).items():
+        os.environ.setdefault(key, value)
+    return status.kafka_bootstrap, status.pg_dsn
