@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psycopg
 from aiokafka import AIOKafkaProducer
+from progress import wait_applied
 
 from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.infra import services
@@ -163,29 +164,6 @@ async def _publish(
     return sent
 
 
-async def _position(dsn: str, group: str, topic: str) -> int:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        try:
-            cur = await conn.execute(
-                "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s",
-                (group, topic),
-            )
-        except psycopg.errors.UndefinedTable:
-            return 0
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
-
-async def _wait(dsn: str, group: str, topic: str, target: int, limit: float = 1800) -> float:
-    start = time.perf_counter()
-    while await _position(dsn, group, topic) < target:
-        if time.perf_counter() - start > limit:
-            raise RuntimeError(f"indexer did not reach {target} within {limit}s")
-        await asyncio.sleep(0.05)
-    return time.perf_counter() - start
-
-
 def _rss_peak_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -243,7 +221,7 @@ async def main() -> None:
         cwd=REPO,
     )
     try:
-        elapsed = await _wait(dsn, group, topic, len(docs))
+        elapsed = await wait_applied(dsn, group, topic, len(docs))
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             chunks = relations = 0
             for realm in realms:
@@ -263,7 +241,7 @@ async def main() -> None:
             _document(rng, realms[i % len(realms)], args.documents + i) for i in range(args.fresh)
         ]
         sent = await _publish(bootstrap, topic, fresh, rate=rate / 4)
-        await _wait(dsn, group, topic, len(docs) + len(fresh))
+        await wait_applied(dsn, group, topic, len(docs) + len(fresh))
         latencies: list[float] = []
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             for realm in realms:
@@ -286,7 +264,7 @@ async def main() -> None:
             await _publish(bootstrap, topic, docs)
         finally:
             proc.send_signal(signal.SIGCONT)
-        noop = await _wait(dsn, group, topic, 2 * len(docs) + len(fresh))
+        noop = await wait_applied(dsn, group, topic, 2 * len(docs) + len(fresh))
         print(
             f"no-op re-sends: {len(docs) / noop:.0f} documents/s "
             f"({len(docs)} unchanged documents drained in {noop:.2f} s)"
