@@ -312,11 +312,21 @@ def check_prerequisites(cache: Path | None = None) -> None:
 
 
 def server_properties(
-    layout: KafkaLayout, port: int, controller_port: int, password: str, controller_password: str
+    layout: KafkaLayout,
+    port: int,
+    controller_port: int,
+    password: str,
+    controller_password: str,
+    *,
+    advertised_port: int | None = None,
 ) -> str:
     """The broker's configuration: one KRaft node, loopback only, replication factor 1,
     SASL on both listeners (SCRAM for clients, PLAIN for the controller: KRaft controllers
-    cannot use SCRAM, whose users live in the metadata they serve)."""
+    cannot use SCRAM, whose users live in the metadata they serve).
+
+    ``advertised_port`` is where clients are told to connect after bootstrap (default
+    ``port``): a fault test puts a TCP proxy there, so every connection, not only the
+    bootstrap one, crosses it."""
     host = _proc.LOOPBACK
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -325,7 +335,7 @@ def server_properties(
         "node.id": "1",
         "controller.quorum.voters": f"1@{host}:{controller_port}",
         "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port}",
+        "advertised.listeners": f"SASL_PLAINTEXT://{host}:{advertised_port or port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "SASL_PLAINTEXT",
         "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
@@ -450,17 +460,26 @@ def launch(
     port: int,
     controller_port: int,
     password: str | None = None,
+    advertised_port: int | None = None,
 ) -> KafkaProcess:
     """Write the configuration, format if fresh, start the JVM; returns before it answers.
     The broker's folder (data, segments, log) is the owner's only. ``password`` is the
-    SCRAM user's: the one the log dirs were formatted with, or a new one for fresh ones."""
+    SCRAM user's: the one the log dirs were formatted with, or a new one for fresh ones.
+    ``advertised_port``: see :func:`server_properties`."""
     password = password or new_password()
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.root.chmod(0o700)
     layout.config.touch(mode=0o600)
     layout.config.chmod(0o600)
     layout.config.write_text(
-        server_properties(layout, port, controller_port, password, new_password())
+        server_properties(
+            layout,
+            port,
+            controller_port,
+            password,
+            new_password(),
+            advertised_port=advertised_port,
+        )
     )
     layout.log4j.write_text(LOG4J2)
     _format_storage(runtime, layout, password)
