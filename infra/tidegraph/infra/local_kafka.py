@@ -78,15 +78,26 @@ _T = TypeVar("_T")
 # --- where things are ---------------------------------------------------------------------
 
 
-def pom_path() -> Path:
-    """The broker pom: inside the installed package first, else in the source tree."""
-    packaged = resources.files("tidegraph.infra").joinpath("kafka", "pom.xml")
+def _kafka_file(name: str) -> Path:
+    """A file shipped beside the broker pom: inside the installed package first, else in
+    the source tree."""
+    packaged = resources.files("tidegraph.infra").joinpath("kafka", name)
     if isinstance(packaged, Path) and packaged.is_file():
         return packaged
-    source = Path(__file__).resolve().parents[2] / "kafka" / "pom.xml"
+    source = Path(__file__).resolve().parents[2] / "kafka" / name
     if source.is_file():
         return source
-    raise StateDirError(f"the Kafka pom is missing (looked in {packaged} and {source})")
+    raise StateDirError(f"the Kafka file {name} is missing (looked in {packaged} and {source})")
+
+
+def pom_path() -> Path:
+    """The broker pom."""
+    return _kafka_file("pom.xml")
+
+
+def stdin_args_path() -> Path:
+    """``StdinArgs.java``: runs a tool with secret arguments read from stdin, not argv."""
+    return _kafka_file("StdinArgs.java")
 
 
 def kafka_version(pom: Path | None = None) -> str:
@@ -414,12 +425,14 @@ def _format_storage(runtime: KafkaRuntime, layout: KafkaLayout, password: str) -
                 "(its topics go with it) and run `tidegraph up` again"
             )
         return
+    # The SCRAM user's password goes in on stdin: on argv every process could read it from
+    # /proc/<pid>/cmdline for as long as the format runs.
     command = [
-        *_java_base(runtime, layout), "kafka.tools.StorageTool", "format",
-        "-t", new_cluster_id(), "-c", str(layout.config), "--ignore-formatted",
-        "--add-scram", f"SCRAM-SHA-256=[name={USER},password={password}]",
+        *_java_base(runtime, layout), str(stdin_args_path()), "kafka.tools.StorageTool",
+        "format", "-t", new_cluster_id(), "-c", str(layout.config), "--ignore-formatted",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    secret = f"--add-scram\nSCRAM-SHA-256=[name={USER},password={password}]\n"
+    done = subprocess.run(command, input=secret, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
         raise ServiceStartError(
