@@ -24,6 +24,7 @@ from tidegraph.schemas.errors import (
     TidegraphError,
     TransientError,
 )
+from tidegraph.schemas.facts import render_facts
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import (
     ANY_SPACE,
@@ -73,6 +74,7 @@ __all__ = [
     "load_settings",
     "parse_embedder",
     "preset",
+    "render_facts",
     "topic_specs",
     "validate_realm",
     "validate_space",
