@@ -72,8 +72,8 @@ def test_rendered_passage_states_every_fact() -> None:
         "Wrenfield (Company).\n"
         "Ada Quill works at Wrenfield (from 2019-03-01)."
     )
-    negated = {"relations": [{"subject": "A B", "predicate": "worked_with", "object": "C D",
-                              "negated": True, "valid_to": "1990", "description": "denied"}]}  # fmt: skip
+    denial = {"subject": "A B", "predicate": "worked_with", "object": "C D", "negated": True}
+    negated = {"relations": [{**denial, "valid_to": "1990", "description": "denied"}]}
     assert render_facts(_facts(negated)) == "A B not worked with C D (to 1990): denied."
 
 
