@@ -21,8 +21,10 @@ from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.replay.diff import diff_schemas
 from tidegraph.indexer.replay.rebuild import ReplayOptions, replay_realm
 from tidegraph.infra.composition import ModelRegistry
+from tidegraph.infra.realm_status import DataStatus, render
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.figures import realm_figures
 
 from indexer_helpers import (
     delete,
@@ -158,6 +160,10 @@ async def test_facts_are_indexed_without_a_model_and_replayed_the_same(
         assert status == "indexed" and error is not None and error.startswith("refused facts: ")
         assert "'they (Concept)' refused by pronominal_name" in error
         assert "'Cy Marr is related to Bo Vale' refused by vague_predicate" in error
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            [figures] = await realm_figures(conn, only=[realm])
+        assert figures.refused_facts == 1 and figures.documents == {"indexed": 3}
+        assert "3 indexed (1 with refused facts)" in render(DataStatus(realms=[figures]))
 
         # The same facts again cost nothing: no sequence drawn, no change.
         feed = await outbox(pg_dsn, realm)

@@ -47,7 +47,7 @@ from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tidegraph.connectors.errors import SourceSetupError
-from tidegraph.schemas._validation import problems_from
+from tidegraph.schemas import problems_from
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
 

@@ -3,7 +3,7 @@
 No I/O happens here; every other package depends on this one and on nothing else shared.
 """
 
-from tidegraph.schemas._validation import Problem, RecordValidationError
+from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
 from tidegraph.schemas.changes import (
     CHANGE_SCHEMA,
     ChangeKind,
@@ -74,6 +74,7 @@ __all__ = [
     "load_settings",
     "parse_embedder",
     "preset",
+    "problems_from",
     "render_facts",
     "topic_specs",
     "validate_realm",
