@@ -70,6 +70,14 @@ def script(realm: str) -> dict[str, list[DocumentVersion]]:
         "p/2": [person(realm, "p/2", "Bo Vale", "Rookwater", "2020"), delete(realm, "p/2")],
         "p/3": [DocumentVersion.for_facts(realm, "p/3", refused)],
         "p/4": [person(realm, "p/4", "Di Sorrel", "Rookwater", "2024-07-01")],
+        # The same prose with other facts is another version.
+        "p/5": [
+            DocumentVersion.for_facts(realm, "p/5", facts, content="Staff notes.")
+            for facts in (
+                {"relations": [{"subject": "Ed Pell", "predicate": "leads", "object": "Wren"}]},
+                {"relations": [{"subject": "Ed Pell", "predicate": "left", "object": "Wren"}]},
+            )
+        ],
     }
 
 
@@ -236,3 +244,5 @@ async def test_any_arrival_order_across_documents_builds_the_same_graph(
     assert all(other == first for other in others)
     assert ("default", "Di Sorrel", "works_at", "Rookwater", False, "current", 1,
             "2024-07-01", None, None) in first["relations"]  # fmt: skip
+    ed = [r[2:6] for r in first["relations"] if r[1] == "Ed Pell"]
+    assert sorted(ed) == [("leads", "Wren", False, "retracted"), ("left", "Wren", False, "current")]
