@@ -22,9 +22,11 @@ from tidegraph.indexer.replay.diff import diff_schemas
 from tidegraph.indexer.replay.rebuild import ReplayOptions, replay_realm
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.realm_status import DataStatus, render
+from tidegraph.query_service.reads import document_state
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store.figures import realm_figures
+from tidegraph.store.realms import open_realm
 
 from indexer_helpers import (
     delete,
@@ -170,6 +172,9 @@ async def test_facts_are_indexed_without_a_model_and_replayed_the_same(
         assert "'Cy Marr is related to Bo Vale' refused by vague_predicate" in error
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
             [figures] = await realm_figures(conn, only=[realm])
+            # What the documents endpoint answers.
+            state = await document_state(conn, await open_realm(conn, realm), "default", "p/3")
+        assert state is not None and state["status"] == "indexed" and state["error"] == error
         assert figures.refused_facts == 1 and figures.documents == {"indexed": 3}
         assert "3 indexed (1 with refused facts)" in render(DataStatus(realms=[figures]))
 
