@@ -11,7 +11,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given
+from test_schemas_documents import _facts as facts_strategy  # type: ignore[import-not-found]
 
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.composition import ModelRegistry
@@ -63,6 +66,18 @@ def test_version_hash_covers_the_facts_by_meaning() -> None:
     assert version_hash(h, _facts(ended)) != base
     assert version_hash(content_hash("y"), _facts(FACTS)) != base
     assert version_hash(h, ExtractionOutput()) not in (h, base)
+
+
+@given(facts_strategy, facts_strategy)
+def test_version_hash_is_equal_exactly_when_the_facts_are(
+    a: ExtractionOutput, b: ExtractionOutput
+) -> None:
+    h = content_hash("x")
+    # Sent sparse (defaults left out) or in full, the same facts hash the same.
+    sparse = ExtractionOutput.model_validate(orjson.loads(a.model_dump_json(exclude_defaults=True)))
+    assert version_hash(h, sparse) == version_hash(h, a)
+    # Pydantic's own equality is the reference for "the same facts".
+    assert (version_hash(h, a) == version_hash(h, b)) == (a == b)
 
 
 def test_rendered_passage_states_every_fact() -> None:

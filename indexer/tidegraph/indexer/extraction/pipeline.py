@@ -5,6 +5,10 @@ extracted in order so each sees the canonical names found before it (paper §4.1
 here writes to the graph: the result is a :class:`PreparedDocument` the writer applies.
 Transient failures (model endpoint down) propagate and pause the partition; a chunk the
 extractor cannot turn into valid output is recorded on the chunk, never papered over.
+
+A record carrying ``facts`` is not extracted: its facts take the extractor's place and go
+through the same acceptance (gates, predicate and vocabulary, validity), and what of them
+is refused travels with the prepared document to the document's status.
 """
 
 from __future__ import annotations
