@@ -24,6 +24,9 @@ involve, so a foreign key can become an edge to the referenced row's entity::
             valid_from: started_on
             valid_to: ended_on
 
+A ``references`` column must hold the referenced table's key values (as a foreign key
+does): the lookup reads them as the key's type, using its index.
+
 A row is either an entity itself (``entity``: the columns of its name, type or
 ``type_column``, ``description`` and ``aliases``) or about another table's entity
 (``subject``: a foreign key column and the table it references). Each relation takes its
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
 import yaml
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -217,10 +221,18 @@ class RowFacts:
             if spec.entity.type_column
             else sql.SQL("NULL::text")
         )
-        query = sql.SQL("SELECT {}::text, {} FROM {} WHERE {}::text = %s").format(
+        # The key travels untyped, so the server reads it as the key column's type and the
+        # lookup uses the key's index.
+        query = sql.SQL("SELECT {}::text, {} FROM {} WHERE {} = %s").format(
             sql.Identifier(spec.entity.name), type_column, _ident(table), sql.Identifier(spec.key)
         )
-        row = await (await conn.execute(query, (key,))).fetchone()
+        try:
+            row = await (await conn.execute(query, (key,))).fetchone()
+        except psycopg.DataError as exc:
+            raise SourceSetupError(
+                f"{key!r} cannot be a key of {table} ({str(exc).splitlines()[0]}): a column the"
+                " facts mapping says references a table must hold its key values"
+            ) from None
         if row is None or row[0] is None:
             return None
         return str(row[0]), str(row[1] or spec.entity.type or "Concept")
