@@ -9,6 +9,7 @@ deleted row retracts its facts.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -26,6 +27,8 @@ from tidegraph.connectors.errors import SourceSetupError
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
 from tidegraph.connectors.postgres_facts import FactsMapping, load_facts_mapping
 from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.infra.commands.connect import capture_spec
+from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.settings import Settings
 
 from connector_helpers import fresh_settings, read_topic, validated  # type: ignore[import-not-found]
@@ -343,3 +346,17 @@ async def test_hr_tables_become_the_graph_they_describe(
             await asyncio.wait_for(proc.wait(), 30)
         indexer.terminate()
         indexer.wait(30)
+
+
+def test_command_line_takes_a_text_column_or_facts(tmp_path: Path) -> None:
+    mapping = _write(tmp_path, "m.yaml", MAPPING_YAML.format(s="hr"))
+    base = {"table": "hr.employments", "realm": "acme", "space": "default", "slot": None,
+            "title_column": None, "order_column": None}  # fmt: skip
+    spec = capture_spec(
+        argparse.Namespace(**base, facts=mapping, key_column=None, content_column=None)
+    )
+    assert spec.key_column == "id" and spec.facts is not None and spec.content_column is None
+    with pytest.raises(ConfigError, match="--content-column or --facts, not both"):
+        capture_spec(argparse.Namespace(**base, facts=mapping, key_column=None, content_column="b"))
+    with pytest.raises(ConfigError, match="needs --key-column and --content-column, or --facts"):
+        capture_spec(argparse.Namespace(**base, facts=None, key_column="id", content_column=None))
