@@ -56,6 +56,14 @@ TEXTS = (
     "Lancelot Lac became an ally of Arthur Pendragon.",
     "nothing here names anyone.",
 )
+FACTS = (
+    {"relations": [{"subject": "Arthur Pendragon", "predicate": "ally_of",
+                    "object": "Mordred Orkney", "valid_from": "1190"}]},
+    {"relations": [{"subject": "Arthur Pendragon", "predicate": "enemy_of",
+                    "object": "Mordred Orkney"}]},
+)  # fmt: skip
+"""Records with facts, after the texts: the same prose with other facts (text index
+``len(TEXTS) + i``)."""
 KEYS = ("a", "b", "c")
 
 Op = tuple[str, str, int, str | None, str | None]
@@ -65,7 +73,7 @@ ops = st.lists(
     st.tuples(
         st.sampled_from(["upsert", "upsert", "upsert", "delete"]),
         st.sampled_from(KEYS),
-        st.integers(0, len(TEXTS) - 1),
+        st.integers(0, len(TEXTS) + len(FACTS) - 1),
         st.one_of(st.none(), st.integers(1, 6).map(str)),
         st.one_of(st.none(), st.sampled_from(["2020", "2021", "2022"])),
     ),
@@ -92,18 +100,24 @@ class Realms:
 def _logged(realm: str, space: str, script: list[Op], start: int, t: datetime) -> list[Logged]:
     out = []
     for n, (op, key, text, version, order) in enumerate(script):
-        record = (
-            upsert(realm, key, TEXTS[text], source_version=version, order_key=order, space=space)
-            if op == "upsert"
-            else delete(realm, key, source_version=version, space=space)
-        )
+        if op == "delete":
+            record = delete(realm, key, source_version=version, space=space)
+        elif text < len(TEXTS):
+            record = upsert(
+                realm, key, TEXTS[text], source_version=version, order_key=order, space=space
+            )
+        else:
+            record = DocumentVersion.for_facts(
+                realm, key, FACTS[text - len(TEXTS)], content="Round table notes.",
+                source_version=version, order_key=order, space=space,
+            )  # fmt: skip
         out.append(Logged(start + n, t + timedelta(seconds=n), record))
     return out
 
 
 async def _prepare(realms: Realms, rec: DocumentVersion, info: RealmInfo) -> PreparedDocument:
-    """The offline pipeline's document, prepared once per text and schema."""
-    key = (info.schema, rec.space, rec.content or "")
+    """The offline pipeline's document, prepared once per version and schema."""
+    key = (info.schema, rec.space, rec.version_hash or "")
     if key not in realms.prepared:
         realms.prepared[key] = await realms.pipeline.prepare(rec, info)
     doc = realms.prepared[key]

@@ -298,12 +298,20 @@ class DocumentResponse(BaseModel):
     doc_key: str
     space: str
     status: Literal["indexed", "deleted", "failed"]
-    content_hash: str | None
+    content_hash: str | None = Field(
+        description="Hash of the applied version: the content hash of the record, or for a"
+        " record carrying `facts` a `sha256:` hash over its content hash and its facts (what"
+        " decides that a re-sent record is unchanged)."
+    )
     source_version: str | None
     order_key: str | None
     chunks: int
     indexed_at: datetime
-    error: str | None
+    error: str | None = Field(
+        description="Why the version failed; for an indexed version carrying `facts`, which"
+        " of them the validation gates or the realm's vocabulary refused (`refused facts:"
+        " …`), else null."
+    )
     title: str | None
 
 

@@ -148,7 +148,8 @@ async def apply_version(
     await reconcile_entities(ctx, states, bt)
     if stamp.communities_stale:
         changes.add(ChangeKind.COMMUNITIES_STALE)
-    await _record_document(ctx, stamp.seq, version, status, failure, bt)
+    error = doc.notice if doc is not None else None
+    await _record_document(ctx, stamp.seq, version, status, error, bt)
     return WriteResult(stamp.seq, tuple(str(k) for k, _, _ in changes.items), status)
 
 
