@@ -140,6 +140,7 @@ PUBLIC = {
         "normalize_date",
         "normalize_period",
         "normalize_predicate",
+        "orient",
         "render_entity",
         "render_relation",
         "resolve_chunk",

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.graph.resolution import merge_records
 from tidegraph.indexer.graph.rules import EntityRecord, merge_entity, render_entity, render_relation
+from tidegraph.indexer.graph.symmetry import orient
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
@@ -225,7 +226,9 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
     """Fold stored entities into the one they were proven to be (``moves``: absorbed →
     survivor, already holding the merged record).
 
-    Mentions and relations move to the survivor. A relation keeps its id (and so its
+    Mentions and relations move to the survivor; a symmetric predicate's edge is oriented
+    again (``graph.symmetry``), so the survivor's edge with the other end may be the same
+    edge stated the other way round. A relation keeps its id (and so its
     belief history) when the survivor has no edge with the same key; otherwise its
     provenance moves into that edge and it is left without any, so reconciliation
     retracts it in belief time. The absorbed row is deleted once nothing refers to it;
@@ -248,8 +251,12 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
             " ORDER BY id",
             (space, x, x),
         ):
-            s2 = k if s_id == x else int(s_id)
-            o2 = k if o_id == x else int(o_id)
+            s2, o2 = orient(
+                k if s_id == x else int(s_id),
+                str(p),
+                k if o_id == x else int(o_id),
+                ctx.info.config.symmetric_predicates,
+            )
             ctx.touched_relations.add(int(rid))
             other = (
                 None

@@ -20,6 +20,7 @@ from tidegraph.indexer.graph.rules import (
     period_bounds,
     render_relation,
 )
+from tidegraph.indexer.graph.symmetry import orient
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
@@ -56,6 +57,9 @@ async def attach_relations(
     """One edge per (subject, predicate, object, negated); provenance per chunk. Returns
     the entity pairs the document's edges join, for :func:`reconcile_relations`.
 
+    A symmetric predicate's statement is keyed in its canonical orientation
+    (:func:`~tidegraph.indexer.graph.symmetry.orient`): both directions are one edge.
+
     The document's ``mentions`` (chunk id, entity id) are inserted by the statement that
     looks its edges up: one statement less per write.
 
@@ -64,9 +68,11 @@ async def attach_relations(
     finds its edge by key, so nothing waits for the ids of the edges inserted here.
     """
     grouped: dict[RelationKey, dict[int, list[RelationAttrs]]] = {}
+    sym = ctx.info.config.symmetric_predicates
     for c in doc.chunks:
         for r in c.relations:
-            key = (ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], r.negated)
+            ends = orient(ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], sym)
+            key = (ends[0], r.predicate, ends[1], r.negated)
             if key[0] == key[2]:
                 continue  # both ends resolved to one entity: a self-loop asserts nothing
             by_chunk = grouped.setdefault(key, {})
