@@ -1,7 +1,8 @@
 """The graph is a function of the log, not of how it was cut (DESIGN invariants 2, 5, 6).
 
 Random sequences of upserts, re-sends, deletes, stale and unversioned records for a few
-doc_keys (symmetric facts stated both ways round among them) are applied three ways on real PostgreSQL, each through the production drivers:
+doc_keys (symmetric facts stated both ways round among them) are applied three ways on
+real PostgreSQL, each through the production drivers:
 
 (a) record by record, the stored states read back before every record (a fresh planner,
     as after a restart or at a poll boundary), one transaction each (``RecordUnit``);
