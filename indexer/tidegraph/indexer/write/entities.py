@@ -320,38 +320,53 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
         )
 
 
-async def mention_states(ctx: WriteContext, touched: set[int]) -> AsyncCursor[Any] | None:
-    """Ask whether each touched entity is dormant and still mentioned, once the write's
+async def mention_states(
+    ctx: WriteContext, touched: set[int], mentioned: set[int]
+) -> AsyncCursor[Any] | None:
+    """Ask whether each touched entity is dormant and still mentioned, and whether it is
+    archived though the version written mentions it (``mentioned``), once the write's
     mentions are final; :func:`reconcile_entities` reads the answer."""
     if not touched:
         return None
     return await ctx.send(
         "SELECT e.id, e.space, e.name, e.type, e.dormant_since IS NOT NULL,"
-        " EXISTS (SELECT 1 FROM {mentions} m WHERE m.entity_id = e.id)"
+        " EXISTS (SELECT 1 FROM {mentions} m WHERE m.entity_id = e.id),"
+        " e.archived_since IS NOT NULL AND e.id = ANY(%s)"
         " FROM {entities} e WHERE e.id = ANY(%s) ORDER BY e.id",
-        (sorted(touched),),
+        (sorted(mentioned), sorted(touched)),
     )
 
 
 async def reconcile_entities(
     ctx: WriteContext, states: AsyncCursor[Any] | None, bt: datetime
 ) -> None:
-    """Dormant when the last mention went, revived when mentioned again."""
+    """Dormant when the last mention went, revived when mentioned again; restored from
+    retention's archive when a version mentions it again (paper §6.1: archival demotes an
+    entity nobody asked about, and a document naming it again is new evidence of its value
+    — the same reversal as ``tidegraph unarchive``, in the write that brings the evidence,
+    so a replay does it alike)."""
     if states is None:
         return
     rows = await ctx.fetch(states)
-    flips = [(eid, mentioned) for eid, _, _, _, dormant, mentioned in rows if dormant == mentioned]
+    flips = [(r[0], r[5]) for r in rows if r[4] == r[5]]
     if flips:
         await ctx.run(
             "UPDATE {entities} e SET dormant_since = CASE WHEN u.m THEN NULL ELSE %s END"
             " FROM unnest(%b::bigint[], %b::bool[]) AS u(i, m) WHERE e.id = u.i",
             (bt, [f[0] for f in flips], [f[1] for f in flips]),
         )
-    for eid, space, name, typ, dormant, mentioned in rows:
+    restored = [r[0] for r in rows if r[6]]
+    if restored:
+        await ctx.run(
+            "UPDATE {entities} SET archived_since = NULL WHERE id = ANY(%s)", (restored,)
+        )
+    for eid, space, name, typ, dormant, mentioned, archived in rows:
+        ref = {"id": str(eid), "name": name, "type": typ}
         if dormant == mentioned:
-            ref = {"id": str(eid), "name": name, "type": typ}
             kind = ChangeKind.ENTITY_REVIVED if mentioned else ChangeKind.ENTITY_DORMANT
             ctx.changes.add(kind, space, entity=ref)
+        if archived:
+            ctx.changes.add(ChangeKind.ENTITY_UNARCHIVED, space, entity=ref)
 
 
 def _entity_ref(entity_id: int, e: EntityRecord) -> dict[str, Any]:
