@@ -357,9 +357,7 @@ async def reconcile_entities(
         )
     restored = [r[0] for r in rows if r[6]]
     if restored:
-        await ctx.run(
-            "UPDATE {entities} SET archived_since = NULL WHERE id = ANY(%s)", (restored,)
-        )
+        await ctx.run("UPDATE {entities} SET archived_since = NULL WHERE id = ANY(%s)", (restored,))
     for eid, space, name, typ, dormant, mentioned, archived in rows:
         ref = {"id": str(eid), "name": name, "type": typ}
         if dormant == mentioned:
