@@ -141,6 +141,7 @@ PUBLIC = {
         "normalize_period",
         "normalize_predicate",
         "orient",
+        "pair_of",
         "render_entity",
         "render_relation",
         "resolve_chunk",

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import sql
 
-from tidegraph.indexer.graph.symmetry import orient
+from tidegraph.indexer.graph.symmetry import orient, pair_of
+from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import RealmConfig, preset
 
 from graph_helpers import GraphHarness, ent, rel
@@ -28,18 +29,24 @@ SYMMETRIC = RealmConfig(
 ADA, BAB, AIRY = "Ada Lovelace", "Charles Babbage", "George Airy"
 
 
-@given(
-    st.integers(1, 50),
-    st.integers(1, 50),
-    st.sampled_from(["worked_with", "mentored"]),
-)
-def test_orientation_is_a_function_of_the_unordered_pair(s: int, o: int, p: str) -> None:
+NAMES = st.dictionaries(st.integers(1, 50), st.text(min_size=1, max_size=6), min_size=2)
+
+
+@given(NAMES, st.data(), st.sampled_from(["worked_with", "mentored"]))
+def test_a_new_edge_is_oriented_by_its_ends_names(
+    names: dict[int, str], data: st.DataObject, p: str
+) -> None:
+    s, o = data.draw(st.lists(st.sampled_from(sorted(names)), min_size=2, max_size=2, unique=True))
     symmetric = {"worked_with"}
-    stored = orient(s, p, o, symmetric)
+    stored = orient(s, p, o, symmetric, names)
     if p in symmetric:
-        assert stored == orient(o, p, s, symmetric) == (min(s, o), max(s, o))
+        # the same whichever way it is stated: the end whose name key sorts first leads
+        assert stored == orient(o, p, s, symmetric, names)
+        first = min((s, o), key=lambda i: (name_key(names[i]), i))
+        assert stored[0] == first and set(stored) == {s, o}
+        assert pair_of(s, p, o, symmetric) == pair_of(o, p, s, symmetric) == (min(s, o), max(s, o))
     else:
-        assert stored == (s, o)
+        assert stored == pair_of(s, p, o, symmetric) == (s, o)
 
 
 def test_the_presets_exclusive_groups_are_all_symmetric_or_all_ordered() -> None:
@@ -60,12 +67,12 @@ async def g(pg_dsn: str, unique_name: Callable[[str], str]) -> AsyncIterator[Gra
 
 async def _edges(g: GraphHarness) -> list[tuple[Any, ...]]:
     """Every stored edge: (subject, predicate, object, negated, status, weight, rendered,
-    subject id < object id)."""
+    subject's name key < object's)."""
     s = sql.Identifier(g.info.schema)
     cur = await g.conn.execute(
         sql.SQL(
             "SELECT es.name, r.predicate, eo.name, r.negated, r.status, r.weight, r.rendered,"
-            " r.subject_id < r.object_id FROM {s}.relations r"
+            " es.name_key < eo.name_key FROM {s}.relations r"
             " JOIN {s}.entities es ON es.id = r.subject_id"
             " JOIN {s}.entities eo ON eo.id = r.object_id ORDER BY r.id"
         ).format(s=s)
@@ -150,18 +157,42 @@ async def test_a_denial_stated_the_other_way_round_supersedes_the_assertion(
 
 
 @pytest.mark.postgres
-async def test_a_merge_makes_the_two_oriented_edges_one(g: GraphHarness) -> None:
-    """``Ada King`` and ``Ada Lovelace`` are stored apart, each working with Babbage in a
-    direction the ids orient differently; a document proving them one entity leaves one
-    edge with the provenance of both."""
-    await g.upsert("a.md", [([ent("Ada King"), ent(BAB)], [rel("Ada King", "worked_with", BAB)])])
+async def test_a_merge_makes_the_two_edges_one(g: GraphHarness) -> None:
+    """``Countess Lovelace`` and ``Ada Lovelace`` are stored apart, each working with
+    Babbage, the two edges oriented differently by name; a document proving them one
+    entity leaves one edge with the provenance of both, in an orientation it had (the
+    feed's ``merged_into`` tells a consumer its new end; no edge turns round)."""
+    countess = "Countess Lovelace"
+    await g.upsert("a.md", [([ent(countess), ent(BAB)], [rel(countess, "worked_with", BAB)])])
     await g.upsert("b.md", [([ent(BAB), ent(ADA)], [rel(BAB, "worked_with", ADA)])])
     before = await _edges(g)
-    assert len(before) == 2
-    await g.upsert("c.md", [([ent(ADA, aliases=("Ada King",))], [])])
+    assert [(e[0], e[2]) for e in before] == [(BAB, countess), (ADA, BAB)]
+    await g.upsert("c.md", [([ent(ADA, aliases=(countess,))], [])])
     live = [e for e in await _edges(g) if e[4] != "retracted"]
     assert len(live) == 1
-    subject, _, obj, _, status, weight, rendered, canonical = live[0]
-    assert {subject, obj} == {ADA, BAB} and canonical
+    subject, _, obj, _, status, weight, rendered, _ = live[0]
+    assert (subject, obj) == (BAB, countess), "the longest form survives; the edge keeps its way"
     assert (status, weight) == ("current", 2)
     assert rendered == f"{subject} worked with {obj}"
+    # a statement either way round goes to that edge
+    await g.upsert("d.md", [([ent(countess), ent(BAB)], [rel(countess, "worked_with", BAB)])])
+    assert [e[5] for e in await _edges(g) if e[4] != "retracted"] == [3]
+
+
+@pytest.mark.postgres
+async def test_the_stored_edge_does_not_depend_on_arrival_order(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    people = [ent(ADA), ent(BAB)]
+    docs = [
+        ("a.md", [(people, [rel(BAB, "worked_with", ADA)])]),
+        ("b.md", [(people, [rel(ADA, "worked_with", BAB)])]),
+    ]
+    seen = []
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        for order in (docs, docs[::-1]):
+            g = await GraphHarness.create(conn, unique_name("sym"), SYMMETRIC)
+            for key, chunks in order:
+                await g.upsert(key, chunks)
+            seen.append([e[:6] for e in await _edges(g)])
+    assert seen[0] == seen[1] == [(ADA, "worked_with", BAB, False, "current", 2)]

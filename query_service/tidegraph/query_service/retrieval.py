@@ -29,9 +29,8 @@ are placed before the rest of the fused list. Entities matched only by vector ar
 down to a similarity floor. A symmetric predicate of the realm
 (``RealmConfig.symmetric_predicates``) states one fact whichever way it is stored: both
 directions fit the focus, and an answer carries the fact once. The indexer stores it once
-per pair and space, oriented by the entities' ids; merging here still matters for the same
-fact in several spaces (each oriented by its own ids) and for realms written before that
-rule, until a replay.
+per pair and space; merging here still joins the same fact across spaces, and both
+directions in realms written before that rule, until a replay.
 
 Two rerankings of the fused relations are request options, off by default (paper §7.4,
 :mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from

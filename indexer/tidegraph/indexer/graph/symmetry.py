@@ -1,29 +1,49 @@
 """Symmetric predicates stored once per unordered pair.
 
 A realm's ``symmetric_predicates`` (``worked_with``, ``ally_of``, ``married_to`` …) hold
-both ways: ``A p B`` and ``B p A`` are one fact. The writer therefore stores such a
-relation in one canonical orientation — the entity with the smaller id as subject — so
-both directions' statements meet on one edge (its weight counts the chunks of both), and
-supersession, which works per ordered pair, sees ``ally_of(A, B)`` against
-``enemy_of(B, A)`` and an assertion against a denial stated the other way round.
+both ways: ``A p B`` and ``B p A`` are one fact, so the writer keeps one edge per
+unordered pair (and predicate and negation). A statement finds the pair's edge in either
+orientation and adds its provenance there (its weight counts the chunks of both
+directions); a pair without one gets an edge oriented by :func:`orient` — the end whose
+name sorts first as subject — which depends on names only, so whatever order documents
+arrive in, the stored graph is the same (DESIGN invariant 5). An edge keeps the
+orientation it was created with: a later rename or merge never turns it round, so the
+change feed, which has no change kind for that, stays exact (an entity merge re-points
+an edge's ends, as a feed consumer does with ``merged_into``, and coalesces it into the
+survivor's edge on the same unordered pair).
 
-Entity ids derive from log offsets (``write.ids``), so the orientation is the same in the
-live indexer and in a replay. An entity merge can change an end's id; the merge orients
-the edges it repoints again (``write.entities``). An exclusive group should hold only
-symmetric or only ordered predicates: a symmetric edge and an ordered one meet on one
-pair only when the ordered one happens to point the canonical way.
+Supersession compares a symmetric predicate's edges per unordered pair
+(:func:`pair_of`): ``ally_of(A, B)`` then ``enemy_of(B, A)`` supersedes, and so does a
+denial stated the other way round. Keep an exclusive group all symmetric or all ordered:
+a symmetric edge and an ordered one meet only by accident of their ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 
-__all__ = ["orient"]
+from tidegraph.schemas.names import name_key
+
+__all__ = ["orient", "pair_of"]
 
 
-def orient(subject: int, predicate: str, obj: int, symmetric: Container[str]) -> tuple[int, int]:
-    """The (subject, object) a relation is stored with: the smaller id first when
-    ``predicate`` is symmetric, as stated otherwise."""
+def orient(
+    subject: int, predicate: str, obj: int, symmetric: Container[str], names: Mapping[int, str]
+) -> tuple[int, int]:
+    """The (subject, object) a new edge is stored with: for a symmetric predicate the end
+    whose name (``names``: id → name) sorts first, by name key, then id; as stated
+    otherwise."""
+    if predicate in symmetric and (name_key(names[obj]), obj) < (
+        name_key(names[subject]),
+        subject,
+    ):
+        return obj, subject
+    return subject, obj
+
+
+def pair_of(subject: int, predicate: str, obj: int, symmetric: Container[str]) -> tuple[int, int]:
+    """The pair supersession compares an edge on: unordered (smaller id first) for a
+    symmetric predicate, as stored otherwise."""
     if predicate in symmetric and obj < subject:
         return obj, subject
     return subject, obj

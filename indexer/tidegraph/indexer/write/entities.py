@@ -15,7 +15,6 @@ from psycopg.types.json import Jsonb
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.graph.resolution import merge_records
 from tidegraph.indexer.graph.rules import EntityRecord, merge_entity, render_entity, render_relation
-from tidegraph.indexer.graph.symmetry import orient
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
@@ -226,15 +225,16 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
     """Fold stored entities into the one they were proven to be (``moves``: absorbed →
     survivor, already holding the merged record).
 
-    Mentions and relations move to the survivor; a symmetric predicate's edge is oriented
-    again (``graph.symmetry``), so the survivor's edge with the other end may be the same
-    edge stated the other way round. A relation keeps its id (and so its
-    belief history) when the survivor has no edge with the same key; otherwise its
+    Mentions and relations move to the survivor. A relation keeps its id (and so its
+    belief history) when the survivor has no edge with the same key — for a symmetric
+    predicate, on the same unordered pair, whichever way round (``graph.symmetry``: an
+    edge keeps its orientation, so the feed's ``merged_into`` tells its new ends); otherwise its
     provenance moves into that edge and it is left without any, so reconciliation
     retracts it in belief time. The absorbed row is deleted once nothing refers to it;
     otherwise it stays dormant without surface forms of its own.
     """
     repointed: list[_Repointed] = []
+    symmetric = ctx.info.config.symmetric_predicates
     for x, k in sorted(moves.items()):
         await ctx.run(
             "INSERT INTO {mentions} (chunk_id, entity_id) SELECT chunk_id, %s FROM {mentions}"
@@ -251,20 +251,17 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
             " ORDER BY id",
             (space, x, x),
         ):
-            s2, o2 = orient(
-                k if s_id == x else int(s_id),
-                str(p),
-                k if o_id == x else int(o_id),
-                ctx.info.config.symmetric_predicates,
-            )
+            s2 = k if s_id == x else int(s_id)
+            o2 = k if o_id == x else int(o_id)
             ctx.touched_relations.add(int(rid))
             other = (
                 None
                 if s2 == o2
                 else await ctx.rows(
-                    "SELECT id FROM {relations} WHERE space = %s AND subject_id = %s"
-                    " AND predicate = %s AND object_id = %s AND negated = %s",
-                    (space, s2, p, o2, n),
+                    "SELECT id FROM {relations} WHERE space = %(sp)s AND predicate = %(p)s"
+                    " AND negated = %(n)s AND (subject_id = %(s)s AND object_id = %(o)s"
+                    " OR %(sym)s AND subject_id = %(o)s AND object_id = %(s)s) ORDER BY id",
+                    {"sp": space, "p": p, "n": n, "s": s2, "o": o2, "sym": p in symmetric},
                 )
             )
             if s2 != o2 and not other:
