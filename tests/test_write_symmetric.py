@@ -9,15 +9,18 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from tidegraph.indexer.graph.symmetry import orient, pair_of
 from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import RealmConfig, preset
+from tidegraph.store.realms import open_realm
 
 from graph_helpers import GraphHarness, ent, rel
 
@@ -196,3 +199,29 @@ async def test_the_stored_edge_does_not_depend_on_arrival_order(
                 await g.upsert(key, chunks)
             seen.append([e[:6] for e in await _edges(g)])
     assert seen[0] == seen[1] == [(ADA, "worked_with", BAB, False, "current", 2)]
+
+
+@pytest.mark.postgres
+async def test_a_realm_holding_both_directions_keeps_one_current(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """A realm written before the rule holds both directions; the next write on the pair
+    adds to the edge the rule would have made, and the two compete as edges of one
+    identity: one stays current, so the current graph holds the fact once until a
+    replay stores it once."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        g = await GraphHarness.create(conn, unique_name("sym"), RealmConfig(embedder="hashing:8"))
+        people = [ent(ADA), ent(BAB)]
+        await g.upsert("a.md", [(people, [rel(ADA, "worked_with", BAB)])])
+        await g.upsert("b.md", [(people, [rel(BAB, "worked_with", ADA)])])
+        assert [e[4] for e in await _edges(g)] == ["current", "current"]
+        await conn.execute(
+            sql.SQL("UPDATE {} SET config = %s").format(sql.Identifier(g.info.schema, "meta")),
+            (Jsonb(orjson.loads(SYMMETRIC.to_json())),),
+        )
+        g.info = await open_realm(conn, g.info.realm)
+        await g.upsert("c.md", [(people, [rel(BAB, "worked_with", ADA)])])
+        edges = await _edges(g)
+        assert [(e[0], e[5]) for e in edges] == [(ADA, 2), (BAB, 1)]
+        # which one stays current is supersession's tie rule (the larger id)
+        assert sorted(e[4] for e in edges) == ["current", "superseded"]
