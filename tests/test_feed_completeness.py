@@ -174,6 +174,10 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
         upsert(realm, "charles.md", "Charles Babbage worked with John Herschel."),
         # two stored entities proven to be one: a merge
         upsert(realm, "alias.md", "Charles Babbage, known as Babbage, was a mathematician."),
+        # worked_with is symmetric: each pair's edge is stored with the name sorting first
+        # as subject, so these two point opposite ways round John Herschel
+        upsert(realm, "lady.md", "Lady Lovelace worked with John Herschel."),
+        upsert(realm, "byron.md", "John Herschel worked with Augusta Ada Byron."),
         upsert(realm, "lancelot.md", "Lancelot Lac worked with Merlin Ambrosius."),
         delete(realm, "lancelot.md"),
         upsert(realm, "again.md", "Lancelot Lac worked with Guinevere Leodegrance."),
@@ -188,6 +192,8 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
         ),
         delete(realm, "again.md"),
         upsert(realm, "ada.md", "Ada Lovelace, known as Ada King, was a mathematician."),
+        # a merge making the two edges one: the absorbed one's is retracted, no edge turns
+        upsert(realm, "countess.md", "Augusta Ada Byron, known as Lady Lovelace, wrote notes."),
     ]
     async with running_indexer(topics, pg_dsn, group, default_realm=CONFIG):
         await _applied(topics, pg_dsn, group, before_swap)
@@ -224,3 +230,5 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
     assert any(c.merged_into for c in feed) and mirror.rebuilds == 1
     assert mirror.live_entities() == entities
     assert mirror.believed_relations() == relations
+    herschel = [r for r in relations if {r[1], r[3]} == {"Augusta Ada Byron", "John Herschel"}]
+    assert [r[1:4] for r in herschel] == [("Augusta Ada Byron", "worked_with", "John Herschel")]

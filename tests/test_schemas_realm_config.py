@@ -126,3 +126,6 @@ def test_differences_name_each_setting_and_ignore_order() -> None:
         "exclusive_groups drops [ally_of,enemy_of]",
         "embedder 'hashing:384' → 'hashing:256'",
     ]
+    # symmetric predicates decide how relations are stored: a difference like any other
+    d = RealmConfig(symmetric_predicates=frozenset({"ally_of"}))
+    assert RealmConfig().differences(d) == ["symmetric_predicates adds ally_of"]

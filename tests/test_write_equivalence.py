@@ -1,7 +1,8 @@
 """The graph is a function of the log, not of how it was cut (DESIGN invariants 2, 5, 6).
 
 Random sequences of upserts, re-sends, deletes, stale and unversioned records for a few
-doc_keys are applied three ways on real PostgreSQL, each through the production drivers:
+doc_keys (symmetric facts stated both ways round among them) are applied three ways on
+real PostgreSQL, each through the production drivers:
 
 (a) record by record, the stored states read back before every record (a fresh planner,
     as after a restart or at a poll boundary), one transaction each (``RecordUnit``);
@@ -47,6 +48,7 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 CONFIG = RealmConfig(
     embedder="hashing:8",
     exclusive_groups=(frozenset({"ally_of", "enemy_of"}),),
+    symmetric_predicates=frozenset({"ally_of", "enemy_of", "worked_with"}),
 )
 TEXTS = (
     "Arthur Pendragon became an ally of Mordred Orkney.",
@@ -54,6 +56,10 @@ TEXTS = (
     "Arthur Pendragon worked with Merlin Ambrosius. Merlin Ambrosius mentored Arthur Pendragon.",
     "Morgan Fay became an enemy of Arthur Pendragon. Morgan Fay worked with Mordred Orkney.",
     "Lancelot Lac became an ally of Arthur Pendragon.",
+    # the symmetric facts above stated the other way round, a denial among them
+    "Mordred Orkney became an ally of Arthur Pendragon.",
+    "Mordred Orkney became an enemy of Arthur Pendragon. Arthur Pendragon worked with Morgan Fay.",
+    "Merlin Ambrosius never worked with Arthur Pendragon. Mordred Orkney worked with Morgan Fay.",
     "nothing here names anyone.",
 )
 FACTS = (

@@ -28,7 +28,9 @@ focus (:mod:`~tidegraph.query_service.focus`) is a fourth candidate channel, and
 are placed before the rest of the fused list. Entities matched only by vector are kept
 down to a similarity floor. A symmetric predicate of the realm
 (``RealmConfig.symmetric_predicates``) states one fact whichever way it is stored: both
-directions fit the focus, and an answer carries the fact once.
+directions fit the focus, and an answer carries the fact once. The indexer stores it once
+per pair and space; merging here still joins the same fact across spaces, and both
+directions in realms written before that rule, until a replay.
 
 Two rerankings of the fused relations are request options, off by default (paper §7.4,
 :mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from

@@ -86,9 +86,11 @@ class RealmConfig(BaseModel):
     symmetric_predicates: frozenset[str] = Field(
         frozenset(),
         description="Predicates that hold both ways (`worked_with`, `married_to` …): "
-        "`A p B` and `B p A` state one fact, so answers carry it once, in the direction "
-        "ranked first, with both directions' documents, and a question naming either side "
-        "asks about it in the role it gives. Empty by default; each preset names its own.",
+        "`A p B` and `B p A` state one fact, stored once per unordered pair (one edge, "
+        "whose weight counts both directions' statements, superseded across directions), "
+        "so answers carry it once, with both directions' documents, and a question naming "
+        "either side asks about it in the role it gives. Empty by default; each preset "
+        "names its own.",
     )
     coverage_telemetry: bool = Field(
         False,
@@ -166,6 +168,15 @@ class RealmConfig(BaseModel):
             mine = {",".join(sorted(g)) for g in self.exclusive_groups}
             theirs = {",".join(sorted(g)) for g in other.exclusive_groups}
             found.append(_set_change("exclusive_groups", mine, theirs))
+        if self.symmetric_predicates != other.symmetric_predicates:
+            # how relations are stored (once per unordered pair), not only how answered
+            found.append(
+                _set_change(
+                    "symmetric_predicates",
+                    set(self.symmetric_predicates),
+                    set(other.symmetric_predicates),
+                )
+            )
         for name in ("extractor", "embedder"):
             if getattr(self, name) != getattr(other, name):
                 found.append(f"{name} {getattr(self, name)!r} → {getattr(other, name)!r}")

@@ -6,12 +6,13 @@ validity), shaped for what the writer holds: database ids and rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from datetime import date
 
 from tidegraph.indexer.graph.corroboration import Contribution, corroborate
 from tidegraph.indexer.graph.resolution import EntityRecord, merge_records
 from tidegraph.indexer.graph.supersession import Assertion, resolve_supersession
+from tidegraph.indexer.graph.symmetry import pair_of
 from tidegraph.indexer.graph.validity import period_end, period_start
 
 __all__ = [
@@ -58,18 +59,21 @@ LiveRelation = tuple[int, tuple[str, int, int], str, bool, str | None]
 
 
 def desired_relation_states(
-    live: Iterable[LiveRelation], groups: Sequence[frozenset[str]]
+    live: Iterable[LiveRelation], groups: Sequence[frozenset[str]], symmetric: Container[str]
 ) -> dict[int, tuple[str, int | None]]:
-    """``current`` or ``superseded`` (and by which relation) for every live relation."""
-    assertions = [
-        Assertion(
-            str(rid), f"{pair[0]}\x00{pair[1]}", str(pair[2]), predicate, negated, order_key or ""
+    """``current`` or ``superseded`` (and by which relation) for every live relation; a
+    ``symmetric`` predicate's relations compete on their unordered pair (``symmetry``)."""
+    assertions = []
+    for rid, (space, s, o), predicate, negated, order_key in live:
+        first, second = pair_of(s, predicate, o, symmetric)
+        assertions.append(
+            Assertion(
+                str(rid), f"{space}\x00{first}", str(second), predicate, negated, order_key or ""
+            )
         )
-        for rid, pair, predicate, negated, order_key in live
-    ]
     out: dict[int, tuple[str, int | None]] = {}
-    for rid, by in resolve_supersession(assertions, groups).items():
-        out[int(rid)] = ("current", None) if by is None else ("superseded", int(by))
+    for key, by in resolve_supersession(assertions, groups).items():
+        out[int(key)] = ("current", None) if by is None else ("superseded", int(by))
     return out
 
 

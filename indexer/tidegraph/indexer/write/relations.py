@@ -20,6 +20,7 @@ from tidegraph.indexer.graph.rules import (
     period_bounds,
     render_relation,
 )
+from tidegraph.indexer.graph.symmetry import orient
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
@@ -56,6 +57,10 @@ async def attach_relations(
     """One edge per (subject, predicate, object, negated); provenance per chunk. Returns
     the entity pairs the document's edges join, for :func:`reconcile_relations`.
 
+    A symmetric predicate's statement goes to its unordered pair's edge, whichever way
+    that is stored, or creates it oriented by
+    :func:`~tidegraph.indexer.graph.symmetry.orient`: both directions are one edge.
+
     The document's ``mentions`` (chunk id, entity id) are inserted by the statement that
     looks its edges up: one statement less per write.
 
@@ -64,9 +69,17 @@ async def attach_relations(
     finds its edge by key, so nothing waits for the ids of the edges inserted here.
     """
     grouped: dict[RelationKey, dict[int, list[RelationAttrs]]] = {}
+    sym = ctx.info.config.symmetric_predicates
+    ends_named = {
+        ids[name_key(n)] for c in doc.chunks for r in c.relations for n in (r.subject, r.object)
+    }
+    names = await ctx.entity_names(ends_named) if sym else {}
     for c in doc.chunks:
         for r in c.relations:
-            key = (ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], r.negated)
+            ends = orient(
+                ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], sym, names
+            )
+            key = (ends[0], r.predicate, ends[1], r.negated)
             if key[0] == key[2]:
                 continue  # both ends resolved to one entity: a self-loop asserts nothing
             by_chunk = grouped.setdefault(key, {})
@@ -75,7 +88,8 @@ async def attach_relations(
             )
     if not grouped and not mentions:
         return set()
-    keys = sorted(grouped)
+    # a symmetric statement also looks for its pair's edge the other way round
+    probes = sorted({*grouped, *((k[2], k[1], k[0], k[3]) for k in grouped if k[1] in sym)})
     lookup = await ctx.send(
         "WITH mentioned AS (INSERT INTO {mentions} (chunk_id, entity_id)"
         "  SELECT * FROM unnest(%(mc)b::bigint[], %(me)b::bigint[]) ON CONFLICT DO NOTHING)"
@@ -86,16 +100,22 @@ async def attach_relations(
         {
             "mc": [m[0] for m in mentions],
             "me": [m[1] for m in mentions],
-            "s": [k[0] for k in keys],
-            "p": [k[1] for k in keys],
-            "o": [k[2] for k in keys],
-            "n": [k[3] for k in keys],
+            "s": [k[0] for k in probes],
+            "p": [k[1] for k in probes],
+            "o": [k[2] for k in probes],
+            "n": [k[3] for k in probes],
             "space": doc.space,
         },
     )
     if not grouped:
         return set()  # the mentions are written all the same; nothing waits for them
     existing = {(int(s), p, int(o), bool(n)) for s, p, o, n in await ctx.fetch(lookup)}
+    for key in [k for k in grouped if k[1] in sym and k not in existing]:
+        turned = (key[2], key[1], key[0], key[3])
+        if turned in existing:  # the pair's edge, stored the other way round
+            for cid, attrs in grouped.pop(key).items():
+                grouped.setdefault(turned, {}).setdefault(cid, []).extend(attrs)
+    keys = sorted(grouped)
     said: dict[RelationKey, dict[int, RelationAttrs]] = {
         key: {
             cid: merge_relation_attrs((str(cid), a) for a in attrs)
@@ -202,22 +222,28 @@ async def reconcile_relations(
     if not touched and not pairs_of:
         return
     given = sorted(pairs_of)
+    # a pair's edges, and its symmetric predicates' edges stored the other way round
     pairs = (
         "WITH pairs AS (SELECT space, subject_id, object_id FROM {relations}"
         "  WHERE id = ANY(%s)"
-        "  UNION SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bigint[]))"
+        "  UNION SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bigint[])),"
+        " hit AS (SELECT r.id FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
+        "  UNION SELECT r.id FROM {relations} r JOIN pairs p ON r.space = p.space"
+        "  AND r.subject_id = p.object_id AND r.object_id = p.subject_id"
+        "  WHERE r.predicate = ANY(%s))"
     )
     params = (
         sorted(touched),
         [p[0] for p in given],
         [p[1] for p in given],
         [p[2] for p in given],
+        sorted(ctx.info.config.symmetric_predicates),
     )
     edges = await ctx.send(
         pairs + " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
         "  r.weight, r.order_key, r.description, r.confidence, r.valid_from,"
         "  r.valid_to, h.state, h.superseded_by, h.t_created, r.rendered"
-        " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
+        " FROM {relations} r JOIN hit USING (id)"
         " LEFT JOIN {relation_history} h ON h.relation_id = r.id AND h.t_expired IS NULL"
         " ORDER BY r.id",
         params,
@@ -225,8 +251,7 @@ async def reconcile_relations(
     sources = await ctx.send(
         pairs + " SELECT s.relation_id, s.chunk_id, s.order_key, s.description, s.confidence,"
         "  s.valid_from, s.valid_to"
-        " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
-        " JOIN {relation_sources} s ON s.relation_id = r.id",
+        " FROM hit JOIN {relation_sources} s ON s.relation_id = hit.id",
         params,
     )
     rows = await ctx.fetch(edges)
@@ -240,7 +265,9 @@ async def reconcile_relations(
         for r in rows
         if int(r[0]) in contributions
     ]
-    desired = desired_relation_states(live, ctx.info.exclusive_groups)
+    desired = desired_relation_states(
+        live, ctx.info.exclusive_groups, ctx.info.config.symmetric_predicates
+    )
     names = await ctx.entity_names({int(r[2]) for r in rows} | {int(r[4]) for r in rows})
     attr_updates: list[tuple[Any, ...]] = []
     text_updates: list[tuple[int, str]] = []

@@ -9,7 +9,8 @@ sequencer drew, and does, in order:
 2. write the new version's chunks, resolve its entities (``entities``), attach its
    relations (``relations``);
 3. reconcile every touched relation (weight, order, retraction, supersession) and every
-   touched entity (dormancy, revival) against belief time;
+   touched entity (dormancy, revival, and restoring an archived entity the version
+   mentions) against belief time;
 4. upsert the document state, with the highest ``source_version`` the decision folded;
 5. append the changes to the outbox under the stamp's sequence number.
 
@@ -143,7 +144,7 @@ async def apply_version(
         new_entities, new_pairs = await _write_contribution(ctx, doc, bt)
     # The relations' reconciliation changes no mention: the entities' states are
     # asked for now, to travel with its first statements.
-    states = await mention_states(ctx, old_entities | new_entities)
+    states = await mention_states(ctx, old_entities | new_entities, new_entities)
     await reconcile_relations(ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs)
     await reconcile_entities(ctx, states, bt)
     if stamp.communities_stale:
