@@ -47,6 +47,7 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 CONFIG = RealmConfig(
     embedder="hashing:8",
     exclusive_groups=(frozenset({"ally_of", "enemy_of"}),),
+    functional_predicates={"lives_in": "subject"},
 )
 TEXTS = (
     "Arthur Pendragon became an ally of Mordred Orkney.",
@@ -54,6 +55,8 @@ TEXTS = (
     "Arthur Pendragon worked with Merlin Ambrosius. Merlin Ambrosius mentored Arthur Pendragon.",
     "Morgan Fay became an enemy of Arthur Pendragon. Morgan Fay worked with Mordred Orkney.",
     "Lancelot Lac became an ally of Arthur Pendragon.",
+    "Arthur Pendragon lives in Camelot.",
+    "Arthur Pendragon lives in Avalon. Morgan Fay never lived in Camelot.",
     "nothing here names anyone.",
 )
 KEYS = ("a", "b", "c")
@@ -199,8 +202,10 @@ async def _state(realms: Realms, info: RealmInfo, space: str, instants: list[dat
         "relations": await rows(
             sql.SQL(
                 "SELECT es.name, r.predicate, eo.name, r.negated, r.status, r.weight,"
-                " r.order_key, (SELECT x.predicate FROM {s}.relations x"
-                "  WHERE x.id = r.superseded_by)"
+                " r.order_key, (SELECT concat_ws(' ', xs.name, x.predicate, xo.name)"
+                "  FROM {s}.relations x JOIN {s}.entities xs ON xs.id = x.subject_id"
+                "  JOIN {s}.entities xo ON xo.id = x.object_id WHERE x.id = r.superseded_by),"
+                " r.superseded_via"
                 " FROM {s}.relations r JOIN {s}.entities es ON es.id = r.subject_id"
                 " JOIN {s}.entities eo ON eo.id = r.object_id WHERE r.space = %s"
             ).format(s=s),
@@ -217,7 +222,7 @@ async def _state(realms: Realms, info: RealmInfo, space: str, instants: list[dat
     for t in instants:
         state[f"believed {t.isoformat()}"] = await rows(
             sql.SQL(
-                "SELECT es.name, r.predicate, eo.name, r.negated, h.state"
+                "SELECT es.name, r.predicate, eo.name, r.negated, h.state, h.superseded_via"
                 " FROM {s}.relation_history h JOIN {s}.relations r ON r.id = h.relation_id"
                 " JOIN {s}.entities es ON es.id = r.subject_id"
                 " JOIN {s}.entities eo ON eo.id = r.object_id"
