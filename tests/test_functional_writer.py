@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.realms import open_realm
 
 from graph_helpers import GraphHarness, ent, rel
 from query_helpers import api_client, open_pool
@@ -179,3 +180,21 @@ async def test_the_mechanism_reaches_the_feed_and_the_relations_api(
         assert changes.status_code == 200, changes.text
         superseded = [c for c in changes.json()["changes"] if c["kind"] == "relation_superseded"]
         assert [c["superseded_via"] for c in superseded] == ["exclusive_group", "functional"]
+
+
+async def test_a_realm_created_before_mechanisms_gets_the_columns_when_opened(
+    conn: psycopg.AsyncConnection[Any], unique_name: Callable[[str], str]
+) -> None:
+    graph = await GraphHarness.create(conn, unique_name("fu"), CONFIG)
+    s = sql.Identifier(graph.info.schema)
+    for table in ("relations", "relation_history"):
+        await conn.execute(
+            sql.SQL("ALTER TABLE {}.{} DROP COLUMN superseded_via").format(s, sql.Identifier(table))
+        )
+    await open_realm(conn, graph.info.realm)
+    await _lives(graph, "d1")
+    await _lives(graph, "d2")
+    assert await _states(graph) == {
+        "London": ("superseded", "Paris", "functional"),
+        "Paris": ("current", None, None),
+    }
