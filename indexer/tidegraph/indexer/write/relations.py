@@ -22,6 +22,7 @@ from tidegraph.indexer.graph.rules import (
     period_bounds,
     render_relation,
 )
+from tidegraph.indexer.graph.supersession import Mechanism
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.indexer.write.functional import send_functional_scope
 from tidegraph.schemas.changes import ChangeKind
@@ -297,14 +298,18 @@ async def reconcile_relations(
             valid_from, valid_to = r[10], r[11]
             if int(r[6]) != 0:
                 zeroed.append(rid)
-        ref = _ref(rid, int(r[2]), int(r[4]), names, predicate, negated, valid_from, valid_to)
-        have = _state(r[12], r[13], r[16])
-        _move(ctx, moves, space, ref, have, desired.get(rid, RETRACTED), r[14])
+        have, want = _state(r[12], r[13], r[16]), desired.get(rid, RETRACTED)
+        if want != have:
+            ref = _ref(rid, int(r[2]), int(r[4]), names, predicate, negated, valid_from, valid_to)
+            _move(ctx, moves, space, ref, have, want, r[14])
     for a in around:
-        if a.in_scope:  # its every rival is loaded: its state is decided
+        if not a.in_scope:
+            continue  # context only: not every rival of it is loaded
+        have = _state(a.state, a.superseded_by, a.superseded_via)
+        want = desired.get(a.id, RETRACTED)
+        if want != have:
             ref = _ref(a.id, a.subject_id, a.object_id, names, a.predicate, a.negated, *a.valid)
-            have = _state(a.state, a.superseded_by, a.superseded_via)
-            _move(ctx, moves, a.space, ref, have, desired.get(a.id, RETRACTED), a.open_since)
+            _move(ctx, moves, a.space, ref, have, want, a.open_since)
     if attr_updates:
         await ctx.run(
             "UPDATE {relations} r SET weight = u.w, order_key = u.k, description = u.d,"
@@ -333,7 +338,7 @@ def _state(state: str | None, by: int | None, via: str | None) -> State:
     """A stored open belief interval as a state (none: retracted)."""
     if state is None:
         return RETRACTED
-    return (str(state), int(by) if by is not None else None, cast(Any, via))
+    return (str(state), int(by) if by is not None else None, cast("Mechanism | None", via))
 
 
 def _ref(
@@ -370,8 +375,6 @@ def _move(
     open_since: datetime | None,
 ) -> None:
     """Record a relation's change of state, with its changes on the feed."""
-    if want == have:
-        return
     moves.append(_Move(int(ref["id"]), have, want, open_since))
     for kind, by, via in _transition_kinds(have, want):
         extra = {"superseded_by": str(by), "superseded_via": via} if by is not None else {}
