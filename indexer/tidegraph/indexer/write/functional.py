@@ -89,7 +89,7 @@ async def send_functional_scope(
 ) -> PendingScope:
     """Send the query for the scopes of the relations on ``pairs`` (a ``WITH pairs AS (…)``
     clause of (space, subject_id, object_id) taking ``params``), leaving out those
-    relations themselves."""
+    relations themselves (the caller also drops any row it loaded otherwise)."""
     if not functional:
         return PendingScope(None)
     by_subject = sorted(p for p, side in functional.items() if side == "subject")

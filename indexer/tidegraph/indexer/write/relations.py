@@ -243,7 +243,8 @@ async def reconcile_relations(
     for rid, cid, order_key, d, c, vf, vt in await ctx.fetch(sources):
         contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
         orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
-    around = await scoped.rows(ctx)
+    loaded = {int(r[0]) for r in rows}
+    around = [a for a in await scoped.rows(ctx) if a.id not in loaded]
     names = await ctx.entity_names(
         {int(r[2]) for r in rows}
         | {int(r[4]) for r in rows}
