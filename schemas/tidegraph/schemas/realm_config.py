@@ -1,7 +1,7 @@
 """Realm configuration (CONTRACT.md, "Realm configuration") and its presets.
 
 A realm fixes, at creation, how predicates are normalised and superseded (vocabulary, alias
-map, exclusive groups) and which extractor and embedder build it. The embedder id includes
+map, exclusive groups, functional predicates) and which extractor and embedder build it. The embedder id includes
 its dimension and never changes afterwards: vectors of two geometries cannot be compared.
 
 Presets follow the paper (§4.5, §5.2, §8.10): ``biography`` a 35-term vocabulary,
