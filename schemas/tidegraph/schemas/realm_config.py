@@ -1,8 +1,9 @@
 """Realm configuration (CONTRACT.md, "Realm configuration") and its presets.
 
 A realm fixes, at creation, how predicates are normalised and superseded (vocabulary, alias
-map, exclusive groups, functional predicates) and which extractor and embedder build it. The embedder id includes
-its dimension and never changes afterwards: vectors of two geometries cannot be compared.
+map, exclusive groups, functional predicates) and which extractor and embedder build it.
+The embedder id includes its dimension and never changes afterwards: vectors of two
+geometries cannot be compared.
 
 Presets follow the paper (§4.5, §5.2, §8.10): ``biography`` a 35-term vocabulary,
 ``finance`` 32 predicates in 8 exclusive groups, ``narrative`` the relationship group
