@@ -10,6 +10,10 @@ broker and database on this machine, hashing embeddings of 384 dimensions. Print
   held with SIGSTOP, then drained);
 - the indexer's peak RSS.
 
+``--functional`` creates the realms first with ``works_at`` and ``married_to`` declared
+functional in the subject, so every write also loads and resolves their functional scopes
+(the corpus moves people between organisations); compare with a run without it.
+
 Services: ``TIDEGRAPH_KAFKA_BOOTSTRAP`` / ``TIDEGRAPH_PG_DSN`` when set, else the ones
 ``tidegraph up`` runs (started if needed). Run: ``.venv/bin/python bench/indexer.py``.
 """
@@ -38,7 +42,9 @@ from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import topic_specs
+from tidegraph.store.realms import create_realm, ensure_control
 
 REPO = Path(__file__).resolve().parents[1]
 FIRST = [
@@ -183,6 +189,11 @@ async def main() -> None:
     parser.add_argument(
         "--catch-up-run", type=int, default=16, help="the indexer's --catch-up-run (0: off)"
     )
+    parser.add_argument(
+        "--functional",
+        action="store_true",
+        help="create the realms with works_at and married_to functional in the subject",
+    )
     args = parser.parse_args()
 
     bootstrap, dsn = services.given_or_up()
@@ -191,6 +202,15 @@ async def main() -> None:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.documents"
     await ensure_topic_specs(bootstrap, topic_specs(prefix, partitions=4))
+    if args.functional:
+        config = RealmConfig(
+            embedder="hashing:384",
+            functional_predicates={"works_at": "subject", "married_to": "subject"},
+        )
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await ensure_control(conn)
+            for realm in realms:
+                await create_realm(conn, realm, config)
     rng = random.Random(42)
     docs = [_document(rng, realms[i % len(realms)], i) for i in range(args.documents)]
     size = sum(len(d.content or "") for d in docs)

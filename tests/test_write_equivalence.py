@@ -49,6 +49,7 @@ CONFIG = RealmConfig(
     embedder="hashing:8",
     exclusive_groups=(frozenset({"ally_of", "enemy_of"}),),
     symmetric_predicates=frozenset({"ally_of", "enemy_of", "worked_with"}),
+    functional_predicates={"lives_in": "subject"},
 )
 TEXTS = (
     "Arthur Pendragon became an ally of Mordred Orkney.",
@@ -60,6 +61,8 @@ TEXTS = (
     "Mordred Orkney became an ally of Arthur Pendragon.",
     "Mordred Orkney became an enemy of Arthur Pendragon. Arthur Pendragon worked with Morgan Fay.",
     "Merlin Ambrosius never worked with Arthur Pendragon. Mordred Orkney worked with Morgan Fay.",
+    "Arthur Pendragon lives in Camelot.",
+    "Arthur Pendragon lives in Avalon. Morgan Fay never lived in Camelot.",
     "nothing here names anyone.",
 )
 FACTS = (
@@ -219,8 +222,10 @@ async def _state(realms: Realms, info: RealmInfo, space: str, instants: list[dat
         "relations": await rows(
             sql.SQL(
                 "SELECT es.name, r.predicate, eo.name, r.negated, r.status, r.weight,"
-                " r.order_key, (SELECT x.predicate FROM {s}.relations x"
-                "  WHERE x.id = r.superseded_by)"
+                " r.order_key, (SELECT concat_ws(' ', xs.name, x.predicate, xo.name)"
+                "  FROM {s}.relations x JOIN {s}.entities xs ON xs.id = x.subject_id"
+                "  JOIN {s}.entities xo ON xo.id = x.object_id WHERE x.id = r.superseded_by),"
+                " r.superseded_via"
                 " FROM {s}.relations r JOIN {s}.entities es ON es.id = r.subject_id"
                 " JOIN {s}.entities eo ON eo.id = r.object_id WHERE r.space = %s"
             ).format(s=s),
@@ -237,7 +242,7 @@ async def _state(realms: Realms, info: RealmInfo, space: str, instants: list[dat
     for t in instants:
         state[f"believed {t.isoformat()}"] = await rows(
             sql.SQL(
-                "SELECT es.name, r.predicate, eo.name, r.negated, h.state"
+                "SELECT es.name, r.predicate, eo.name, r.negated, h.state, h.superseded_via"
                 " FROM {s}.relation_history h JOIN {s}.relations r ON r.id = h.relation_id"
                 " JOIN {s}.entities es ON es.id = r.subject_id"
                 " JOIN {s}.entities eo ON eo.id = r.object_id"

@@ -177,6 +177,8 @@ class RelationHit:
     order_key: str | None = None
     """Document order (publication date …) of the latest live document asserting it: what
     decides, between conflicting statements, which is the most recent."""
+    superseded_via: str | None = None
+    """How it was superseded: ``negation``, ``exclusive_group`` or ``functional``."""
 
 
 @dataclass(frozen=True)
@@ -590,7 +592,7 @@ def _relations(
         row = by_id.get(f.key)
         if row is None:
             continue
-        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs, order) = row
+        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs, order, via) = row
         chans = [names[c] for c in f.channels]
         key = _fact_key(subj, pred, obj, bool(neg), symmetric)
         if key in index:
@@ -630,6 +632,7 @@ def _relations(
                 list(docs),
                 round(f.score, 6),
                 order,
+                via,
             )
         )
     return out

@@ -216,6 +216,16 @@ class RelationOut(BaseModel):
         "latest live document asserting the relation; the synthesis prompt shows it as "
         "`[stated …]` and resolves conflicting statements to the most recent one.",
     )
+    superseded_via: str | None = Field(
+        None,
+        description="How the relation was superseded, when it is: `negation` (a later "
+        "statement of the same predicate on the same pair with the opposite negation), "
+        "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
+        "same pair) or `functional` (a later value of a predicate the realm declares "
+        "functional: another object for the same subject, or another subject for the same "
+        "object). Null for a current relation, and for one superseded before realms "
+        "recorded it.",
+    )
 
 
 class ChunkOut(BaseModel):
@@ -328,6 +338,16 @@ class RelationListed(BaseModel):
     t_expired: datetime | None
     status: str
     superseded_by: str | None
+    superseded_via: str | None = Field(
+        None,
+        description="How the relation was superseded, when it is: `negation` (a later "
+        "statement of the same predicate on the same pair with the opposite negation), "
+        "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
+        "same pair) or `functional` (a later value of a predicate the realm declares "
+        "functional: another object for the same subject, or another subject for the same "
+        "object). Null for a current relation, and for one superseded before realms "
+        "recorded it.",
+    )
     weight: int
     doc_keys: list[str]
 

@@ -28,6 +28,7 @@ from tidegraph.store.upgrades import (
     add_name_keys,
     add_name_search,
     add_positions_ahead,
+    add_superseded_via,
     add_telemetry,
     has_name_search,
     has_telemetry,
@@ -236,6 +237,8 @@ async def open_realm(
         await _add_name_keys(conn, info)
     if ("entities", "name") in types and ("entities", "archived_since") not in types:
         await add_archival(conn, schema)
+    if ("relations", "rendered") in types and ("relations", "superseded_via") not in types:
+        await add_superseded_via(conn, schema)
     verify_embedding_columns(info, types)
     return info
 

@@ -20,6 +20,7 @@ from tidegraph.store.ddl import (
     TELEMETRY_TABLE,
     archival_ddl,
     name_search_ddl,
+    superseded_via_ddl,
     telemetry_ddl,
 )
 from tidegraph.store.locks import lock_realm_schema
@@ -139,3 +140,11 @@ async def add_archival(conn: AsyncConnection[Any], schema: str) -> None:
     async with conn.transaction():
         await lock_realm_schema(conn, schema)
         await conn.execute(archival_ddl(schema))
+
+
+async def add_superseded_via(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before supersession mechanisms were recorded its
+    ``superseded_via`` columns (idempotent; under the realm's write lock)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(superseded_via_ddl(schema))
