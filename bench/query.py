@@ -8,12 +8,17 @@ figure is the share of the corpus triples answering a question among its first 2
 relations (target: at least 90%), with "first right" the share of questions whose first
 relation answers them.
 
-For each realm size (entities) it builds a realm of 384-dimension hashing embeddings:
+For each realm size (entities) and vector shape (``--vectors``: ``hashing-384``, and
+``clustered-384`` / ``clustered-1536`` shaped like a real model's, see ``bench/shapes.py``)
+it builds a realm, or reuses the one an earlier run built with the same size, shape and
+corpus version (``--no-cache`` builds fresh ones; a cached realm whose search index DDL
+changed is re-indexed), printing how long building took:
 
 * ``--load writer`` (default up to 20,000 entities): every document goes through the
   indexer's own write transaction (``tidegraph.indexer.write.writer.apply_version``) — the same
   statements, outbox and belief history as live indexing, minus Kafka and extraction.
-* ``--load copy`` (default above): bulk ``COPY`` of the identical graph in the writer's
+* ``--load copy`` (default above, and for clustered shapes): bulk binary ``COPY`` of the
+  identical graph in the writer's
   layout (chunks, entities, mentions, relations with their rendered text and embeddings,
   provenance, one open belief interval per relation, one outbox commit per document with its
   ``document_indexed`` / ``entity_added`` / ``relation_added`` changes, ``meta.seq``), HNSW
@@ -23,8 +28,10 @@ Each document is one chunk naming ten new entities linked in a chain plus one li
 earlier document's entity (so walks cross documents); a fifth of the relations carry a
 stated period. Then, against ``tidegraph serve`` on a loopback port (a separate process,
 HTTP/1.1 keep-alive), it prints per mode (mix, local, global, naive) and client count
-(1, 4, 8) the p50/p99 latency; recall@10 of the HNSW searches (entities, relations,
-chunks) against exact search at the service's ``ef_search``; and the change publisher's
+(1, 4, 8) the p50/p99 latency with the CPU per request of the client, ``tidegraph serve``
+and PostgreSQL (``/proc`` of the postmaster and its children; the load average beside it)
+and, at one client, the median of each retrieval stage; recall@10 of the HNSW searches
+(entities, relations, chunks) against exact search at the service's ``ef_search``; and the change publisher's
 throughput draining the realm's whole outbox to a fresh topic. Finally it publishes
 documents through Kafka to a real ``tidegraph indexer`` and times publish-to-visible
 (Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
@@ -36,8 +43,10 @@ decomposition, all of them at once), the settings taking turns per query; with
 
 Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP`` when set, else the ones
 ``tidegraph up`` runs (started if needed). Run:
-``.venv/bin/python bench/query.py [--sizes 10000,100000] [--answers-only]
-[--mechanisms-only]``.
+``.venv/bin/python bench/query.py [--sizes 10000,100000] [--vectors ...]
+[--latency-shapes ...] [--no-extras] [--answers-only] [--mechanisms-only]``. The clustered
+shapes need numpy (``.venv/bin/pip install numpy``); latency is timed on the shapes of
+``--latency-shapes``, whose queries the service embeds with the realm's hashing embedder.
 """
 
 from __future__ import annotations
