@@ -31,10 +31,10 @@ HTTP/1.1 keep-alive), it prints per mode (mix, local, global, naive) and client 
 (1, 4, 8) the p50/p99 latency with the CPU per request of the client, ``tidegraph serve``
 and PostgreSQL (``/proc`` of the postmaster and its children; the load average beside it)
 and, at one client, the median of each retrieval stage; recall@10 of the HNSW searches
-(entities, relations, chunks) against exact search at the service's ``ef_search``; and the change publisher's
-throughput draining the realm's whole outbox to a fresh topic. Finally it publishes
-documents through Kafka to a real ``tidegraph indexer`` and times publish-to-visible
-(Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
+(entities, relations, chunks) against exact search at the service's ``ef_search``; and
+the change publisher's throughput draining the realm's whole outbox to a fresh topic.
+Finally it publishes documents through Kafka to a real ``tidegraph indexer`` and times
+publish-to-visible (Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
 
 Against the server it also prints, per mode that walks, the latency with each retrieval
 mechanism of the request on and off (MMR, node distance, ``max_relation_edges``,
