@@ -8,12 +8,17 @@ figure is the share of the corpus triples answering a question among its first 2
 relations (target: at least 90%), with "first right" the share of questions whose first
 relation answers them.
 
-For each realm size (entities) it builds a realm of 384-dimension hashing embeddings:
+For each realm size (entities) and vector shape (``--vectors``: ``hashing-384``, and
+``clustered-384`` / ``clustered-1536`` shaped like a real model's, see ``bench/shapes.py``)
+it builds a realm, or reuses the one an earlier run built with the same size, shape and
+corpus version (``--no-cache`` builds fresh ones; a cached realm whose search index DDL
+changed is re-indexed), printing how long building took:
 
 * ``--load writer`` (default up to 20,000 entities): every document goes through the
   indexer's own write transaction (``tidegraph.indexer.write.writer.apply_version``) — the same
   statements, outbox and belief history as live indexing, minus Kafka and extraction.
-* ``--load copy`` (default above): bulk ``COPY`` of the identical graph in the writer's
+* ``--load copy`` (default above, and for clustered shapes): bulk binary ``COPY`` of the
+  identical graph in the writer's
   layout (chunks, entities, mentions, relations with their rendered text and embeddings,
   provenance, one open belief interval per relation, one outbox commit per document with its
   ``document_indexed`` / ``entity_added`` / ``relation_added`` changes, ``meta.seq``), HNSW
@@ -23,11 +28,13 @@ Each document is one chunk naming ten new entities linked in a chain plus one li
 earlier document's entity (so walks cross documents); a fifth of the relations carry a
 stated period. Then, against ``tidegraph serve`` on a loopback port (a separate process,
 HTTP/1.1 keep-alive), it prints per mode (mix, local, global, naive) and client count
-(1, 4, 8) the p50/p99 latency; recall@10 of the HNSW searches (entities, relations,
-chunks) against exact search at the service's ``ef_search``; and the change publisher's
-throughput draining the realm's whole outbox to a fresh topic. Finally it publishes
-documents through Kafka to a real ``tidegraph indexer`` and times publish-to-visible
-(Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
+(1, 4, 8) the p50/p99 latency with the CPU per request of the client, ``tidegraph serve``
+and PostgreSQL (``/proc`` of the postmaster and its children; the load average beside it)
+and, at one client, the median of each retrieval stage; recall@10 of the HNSW searches
+(entities, relations, chunks) against exact search at the service's ``ef_search``; and
+the change publisher's throughput draining the realm's whole outbox to a fresh topic.
+Finally it publishes documents through Kafka to a real ``tidegraph indexer`` and times
+publish-to-visible (Kafka ack → ``GET /documents/{key}`` answers ``indexed``).
 
 Against the server it also prints, per mode that walks, the latency with each retrieval
 mechanism of the request on and off (MMR, node distance, ``max_relation_edges``,
@@ -36,14 +43,17 @@ decomposition, all of them at once), the settings taking turns per query; with
 
 Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP`` when set, else the ones
 ``tidegraph up`` runs (started if needed). Run:
-``.venv/bin/python bench/query.py [--sizes 10000,100000] [--answers-only]
-[--mechanisms-only]``.
+``.venv/bin/python bench/query.py [--sizes 10000,100000] [--vectors ...]
+[--latency-shapes ...] [--no-extras] [--answers-only] [--mechanisms-only]``. The clustered
+shapes need numpy (``.venv/bin/pip install numpy``); latency is timed on the shapes of
+``--latency-shapes``, whose queries the service embeds with the realm's hashing embedder.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import random
 import socket
@@ -62,8 +72,11 @@ from typing import Any
 import httpx
 import psycopg
 from answers import answer_recall, make_answer_corpus
+from pgvector import Vector
+from pgvector.psycopg import register_vector, register_vector_async
 from psycopg import sql
 from psycopg.types.json import Jsonb
+from shapes import Shape, clustered
 
 from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.indexer.extraction.prepared import (
@@ -85,6 +98,7 @@ from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
 from tidegraph.query_service.retrieval import _query_texts
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
 from tidegraph.store import positions
@@ -148,6 +162,8 @@ SYL = [
 ]
 """2,000 syllables, so names share few character trigrams, as real names do."""
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CORPUS_VERSION = 2
+"""Bump when the corpus or the loaded layout changes: cached realms are keyed by it."""
 
 
 # ---------------------------------------------------------------------------- corpus
@@ -264,22 +280,24 @@ async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
                 print(f"  writer: {n + 1}/{len(docs)} documents ({rate:.0f}/s)", flush=True)
 
 
-def _vectors(texts: list[str]) -> list[str]:
-    embedder = HashingEmbedder(DIM)
-    return ["[" + ",".join(f"{x:.6g}" for x in v) + "]" for v in embedder.embed_sync(texts)]
+def _vectors(shape: Shape, texts: list[str]) -> list[Vector]:
+    if shape.kind == "clustered":
+        return [Vector(row) for row in clustered(texts, shape.dim)]
+    return [Vector(v) for v in HashingEmbedder(shape.dim).embed_sync(texts)]
 
 
-def _embed_all(texts: list[str]) -> list[str]:
-    """Embeddings as pgvector text, on every core."""
+def embed_texts(shape: Shape, texts: list[str]) -> list[Vector]:
+    """Embeddings of ``texts`` in ``shape``, on every core."""
     step = max(1, len(texts) // 16)
     parts = [texts[i : i + step] for i in range(0, len(texts), step)]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        return [v for part in pool.map(_vectors, parts) for v in part]
+        return [v for part in pool.map(_vectors, [shape] * len(parts), parts) for v in part]
 
 
-def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
-    """The same graph in the writer's layout, by COPY; vector indexes after the load."""
-    asyncio.run(_create_bare(dsn, realm))
+def load_copy(dsn: str, realm: str, docs: Sequence[Doc], shape: Shape) -> None:
+    """The same graph in the writer's layout, by binary COPY; vector indexes after the
+    load, as a replay builds them."""
+    asyncio.run(_create_bare(dsn, realm, shape))
     schema = f"realm_{realm}"
     ent_id: dict[str, int] = {}
     ent_rows = []
@@ -293,11 +311,11 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
         for s, p, o, vf, vt in doc.relations:
             rel_rows.append((len(rel_rows) + 1, d, s, p, o, vf, vt))
     t = time.perf_counter()
-    ent_vecs = _embed_all([render_entity(n, "") for _, n, _ in ent_rows])
-    rel_vecs = _embed_all(
-        [render_relation(s, p, o, False, vf, vt) for _, _, s, p, o, vf, vt in rel_rows]
+    ent_vecs = embed_texts(shape, [render_entity(n, "") for _, n, _ in ent_rows])
+    rel_vecs = embed_texts(
+        shape, [render_relation(s, p, o, False, vf, vt) for _, _, s, p, o, vf, vt in rel_rows]
     )
-    chunk_vecs = _embed_all([d.text for d in docs])
+    chunk_vecs = embed_texts(shape, [d.text for d in docs])
     print(
         f"  embedded {len(ent_vecs) + len(rel_vecs) + len(chunk_vecs)} texts in "
         f"{time.perf_counter() - t:.1f}s",
@@ -305,12 +323,18 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
     )
     bt = [T0 + timedelta(seconds=d) for d in range(len(docs))]
     with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
 
-        def copy(tbl: str, cols: str, rows: Any) -> None:
-            query = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-                sql.Identifier(schema), sql.Identifier(tbl), sql.SQL(cols)
+        def copy(tbl: str, cols: str, rows: Any, types: list[str] | None = None) -> None:
+            query = sql.SQL("COPY {}.{} ({}) FROM STDIN{}").format(
+                sql.Identifier(schema),
+                sql.Identifier(tbl),
+                sql.SQL(cols),
+                sql.SQL(" (FORMAT BINARY)" if types else ""),
             )
             with conn.cursor().copy(query) as cp:
+                if types:
+                    cp.set_types(types)
                 for row in rows:
                     cp.write_row(row)
 
@@ -354,11 +378,16 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
                 )
                 for d, doc in enumerate(docs)
             ),
+            ["int8", "text", "text", "int4", "text", "text", "vector", "timestamptz"],
         )
         copy(
             "entities",
-            "id, space, name, type, embedding, created_at",
-            ((i, "default", n, typ, ent_vecs[i - 1], bt[first_doc[n]]) for i, n, typ in ent_rows),
+            "id, space, name, name_key, type, embedding, created_at",
+            (
+                (i, "default", n, name_key(n), typ, ent_vecs[i - 1], bt[first_doc[n]])
+                for i, n, typ in ent_rows
+            ),
+            ["int8", "text", "text", "text", "text", "vector", "timestamptz"],
         )
         copy(
             "mentions",
@@ -389,6 +418,23 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
                 )
                 for rid, d, s, p, o, vf, vt in rel_rows
             ),
+            [
+                "int8",
+                "text",
+                "int8",
+                "text",
+                "int8",
+                "text",
+                "text",
+                "date",
+                "date",
+                "int4",
+                "text",
+                "text",
+                "timestamptz",
+                "text",
+                "vector",
+            ],  # fmt: skip
         )
         copy(
             "relation_sources",
@@ -421,11 +467,7 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
             (len(docs), bt[-1]),
         )
         print(f"  copied in {time.perf_counter() - t:.1f}s", flush=True)
-        t = time.perf_counter()
-        conn.execute("SET maintenance_work_mem = '1GB'")
-        conn.execute("SET max_parallel_maintenance_workers = 1")
-        conn.execute(search_index_ddl(schema, DIM))
-        print(f"  HNSW indexes built in {time.perf_counter() - t:.1f}s", flush=True)
+    build_search_indexes(dsn, realm, shape)
 
 
 def _outbox(docs: Sequence[Doc], ent_id: dict[str, int], bt: list[datetime]) -> Any:
@@ -464,12 +506,82 @@ def _outbox(docs: Sequence[Doc], ent_id: dict[str, int], bt: list[datetime]) -> 
             yield (d + 1, idx, kind, "default", bt[d], Jsonb(payload))
 
 
-async def _create_bare(dsn: str, realm: str) -> None:
+async def _create_bare(dsn: str, realm: str, shape: Shape) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await ensure_control(conn)
         await create_realm(
-            conn, realm, RealmConfig(embedder=f"hashing:{DIM}"), search_indexes=False
+            conn, realm, RealmConfig(embedder=f"hashing:{shape.dim}"), search_indexes=False
         )
+
+
+def build_search_indexes(dsn: str, realm: str, shape: Shape) -> float:
+    """(Re)build the realm's search indexes as the current DDL defines them, with the
+    session's maintenance memory as the server sets it; seconds taken. The DDL's text is
+    kept as the schema's comment, so a cached realm is re-indexed when it changes."""
+    schema = f"realm_{realm}"
+    t = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # An HNSW graph built within maintenance_work_mem is several times faster to build;
+        # an external server may have the default 64 MB.
+        cur = conn.execute(
+            "SELECT setting::bigint * 1024 FROM pg_settings WHERE name = 'maintenance_work_mem'"
+        )
+        row = cur.fetchone()
+        if row is not None and int(row[0]) < 1024**3:
+            conn.execute("SET maintenance_work_mem = '1GB'")
+        ddl = search_index_ddl(schema, shape.dim).as_string(conn)
+        for name in SEARCH_INDEXES:
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(schema, name)))
+        conn.execute(search_index_ddl(schema, shape.dim))
+        conn.execute(
+            sql.SQL("COMMENT ON SCHEMA {} IS {}").format(
+                sql.Identifier(schema), sql.Literal(_digest(ddl))
+            )
+        )
+    took = time.perf_counter() - t
+    print(f"  search indexes (HNSW, full text) built in {took:.1f}s", flush=True)
+    return took
+
+
+SEARCH_INDEXES = (
+    "relations_tsv",
+    "chunks_embedding",
+    "entities_embedding",
+    "relations_embedding",
+    "communities_embedding",
+    "entities_name_words",
+    "entity_aliases_words",
+)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def cached_realm(size: int, shape: Shape, method: str) -> str:
+    """The realm name of a built realm, keyed by what decides its contents."""
+    key = _digest(f"{CORPUS_VERSION}/{size}/{shape.name}/{method}")
+    return f"bc{size}_{shape.kind[0]}{shape.dim}_{method[0]}{key[:8]}"
+
+
+async def realm_state(dsn: str, realm: str, docs: int, dim: int) -> str:
+    """``missing``, ``partial`` (a load that did not finish), ``stale`` (built with other
+    search indexes than the current DDL's) or ``ready``."""
+    schema = f"realm_{realm}"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s",
+            (schema,),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return "missing"
+        cur = await conn.execute(sql.SQL("SELECT seq FROM {}.meta").format(sql.Identifier(schema)))
+        seq = await cur.fetchone()
+        if seq is None or int(seq[0]) < docs:
+            return "partial"
+        ddl = search_index_ddl(schema, dim).as_string(conn)
+        return "ready" if row[0] == _digest(ddl) else "stale"
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -524,9 +636,11 @@ def start_server(dsn: str, bootstrap: str, ef: dict[str, int], prefix: str) -> t
 
 async def latency(
     url: str, realm: str, queries: list[str], mode: str, clients: int, requests: int
-) -> tuple[float, float, float]:
-    """p50 and p99 in ms, and requests/s, for ``requests`` queries over ``clients``."""
+) -> tuple[float, float, float, int]:
+    """p50 and p99 in ms, requests/s and requests, for ``requests`` queries over
+    ``clients``."""
     samples: list[float] = []
+    stages: dict[str, list[float]] = {}
     it = iter(range(requests))
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
@@ -539,6 +653,8 @@ async def latency(
                 samples.append((time.perf_counter() - t) * 1000)
                 if r.status_code != 200:
                     raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
+                for stage, ms in r.json()["stats"].get("timings_ms", {}).items():
+                    stages.setdefault(stage, []).append(float(ms))
 
         for q in queries[:20]:  # warm caches and connections
             await client.post(f"/v1/realms/{realm}/query_data", json={"query": q, "mode": mode})
@@ -547,40 +663,44 @@ async def latency(
         elapsed = time.perf_counter() - started
     samples.sort()
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-    return statistics.median(samples), p99, len(samples) / elapsed
+    if clients == 1:
+        print(
+            "    stages, median ms: "
+            + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items()),
+            flush=True,
+        )
+    return statistics.median(samples), p99, len(samples) / elapsed, len(samples)
 
 
 EF_CURVE = (40, 100, 200, 400)
 
 
 async def recall(
-    dsn: str, realm: str, queries: list[str], ef: dict[str, int]
+    dsn: str, realm: str, queries: list[str], ef: dict[str, int], shape: Shape
 ) -> dict[str, list[tuple[int, float, float]]]:
     """recall@10 of each HNSW search, as the service runs it (same query texts, filters,
     iterative scans), against exact search, at several ``ef_search`` widths (the configured
     one included): table → [(ef_search, recall, median ms)]. A hit is any result at a
     distance no greater than the exact 10th (ties are equally correct)."""
     schema = sql.Identifier(f"realm_{realm}")
-    embedder = HashingEmbedder(DIM)
     out: dict[str, list[tuple[int, float, float]]] = {}
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await register_vector_async(conn)
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
         for tbl, where, text in (
             ("entities", "dormant_since IS NULL AND space = 'default'", "entity"),
             ("relations", "status = 'current' AND space = 'default'", "query"),
             ("chunks", "t_expired IS NULL AND space = 'default'", "query"),
         ):
-            vecs = []
-            for q in queries[:100]:
-                texts = _query_texts(q, lexical_keywords(q))
-                v = (await embedder.embed([texts[text]]))[0]
-                vecs.append("[" + ",".join(map(str, v)) + "]")
+            vecs = _vectors(
+                shape, [_query_texts(q, lexical_keywords(q))[text] for q in queries[:100]]
+            )
             truth = []
             for vec in vecs:
                 cur = await conn.execute(
                     sql.SQL(
-                        "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
-                        " ORDER BY (embedding <=> %s::vector) + 0 LIMIT 10"
+                        "SELECT id, embedding <=> %s AS d FROM {}.{} WHERE {}"
+                        " ORDER BY (embedding <=> %s) + 0 LIMIT 10"
                     ).format(schema, sql.Identifier(tbl), sql.SQL(where)),
                     (vec, vec),
                 )
@@ -595,8 +715,8 @@ async def recall(
                     t = time.perf_counter()
                     cur = await conn.execute(
                         sql.SQL(
-                            "SELECT id, embedding <=> %s::vector AS d FROM {}.{} WHERE {}"
-                            " ORDER BY embedding <=> %s::vector LIMIT 10"
+                            "SELECT id, embedding <=> %s AS d FROM {}.{} WHERE {}"
+                            " ORDER BY embedding <=> %s LIMIT 10"
                         ).format(schema, sql.Identifier(tbl), sql.SQL(where)),
                         (vec, vec),
                     )
@@ -830,53 +950,105 @@ async def _drop(dsn: str, realm: str) -> None:
 # ---------------------------------------------------------------------------- main
 
 
-async def bench_size(args: argparse.Namespace, size: int) -> None:
-    dsn, bootstrap = args.dsn, args.bootstrap
-    realm = args.reuse or f"bq{size}_{uuid.uuid4().hex[:6]}"
-    docs = make_corpus(size)
-    method = "reuse" if args.reuse else args.load or ("writer" if size <= 20_000 else "copy")
-    print(
-        f"\n== {size:,} entities, {len(docs):,} documents, "
-        f"{sum(len(d.relations) for d in docs):,} relations (load: {method}) ==",
-        flush=True,
+async def build_realm(args: argparse.Namespace, size: int, shape: Shape, docs: list[Doc]) -> str:
+    """A loaded realm of ``size`` entities in ``shape``: a cached one when it exists and is
+    complete (re-indexed when the search index DDL changed), else built now."""
+    if args.reuse:
+        return str(args.reuse)
+    method = args.load or ("writer" if size <= 20_000 and shape.kind == "hashing" else "copy")
+    if method == "writer" and shape.kind != "hashing":
+        raise SystemExit("the writer path embeds with the realm's embedder: hashing only")
+    realm = (
+        cached_realm(size, shape, method)
+        if args.cache
+        else f"bq{size}_{shape.kind[0]}{shape.dim}_{uuid.uuid4().hex[:6]}"
     )
+    state = await realm_state(args.dsn, realm, len(docs), shape.dim)
+    print(f"  realm {realm} ({method}): {state}", flush=True)
+    if state == "ready":
+        return realm
+    if state == "stale":
+        await asyncio.to_thread(build_search_indexes, args.dsn, realm, shape)
+        return realm
+    if state == "partial":
+        await _drop(args.dsn, realm)
     t = time.perf_counter()
-    if method == "reuse":
-        pass
-    elif method == "writer":
-        await load_writer(dsn, realm, docs)
+    if method == "writer":
+        await load_writer(args.dsn, realm, docs)
+        await asyncio.to_thread(build_search_indexes, args.dsn, realm, shape)
     else:
-        await asyncio.to_thread(load_copy, dsn, realm, docs)
-    print(f"  loaded in {time.perf_counter() - t:.1f}s", flush=True)
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await asyncio.to_thread(load_copy, args.dsn, realm, docs, shape)
+    async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
         for tbl in ("relations", "entities", "chunks", "mentions", "relation_sources"):
             await conn.execute(
                 sql.SQL("VACUUM ANALYZE {}.{}").format(
                     sql.Identifier(f"realm_{realm}"), sql.Identifier(tbl)
                 )
             )
+    print(f"  built in {time.perf_counter() - t:.1f}s (load, indexes, analyze)", flush=True)
+    return realm
+
+
+async def bench_size(args: argparse.Namespace, size: int) -> None:
+    dsn, bootstrap = args.dsn, args.bootstrap
+    docs = make_corpus(size)
     queries = make_queries(docs)
-    rec = await recall(dsn, realm, queries, args.ef)
     print(
-        "  recall@10 vs exact search, by hnsw.ef_search (median ms per search);"
-        " * = the service's setting",
+        f"\n== {size:,} entities, {len(docs):,} documents, "
+        f"{sum(len(d.relations) for d in docs):,} relations ==",
         flush=True,
     )
-    for tbl, curve in rec.items():
-        cells = "  ".join(
-            f"{'*' if w == args.ef[tbl] else ' '}{w:>3}: {r:.3f} ({ms:.1f} ms)"
-            for w, r, ms in curve
+    for shape in args.vectors:
+        print(f" -- vectors: {shape.name}", flush=True)
+        realm = await build_realm(args, size, shape, docs)
+        rec = await recall(dsn, realm, queries, args.ef, shape)
+        print(
+            "  recall@10 vs exact search, by hnsw.ef_search (median ms per search);"
+            " * = the service's setting",
+            flush=True,
         )
-        print(f"    {tbl:<10}{cells}", flush=True)
+        for tbl, curve in rec.items():
+            cells = "  ".join(
+                f"{'*' if w == args.ef[tbl] else ' '}{w:>3}: {r:.3f} ({ms:.1f} ms)"
+                for w, r, ms in curve
+            )
+            print(f"    {tbl:<10}{cells}", flush=True)
+        if shape.name in args.latency_shapes:
+            await serve_and_measure(args, size, realm, queries, first=shape == args.vectors[0])
+        if not args.cache and not args.keep and not args.reuse:
+            await _drop(dsn, realm)
+    del bootstrap
+
+
+async def serve_and_measure(
+    args: argparse.Namespace, size: int, realm: str, queries: list[str], *, first: bool
+) -> None:
+    """Latency per mode and client count against ``tidegraph serve``, with the CPU each
+    side spent; then the mechanisms, freshness and the change feed (first shape only)."""
+    dsn, bootstrap = args.dsn, args.bootstrap
     proc, url = start_server(dsn, bootstrap, args.ef, "bq")
     try:
-        print(f"  {'mode':<8}{'clients':>8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}")
+        postmaster = await postmaster_pid(dsn)
+        print(
+            f"  {'mode':<8}{'clients':>8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"
+            f"   CPU ms per request: {'client':>7}{'serve':>7}{'postgres':>9}   load"
+        )
         for mode in args.modes:
             for clients in args.clients:
-                p50, p99, rps = await latency(
+                before = cpu_split(proc.pid, postmaster)
+                p50, p99, rps, n = await latency(
                     url, realm, queries, mode, clients, args.requests * max(1, clients // 2)
                 )
-                print(f"  {mode:<8}{clients:>8}{p50:>10.1f}{p99:>10.1f}{rps:>10.0f}", flush=True)
+                after = cpu_split(proc.pid, postmaster)
+                ms = [(a - b) * 1000 / n for a, b in zip(after, before, strict=True)]
+                print(
+                    f"  {mode:<8}{clients:>8}{p50:>10.1f}{p99:>10.1f}{rps:>10.0f}"
+                    f"   {'':>19}{ms[0]:>7.1f}{ms[1]:>7.1f}{ms[2]:>9.1f}"
+                    f"   {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+        if not first or not args.extras:
+            return
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             print("  retrieval mechanisms, one client, each setting in turn per query:")
             for mode in args.modes:
@@ -889,10 +1061,56 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
     finally:
         proc.terminate()
         await asyncio.to_thread(proc.wait, 30)
-    count, rate = await publish_rate(dsn, bootstrap, realm)
-    print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
-    if not args.keep:
-        await _drop(dsn, realm)
+    if first and args.extras:
+        count, rate = await publish_rate(dsn, bootstrap, realm)
+        print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
+
+
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds of one process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def cpu_split(server: int, postmaster: int | None) -> tuple[float, float, float]:
+    """CPU seconds so far of this process (the HTTP client), of ``tidegraph serve`` and of
+    PostgreSQL (the postmaster and its live children: backends, workers); PostgreSQL's is
+    0 for a server on another machine."""
+    t = os.times()
+    pg = 0.0
+    if postmaster is not None:
+        pg = _cpu(postmaster) + sum(_cpu(c) for c in _children(postmaster))
+    return t.user + t.system, _cpu(server), pg
+
+
+async def postmaster_pid(dsn: str) -> int | None:
+    """The local server's postmaster (the parent of a backend), or ``None`` when it is not
+    on this machine."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute("SELECT pg_backend_pid()")
+        row = await cur.fetchone()
+    assert row is not None
+    try:
+        stat = Path(f"/proc/{row[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(stat[1])
 
 
 def main() -> None:
@@ -908,6 +1126,31 @@ def main() -> None:
     p.add_argument("--load", choices=["writer", "copy"], help="force one loading path")
     p.add_argument("--no-freshness", dest="freshness", action="store_false")
     p.add_argument("--keep", action="store_true", help="keep the bench realms")
+    p.add_argument(
+        "--vectors",
+        default="hashing-384,clustered-384,clustered-1536",
+        help="vector shapes: hashing-N (the hashing embedder) and clustered-N (a mixture of"
+        " Gaussians shaped like a model's; see bench/shapes.py)",
+    )
+    p.add_argument(
+        "--latency-shapes",
+        default="hashing-384,clustered-384",
+        help="shapes whose realms are also served and timed (queries are embedded by the"
+        " realm's hashing embedder at its dimension)",
+    )
+    p.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        help="build fresh realms (dropped afterwards) instead of keeping built ones keyed by"
+        " size, shape and corpus version",
+    )
+    p.add_argument(
+        "--no-extras",
+        dest="extras",
+        action="store_false",
+        help="latency only: no mechanisms table, freshness or change feed",
+    )
     p.add_argument("--reuse", help="measure an already loaded realm (one size only)")
     p.add_argument("--answers-only", action="store_true", help="answer recall@25 only")
     p.add_argument("--no-answers", dest="answers", action="store_false")
@@ -923,12 +1166,14 @@ def main() -> None:
         "chunks": args.ef_chunks,
     }
     args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.vectors = [Shape.parse(v) for v in args.vectors.split(",")]
+    args.latency_shapes = set(args.latency_shapes.split(","))
     args.modes = args.modes.split(",")
     args.clients = [int(c) for c in args.clients.split(",")]
     args.bootstrap, args.dsn = services.given_or_up()
     print(
-        f"query benchmark: {DIM}-dim hashing embeddings, {os.cpu_count()} cores, "
-        f"load average {os.getloadavg()[0]:.1f} at start"
+        f"query benchmark: vectors {', '.join(v.name for v in args.vectors)}, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start"
     )
     if args.mechanisms_only:
         for size in args.sizes:

@@ -4,6 +4,7 @@ follows the request; weak vector matches are not reported as entities."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,10 +13,12 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.models.hashing import HashingEmbedder
-from tidegraph.query_service.focus import question_focus
+from tidegraph.query_service.focus import find_word, question_focus
 from tidegraph.schemas.realm_config import preset
 
 from graph_helpers import GraphHarness
@@ -25,6 +28,15 @@ pytestmark = pytest.mark.postgres
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "corpus"
 RELATION_MODES = ("mix", "local", "global", "hybrid")
+
+
+_TEXT = st.text(alphabet="ab _-é1.", max_size=12)
+
+
+@given(_TEXT, _TEXT)
+def test_whole_word_search_finds_what_the_regular_expression_finds(text: str, phrase: str) -> None:
+    expected = re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) if phrase.strip() else None
+    assert find_word(text, phrase) == (expected.span() if expected else None)
 
 
 def test_roles_follow_word_order_and_the_passive() -> None:

@@ -12,9 +12,10 @@ import pytest
 from tidegraph.infra.cli import main
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
-from tidegraph.store.ddl import FOREIGN_KEYS, drop_foreign_keys_ddl, foreign_keys_ddl
+from tidegraph.store.ddl import FOREIGN_KEYS, HNSW_OPTIONS, drop_foreign_keys_ddl, foreign_keys_ddl
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.realms import check_embedder, create_realm, ensure_control, open_realm
+from tidegraph.store.upgrades import vector_indexes_outdated
 
 pytestmark = pytest.mark.postgres
 
@@ -285,3 +286,50 @@ async def test_applied_counts_a_groups_records_over_its_partitions(own_database:
         await positions.advance(conn, other, 2, positions.Position(3))
         assert await positions.applied(conn, "g", "t") == 12
         assert await positions.applied(conn, "h", "t") == 0
+
+
+def test_reindex_rebuilds_the_vector_indexes_built_with_other_options(
+    pg_dsn: str, unique_name: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    realm = unique_name("r")
+    assert main(["realm", "create", realm, "--pg-dsn", pg_dsn]) == 0
+    schema = f"realm_{realm}"
+
+    async def options() -> dict[str, list[str]]:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT c.relname, coalesce(c.reloptions, '{}') FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname LIKE '%%\\_embedding'",
+                (schema,),
+            )
+            return {str(name): sorted(opts) for name, opts in await cur.fetchall()}
+
+    def wanted(table: str) -> list[str]:
+        m, efc = HNSW_OPTIONS[table]
+        return sorted([f"m={m}", f"ef_construction={efc}"])
+
+    assert asyncio.run(options()) == {f"{t}_embedding": wanted(t) for t in HNSW_OPTIONS}
+    assert main(["realm", "reindex", realm, "--check", "--pg-dsn", pg_dsn]) == 0
+
+    async def as_before(table: str) -> None:  # a realm created before the options
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute(f"DROP INDEX {schema}.{table}_embedding")
+            await conn.execute(
+                f"CREATE INDEX {table}_embedding ON {schema}.{table}"
+                " USING hnsw (embedding vector_cosine_ops)"
+            )
+            assert await vector_indexes_outdated(conn, schema) == (
+                [] if HNSW_OPTIONS[table] == (16, 64) else [table]
+            )
+
+    tuned = [t for t, o in HNSW_OPTIONS.items() if o != (16, 64)]
+    assert tuned, "every table has pgvector's default options"
+    asyncio.run(as_before(tuned[0]))
+    capsys.readouterr()
+    assert main(["realm", "reindex", realm, "--check", "--pg-dsn", pg_dsn]) == 1
+    assert tuned[0] in capsys.readouterr().out
+    assert asyncio.run(options())[f"{tuned[0]}_embedding"] == []
+    assert main(["realm", "reindex", realm, "--pg-dsn", pg_dsn]) == 0
+    assert asyncio.run(options()) == {f"{t}_embedding": wanted(t) for t in HNSW_OPTIONS}
+    assert main(["realm", "reindex", realm, "--check", "--pg-dsn", pg_dsn]) == 0

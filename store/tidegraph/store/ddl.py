@@ -290,17 +290,47 @@ CREATE INDEX IF NOT EXISTS entity_aliases_words ON {schema}.entity_aliases
 _SEARCH_INDEXES = (
     """
 CREATE INDEX IF NOT EXISTS relations_tsv ON {schema}.relations USING gin (tsv);
-CREATE INDEX IF NOT EXISTS chunks_embedding ON {schema}.chunks
-    USING hnsw (embedding vector_cosine_ops);
-CREATE INDEX IF NOT EXISTS entities_embedding ON {schema}.entities
-    USING hnsw (embedding vector_cosine_ops);
-CREATE INDEX IF NOT EXISTS relations_embedding ON {schema}.relations
-    USING hnsw (embedding vector_cosine_ops);
-CREATE INDEX IF NOT EXISTS communities_embedding ON {schema}.communities
-    USING hnsw (embedding vector_cosine_ops);
 """
     + _NAME_SEARCH_INDEXES
 )
+
+HNSW_OPTIONS: dict[str, tuple[int, int]] = {
+    "chunks": (16, 64),
+    "entities": (16, 128),
+    "relations": (24, 128),
+    "communities": (16, 64),
+}
+"""``(m, ef_construction)`` of each table's HNSW index (``<table>_embedding``, cosine).
+
+pgvector's defaults are (16, 64). Rendered triples are short and alike, so relations get a
+denser graph built with a wider candidate list, and entities the wider list: both reach a
+given recall at a smaller ``hnsw.ef_search``, which every query pays, for a slower build,
+which only writes and replays pay (README, "Query performance").
+
+A realm's indexes are built with the options in force when it was created (or last
+rebuilt: :func:`tidegraph.store.upgrades.rebuild_vector_index`); changing them here changes
+new realms and replays, and :func:`tidegraph.store.upgrades.vector_indexes_outdated` names
+the indexes of an existing realm that differ."""
+
+
+def vector_index_ddl(
+    schema: str, table: str, *, name: str | None = None, concurrently: bool = False
+) -> sql.Composed:
+    """``CREATE INDEX`` of ``table``'s HNSW index with its :data:`HNSW_OPTIONS` (idempotent
+    by name; ``name`` builds it under another one and ``concurrently`` without blocking
+    writes, for a rebuild beside the old)."""
+    m, ef_construction = HNSW_OPTIONS[table]
+    return sql.SQL(
+        "CREATE INDEX {how}IF NOT EXISTS {name} ON {table}"
+        " USING hnsw (embedding vector_cosine_ops) WITH (m = {m}, ef_construction = {efc})"
+    ).format(
+        how=sql.SQL("CONCURRENTLY " if concurrently else ""),
+        name=sql.Identifier(name or f"{table}_embedding"),
+        table=sql.Identifier(schema, table),
+        m=sql.Literal(m),
+        efc=sql.Literal(ef_construction),
+    )
+
 
 NAME_SEARCH_INDEXES: tuple[str, ...] = ("entities_name_words", "entity_aliases_words")
 """Word-prefix indexes of entity names and aliases (the ``entities?name=`` lookup); a realm
@@ -338,7 +368,12 @@ def realm_ddl(schema: str, dimension: int) -> sql.Composed:
 def search_index_ddl(schema: str, dimension: int) -> sql.Composed:
     """Indexes only queries read (HNSW, full text): separate so a bulk load (replay)
     builds them once after loading instead of maintaining them row by row."""
-    return _compose(_SEARCH_INDEXES, schema, dimension)
+    return sql.Composed(
+        [
+            _compose(_SEARCH_INDEXES, schema, dimension),
+            *(vector_index_ddl(schema, t) + sql.SQL(";\n") for t in HNSW_OPTIONS),
+        ]
+    )
 
 
 FOREIGN_KEYS: tuple[tuple[str, str, str, bool], ...] = (

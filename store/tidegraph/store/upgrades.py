@@ -15,6 +15,7 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.schemas.names import name_key
 from tidegraph.store.ddl import (
+    HNSW_OPTIONS,
     NAME_SEARCH_INDEXES,
     POSITIONS_AHEAD_DDL,
     TELEMETRY_TABLE,
@@ -22,6 +23,7 @@ from tidegraph.store.ddl import (
     name_search_ddl,
     superseded_via_ddl,
     telemetry_ddl,
+    vector_index_ddl,
 )
 from tidegraph.store.locks import lock_realm_schema
 
@@ -148,3 +150,53 @@ async def add_superseded_via(conn: AsyncConnection[Any], schema: str) -> None:
     async with conn.transaction():
         await lock_realm_schema(conn, schema)
         await conn.execute(superseded_via_ddl(schema))
+
+
+async def vector_indexes_outdated(conn: AsyncConnection[Any], schema: str) -> list[str]:
+    """Tables of the realm whose HNSW index was built with other options than
+    :data:`~tidegraph.store.ddl.HNSW_OPTIONS` (or is missing), from the catalogue alone.
+
+    Never rebuilt at start: a rebuild reads the whole table and takes minutes on a large
+    realm; ``tidegraph realm reindex`` (:func:`rebuild_vector_index`) does it when asked.
+    """
+    cur = await conn.execute(
+        "SELECT c.relname, coalesce(c.reloptions, '{}') FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind = 'i' AND c.relname = ANY(%s)",
+        (schema, [f"{t}_embedding" for t in HNSW_OPTIONS]),
+    )
+    built = {str(name): _options(opts) for name, opts in await cur.fetchall()}
+    outdated = []
+    for table, (m, ef_construction) in HNSW_OPTIONS.items():
+        options = built.get(f"{table}_embedding")
+        # pgvector's defaults (m 16, ef_construction 64) apply when an option is unset.
+        if options is None or (
+            int(options.get("m", "16")),
+            int(options.get("ef_construction", "64")),
+        ) != (m, ef_construction):
+            outdated.append(table)
+    return outdated
+
+
+def _options(reloptions: list[str]) -> dict[str, str]:
+    return dict(option.split("=", 1) for option in reloptions)
+
+
+async def rebuild_vector_index(conn: AsyncConnection[Any], schema: str, table: str) -> None:
+    """Rebuild ``table``'s HNSW index with the current options, without blocking writes
+    or searches: the new index is built concurrently beside the old one, then takes its
+    name in one short transaction. ``conn`` must be in autocommit mode."""
+    new = f"{table}_embedding_new"
+    await conn.execute(
+        sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(schema, new))
+    )
+    await conn.execute(vector_index_ddl(schema, table, name=new, concurrently=True))
+    async with conn.transaction():
+        await conn.execute(
+            sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(schema, f"{table}_embedding"))
+        )
+        await conn.execute(
+            sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+                sql.Identifier(schema, new), sql.Identifier(f"{table}_embedding")
+            )
+        )

@@ -1,6 +1,6 @@
-"""``tidegraph realm create|show|list|copies|delete|telemetry``: pin a realm's configuration
-before its first record, see every realm's size and lag, delete one, turn its coverage
-telemetry on or off."""
+"""``tidegraph realm create|show|list|copies|delete|telemetry|reindex``: pin a realm's
+configuration before its first record, see every realm's size and lag, delete one, turn its
+coverage telemetry on or off, rebuild its vector indexes with the current options."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from tidegraph.store.realms import (
     realm_exists,
     set_coverage_telemetry,
 )
+from tidegraph.store.upgrades import rebuild_vector_index, vector_indexes_outdated
 
 
 class RealmExistsError(ConfigError):
@@ -114,6 +115,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     telemetry.add_argument("state", choices=("on", "off"))
     telemetry.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     telemetry.set_defaults(func=_telemetry)
+    reindex = actions.add_parser(
+        "reindex",
+        help="rebuild vector indexes built with other HNSW options than the current ones",
+        description="Rebuild, one at a time and without blocking writes or queries (CREATE "
+        "INDEX CONCURRENTLY beside the old, then a rename), each HNSW index of REALM whose "
+        "m / ef_construction differ from those new realms get; --check only lists them "
+        "(exit status 1 when any differ).",
+    )
+    reindex.add_argument("realm")
+    reindex.add_argument("--check", action="store_true", help="list, rebuild nothing")
+    reindex.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
+    reindex.set_defaults(func=_reindex)
 
 
 def _config(args: argparse.Namespace) -> RealmConfig:
@@ -163,6 +176,23 @@ async def _telemetry(args: argparse.Namespace) -> int:
             raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
         info = await set_coverage_telemetry(conn, realm, args.state == "on")
     print(f"realm {realm}: coverage telemetry {'on' if info.config.coverage_telemetry else 'off'}")
+    return 0
+
+
+async def _reindex(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    schema = realm_schema(realm)
+    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
+    async with connect_pg(dsn) as conn:
+        if not await realm_exists(conn, schema):
+            raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
+        outdated = await vector_indexes_outdated(conn, schema)
+        if args.check or not outdated:
+            print(f"realm {realm}: vector indexes to rebuild: {', '.join(outdated) or 'none'}")
+            return 1 if outdated and args.check else 0
+        for table in outdated:
+            await rebuild_vector_index(conn, schema, table)
+            print(f"realm {realm}: {table} vector index rebuilt", flush=True)
     return 0
 
 
