@@ -45,7 +45,7 @@ Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP`` when set, else th
 ``tidegraph up`` runs (started if needed). Run:
 ``.venv/bin/python bench/query.py [--sizes 10000,100000] [--vectors ...]
 [--latency-shapes ...] [--no-extras] [--answers-only] [--mechanisms-only]``. The clustered
-shapes need numpy (``.venv/bin/pip install numpy``); latency is timed on the shapes of
+shapes need numpy (in the dev extra scripts/bootstrap installs); latency is timed on the shapes of
 ``--latency-shapes``, whose queries the service embeds with the realm's hashing embedder.
 """
 
