@@ -185,14 +185,47 @@ def entity_filter(scope: Scope, alias: str = "e") -> sql.Composed:
 _ENTITY_COLUMNS = sql.SQL("e.id, e.space, e.name, e.type, e.description, e.aliases")
 
 
+def entity_columns(
+    schema: str, scope: Scope, alias: str = "e"
+) -> tuple[sql.Composed, sql.Composed]:
+    """``id, space, name, type, description, aliases`` of entity rows ``alias``, and the
+    join that supplies them: the stored row for the current belief; at ``as_believed_at``
+    the ``entity_history`` interval open at the instant (a description withdrawn since,
+    or taught since, is shown as it was then), the stored row only for an entity without
+    history at the instant."""
+    a = sql.Identifier(alias)
+    if scope.believed_at is None:
+        return (
+            sql.SQL("{a}.id, {a}.space, {a}.name, {a}.type, {a}.description, {a}.aliases").format(
+                a=a
+            ),
+            sql.Composed([]),
+        )
+    return (
+        sql.SQL(
+            "{a}.id, {a}.space, coalesce(bh.name, {a}.name), coalesce(bh.type, {a}.type),"
+            " coalesce(bh.description, {a}.description), coalesce(bh.aliases, {a}.aliases)"
+        ).format(a=a),
+        sql.SQL(
+            " LEFT JOIN LATERAL (SELECT h.name, h.type, h.description, h.aliases FROM {hist} h"
+            " WHERE h.entity_id = {a}.id AND h.t_created <= %(believed)s"
+            " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
+            " ORDER BY h.t_created DESC LIMIT 1) bh ON true"
+        ).format(a=a, hist=table(schema, "entity_history")),
+    )
+
+
 def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
-    """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase)."""
+    """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase),
+    with their attributes as believed (:func:`entity_columns`)."""
+    cols, believed = entity_columns(schema, scope)
     return sql.SQL(
-        "SELECT {cols} FROM {ent} e WHERE e.name_key = ANY(%(names)s) AND {f}"
-        " UNION SELECT {cols} FROM {alias} a JOIN {ent} e ON e.id = a.entity_id"
+        "SELECT {cols} FROM {ent} e{believed} WHERE e.name_key = ANY(%(names)s) AND {f}"
+        " UNION SELECT {cols} FROM {alias} a JOIN {ent} e ON e.id = a.entity_id{believed}"
         " WHERE a.alias_lower = ANY(%(names)s) AND {f}"
     ).format(
-        cols=_ENTITY_COLUMNS,
+        cols=cols,
+        believed=believed,
         ent=table(schema, "entities"),
         alias=table(schema, "entity_aliases"),
         f=entity_filter(scope),
@@ -200,11 +233,21 @@ def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
 
 
 def entities_by_vector(schema: str, scope: Scope) -> sql.Composed:
-    """The ``%(top_k)s`` entities nearest ``%(evec)s`` (cosine), dormant ones excluded."""
+    """The ``%(top_k)s`` entities nearest ``%(evec)s`` (cosine), dormant ones excluded, with
+    their attributes as believed (:func:`entity_columns`; the distance is the present
+    embedding's, history keeps no vectors)."""
+    cols, believed = entity_columns(schema, scope, "x")
     return sql.SQL(
-        "SELECT * FROM (SELECT {cols}, e.embedding <=> %(evec)s AS d FROM {ent} e"
-        " WHERE {f} ORDER BY e.embedding <=> %(evec)s LIMIT %(top_k)s) x ORDER BY d, id"
-    ).format(cols=_ENTITY_COLUMNS, ent=table(schema, "entities"), f=entity_filter(scope))
+        "SELECT {cols}, x.d FROM (SELECT {inner}, e.embedding <=> %(evec)s AS d FROM {ent} e"
+        " WHERE {f} ORDER BY e.embedding <=> %(evec)s LIMIT %(top_k)s) x{believed}"
+        " ORDER BY x.d, x.id"
+    ).format(
+        cols=cols,
+        inner=_ENTITY_COLUMNS,
+        believed=believed,
+        ent=table(schema, "entities"),
+        f=entity_filter(scope),
+    )
 
 
 def chunks_by_vector(schema: str, scope: Scope) -> sql.Composed:
