@@ -206,3 +206,40 @@ async def test_a_realm_of_the_earlier_layout_gets_seeded_history_on_open(
         sql.SQL("SELECT name, description FROM {}.entities ORDER BY 1").format(sql.Identifier(s))
     )
     assert await cur.fetchall() == [("Ada Lovelace", ""), ("Charles Babbage", "")]
+
+
+async def test_relation_ends_carry_the_names_believed_then(
+    graph: GraphHarness, pool: AsyncConnectionPool[Any]
+) -> None:
+    """A later document proves ``Babbage`` is ``Charles Babbage``: the entity is renamed in
+    place; relations read as believed before show the name believed then."""
+    await write_doc(
+        graph,
+        "a.md",
+        [
+            (
+                "Ada Lovelace worked with Babbage.",
+                [ent("Ada Lovelace"), ent("Babbage")],
+                [rel("Ada Lovelace", "worked_with", "Babbage")],
+            )
+        ],
+    )
+    between = graph.clock + timedelta(milliseconds=500)
+    await write_doc(
+        graph,
+        "b.md",
+        [("Charles Babbage.", [ent("Charles Babbage", aliases=("Babbage",))], [])],
+    )
+    realm = graph.info.realm
+    async with api_client(pool) as client:
+        for at, name in ((None, "Charles Babbage"), (between, "Babbage")):
+            params = {} if at is None else {"as_believed_at": at.isoformat()}
+            r = await client.get(f"/v1/realms/{realm}/relations", params=params)
+            assert r.status_code == 200, r.text
+            assert [(x["subject"], x["object"]) for x in r.json()["relations"]] == [
+                ("Ada Lovelace", name)
+            ]
+            body = await query_data(
+                client, realm, query="Who did Ada Lovelace work with?", mode="local", **params
+            )
+            assert {x["object"] for x in body["relations"]} == {name}

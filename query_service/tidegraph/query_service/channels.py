@@ -215,6 +215,19 @@ def entity_columns(
     )
 
 
+def entity_name(schema: str, scope: Scope, alias: str) -> sql.Composed:
+    """The name of entity row ``alias`` as believed at ``as_believed_at`` (a merge may have
+    renamed it since), its stored name otherwise; for relation ends."""
+    a = sql.Identifier(alias)
+    if scope.believed_at is None:
+        return sql.SQL("{}.name").format(a)
+    return sql.SQL(
+        "coalesce((SELECT h.name FROM {hist} h WHERE h.entity_id = {a}.id"
+        " AND h.t_created <= %(believed)s AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
+        " LIMIT 1), {a}.name)"
+    ).format(a=a, hist=table(schema, "entity_history"))
+
+
 def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
     """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase),
     with their attributes as believed (:func:`entity_columns`)."""
@@ -363,9 +376,9 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
     """Everything a response carries about relations ``%(ids)s``.
 
     ``state`` is the belief state at ``as_believed_at`` when one is given, else the
-    current status; ``doc_keys`` are the documents of the live chunks asserting it;
-    ``order_key`` the document order of the latest live document asserting it (current
-    belief, whatever ``as_believed_at``).
+    current status (the ends' names likewise, :func:`entity_name`); ``doc_keys`` are the
+    documents of the live chunks asserting it; ``order_key`` the document order of the
+    latest live document asserting it (current belief, whatever ``as_believed_at``).
     """
     if scope.believed_at is None:
         state = sql.SQL("r.status, r.superseded_by")
@@ -379,7 +392,7 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
             " ORDER BY h.t_created DESC LIMIT 1) h ON true"
         ).format(hist=table(schema, "relation_history"))
     return sql.SQL(
-        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        "SELECT r.id, r.space, {subject}, r.predicate, {object}, r.negated, r.valid_from,"
         " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
         " ARRAY(SELECT DISTINCT s.doc_key FROM {src} s WHERE s.relation_id = r.id"
         "  ORDER BY 1) AS doc_keys, r.order_key"
@@ -387,6 +400,8 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
         " JOIN {ent} eo ON eo.id = r.object_id{join}"
         " WHERE r.id = ANY(%(ids)s::bigint[])"
     ).format(
+        subject=entity_name(schema, scope, "es"),
+        object=entity_name(schema, scope, "eo"),
         state=state,
         src=table(schema, "relation_sources"),
         rel=table(schema, "relations"),

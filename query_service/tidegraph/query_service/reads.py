@@ -17,7 +17,13 @@ from typing import Any
 import orjson
 from psycopg import AsyncConnection, sql
 
-from tidegraph.query_service.channels import Scope, edge_filter, entity_columns, parameters
+from tidegraph.query_service.channels import (
+    Scope,
+    edge_filter,
+    entity_columns,
+    entity_name,
+    parameters,
+)
 from tidegraph.query_service.db import table
 from tidegraph.schemas.changes import GraphChange, change_id
 from tidegraph.schemas.names import ANY_SPACE, name_key
@@ -208,7 +214,7 @@ async def list_relations(
             " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
         ).format(hist=table(s, "relation_history"))
     query = sql.SQL(
-        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        "SELECT r.id, r.space, {subject}, r.predicate, {object}, r.negated, r.valid_from,"
         " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
         " ARRAY(SELECT DISTINCT src.doc_key FROM {src} src WHERE src.relation_id = r.id"
         "  ORDER BY 1) AS doc_keys"
@@ -216,6 +222,8 @@ async def list_relations(
         " JOIN {ent} eo ON eo.id = r.object_id{join}"
         " WHERE {conds} ORDER BY r.id LIMIT %(limit)s"
     ).format(
+        subject=entity_name(s, scope, "es"),
+        object=entity_name(s, scope, "eo"),
         state=state,
         src=table(s, "relation_sources"),
         rel=table(s, "relations"),
