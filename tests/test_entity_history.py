@@ -5,6 +5,7 @@ each change, a withdrawal's included."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -16,6 +17,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store.locks import lock_realm_schema
 from tidegraph.store.realms import open_realm
 
 from graph_helpers import GraphHarness, ent, rel
@@ -243,3 +245,34 @@ async def test_relation_ends_carry_the_names_believed_then(
                 client, realm, query="Who did Ada Lovelace work with?", mode="local", **params
             )
             assert {x["object"] for x in body["relations"]} == {name}
+
+
+async def test_opening_an_upgraded_realm_takes_no_lock_and_two_services_seed_once(
+    graph: GraphHarness, pg_dsn: str
+) -> None:
+    """The upgrade is decided from the catalogue: opening a realm that has the tables never
+    waits for the layout lock (a write or a swap may hold it); two services meeting an old
+    realm at once seed it once."""
+    await write_doc(graph, "ada.md", _ada(V1))
+    realm, s = graph.info.realm, sql.Identifier(graph.info.schema)
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as holder:
+        await lock_realm_schema(holder, graph.info.schema)  # held until rollback
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as other:
+            await asyncio.wait_for(open_realm(other, realm), 5)
+        await holder.rollback()
+    await graph.conn.execute(
+        sql.SQL("DROP TABLE {s}.entity_sources, {s}.entity_history").format(s=s)
+    )
+    conns = [await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) for _ in range(3)]
+    try:
+        await asyncio.gather(*(open_realm(c, realm) for c in conns))
+    finally:
+        for c in conns:
+            await c.close()
+    cur = await graph.conn.execute(
+        sql.SQL(
+            "SELECT (SELECT count(*) FROM {s}.entity_history),"
+            " (SELECT count(*) FROM {s}.entity_sources), (SELECT count(*) FROM {s}.entities)"
+        ).format(s=s)
+    )
+    assert await cur.fetchall() == [(2, 2, 2)]
