@@ -2,7 +2,7 @@
 
 The corpus goes through the real pipeline (Kafka, the indexer, a replay swapped in midway)
 and exercises replacement, deletion, dormancy, revival, a merge, a type refined, a
-description replaced and withdrawn, supersession, re-assertion and restoration. The mirror
+description withdrawn with its document, supersession, re-assertion and restoration. The mirror
 folds the feed over HTTP — entities with type, description and aliases; relations with
 their state and ``superseded_by`` — and must equal what the HTTP API returns for the realm.
 """
@@ -188,9 +188,19 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
         ),
         delete(realm, "again.md"),
         upsert(realm, "ada.md", "Ada Lovelace, known as Ada King, was a mathematician."),
-        # a description replaced, then withdrawn with the only version teaching it
-        upsert(realm, "merlin.md", "Merlin Ambrosius was a wizard at the court of Camelot."),
-        upsert(realm, "merlin.md", "Merlin Ambrosius was a poet."),
+        # the longest description withdrawn with the only document teaching it: the
+        # shorter one another document teaches is the description again
+        upsert(
+            realm,
+            "merlin.md",
+            "Merlin Ambrosius was a wizard at the court of Camelot."
+            " Merlin Ambrosius mentored Arthur Pendragon.",
+        ),
+        upsert(
+            realm,
+            "poet.md",
+            "Merlin Ambrosius was a poet. Merlin Ambrosius mentored Arthur Pendragon.",
+        ),
         delete(realm, "merlin.md"),
     ]
     async with running_indexer(topics, pg_dsn, group, default_realm=CONFIG):
