@@ -90,13 +90,15 @@ async def attribute_states(ctx: WriteContext, touched: Iterable[int]) -> AsyncCu
     ids = sorted(set(touched))
     if not ids:
         return None
+    # Per-entity subqueries: each probes the entity's own contributions through
+    # entity_sources_entity, so the cost follows the touched entities, never the realm.
     return await ctx.send(
         "SELECT e.id, e.space, e.name, e.type, e.description, e.aliases,"
-        " coalesce(array_agg(DISTINCT s.type) FILTER (WHERE s.type IS NOT NULL), '{{}}'),"
-        " coalesce(array_agg(DISTINCT s.description)"
-        "  FILTER (WHERE s.description <> ''), '{{}}')"
-        " FROM {entities} e LEFT JOIN {entity_sources} s ON s.entity_id = e.id"
-        " WHERE e.id = ANY(%s) GROUP BY e.id ORDER BY e.id",
+        " ARRAY(SELECT DISTINCT s.type FROM {entity_sources} s"
+        "  WHERE s.entity_id = e.id AND s.type IS NOT NULL),"
+        " ARRAY(SELECT DISTINCT s.description FROM {entity_sources} s"
+        "  WHERE s.entity_id = e.id AND s.description <> '')"
+        " FROM {entities} e WHERE e.id = ANY(%s) ORDER BY e.id",
         (ids,),
     )
 
