@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 from aiokafka import AIOKafkaProducer
+from progress import wait_applied
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidegraph.connectors.topics import ensure_topic_specs
@@ -222,32 +222,6 @@ async def publish(bootstrap: str, topic: str, docs: list[DocumentVersion]) -> No
         await producer.stop()
 
 
-async def position(dsn: str, group: str, topic: str) -> int:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        try:
-            cur = await conn.execute(
-                "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s",
-                (group, topic),
-            )
-        except psycopg.errors.UndefinedTable:
-            return 0
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
-
-async def wait_applied(
-    dsn: str, group: str, topic: str, n: int, proc: subprocess.Popen[bytes], limit: float
-) -> None:
-    deadline = time.monotonic() + limit
-    while await position(dsn, group, topic) < n:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the indexer exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not applied within {limit:.0f} s")
-        await asyncio.sleep(0.02)
-
-
 def start_indexer(
     env: dict[str, str], group: str, concurrency: int, metrics_port: int, log: Path
 ) -> subprocess.Popen[bytes]:
@@ -300,7 +274,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         # Warm up outside the measurement: group join, realm creation, connections.
         await publish(bootstrap, topic, [upsert(realm, "warm.md", document(n, c, 1))])
-        await wait_applied(dsn, group, topic, 1, proc, 120)
+        await wait_applied(dsn, group, topic, 1, proc=proc, limit=120)
         print(header)
         print("-" * len(header))
         applied = 1
@@ -311,7 +285,7 @@ async def run(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             await publish(bootstrap, topic, docs)
             applied += n
-            await wait_applied(dsn, group, topic, applied, proc, args.timeout)
+            await wait_applied(dsn, group, topic, applied, proc=proc, limit=args.timeout)
             seconds = time.perf_counter() - started
             spent = counts(server, metrics_port, realm) - before
             rows[name] = n / seconds

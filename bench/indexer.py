@@ -10,6 +10,10 @@ broker and database on this machine, hashing embeddings of 384 dimensions. Print
   held with SIGSTOP, then drained);
 - the indexer's peak RSS.
 
+``--functional`` creates the realms first with ``works_at`` and ``married_to`` declared
+functional in the subject, so every write also loads and resolves their functional scopes
+(the corpus moves people between organisations); compare with a run without it.
+
 Services: ``TIDEGRAPH_KAFKA_BOOTSTRAP`` / ``TIDEGRAPH_PG_DSN`` when set, else the ones
 ``tidegraph up`` runs (started if needed). Run: ``.venv/bin/python bench/indexer.py``.
 """
@@ -31,13 +35,16 @@ from pathlib import Path
 
 import psycopg
 from aiokafka import AIOKafkaProducer
+from progress import wait_applied
 
 from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import topic_specs
+from tidegraph.store.realms import create_realm, ensure_control
 
 REPO = Path(__file__).resolve().parents[1]
 FIRST = [
@@ -163,29 +170,6 @@ async def _publish(
     return sent
 
 
-async def _position(dsn: str, group: str, topic: str) -> int:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        try:
-            cur = await conn.execute(
-                "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s",
-                (group, topic),
-            )
-        except psycopg.errors.UndefinedTable:
-            return 0
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
-
-async def _wait(dsn: str, group: str, topic: str, target: int, limit: float = 1800) -> float:
-    start = time.perf_counter()
-    while await _position(dsn, group, topic) < target:
-        if time.perf_counter() - start > limit:
-            raise RuntimeError(f"indexer did not reach {target} within {limit}s")
-        await asyncio.sleep(0.05)
-    return time.perf_counter() - start
-
-
 def _rss_peak_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -205,6 +189,11 @@ async def main() -> None:
     parser.add_argument(
         "--catch-up-run", type=int, default=16, help="the indexer's --catch-up-run (0: off)"
     )
+    parser.add_argument(
+        "--functional",
+        action="store_true",
+        help="create the realms with works_at and married_to functional in the subject",
+    )
     args = parser.parse_args()
 
     bootstrap, dsn = services.given_or_up()
@@ -213,6 +202,15 @@ async def main() -> None:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.documents"
     await ensure_topic_specs(bootstrap, topic_specs(prefix, partitions=4))
+    if args.functional:
+        config = RealmConfig(
+            embedder="hashing:384",
+            functional_predicates={"works_at": "subject", "married_to": "subject"},
+        )
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await ensure_control(conn)
+            for realm in realms:
+                await create_realm(conn, realm, config)
     rng = random.Random(42)
     docs = [_document(rng, realms[i % len(realms)], i) for i in range(args.documents)]
     size = sum(len(d.content or "") for d in docs)
@@ -243,7 +241,7 @@ async def main() -> None:
         cwd=REPO,
     )
     try:
-        elapsed = await _wait(dsn, group, topic, len(docs))
+        elapsed = await wait_applied(dsn, group, topic, len(docs))
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             chunks = relations = 0
             for realm in realms:
@@ -263,7 +261,7 @@ async def main() -> None:
             _document(rng, realms[i % len(realms)], args.documents + i) for i in range(args.fresh)
         ]
         sent = await _publish(bootstrap, topic, fresh, rate=rate / 4)
-        await _wait(dsn, group, topic, len(docs) + len(fresh))
+        await wait_applied(dsn, group, topic, len(docs) + len(fresh))
         latencies: list[float] = []
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             for realm in realms:
@@ -286,7 +284,7 @@ async def main() -> None:
             await _publish(bootstrap, topic, docs)
         finally:
             proc.send_signal(signal.SIGCONT)
-        noop = await _wait(dsn, group, topic, 2 * len(docs) + len(fresh))
+        noop = await wait_applied(dsn, group, topic, 2 * len(docs) + len(fresh))
         print(
             f"no-op re-sends: {len(docs) / noop:.0f} documents/s "
             f"({len(docs)} unchanged documents drained in {noop:.2f} s)"

@@ -45,6 +45,7 @@ from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaProducer
+from progress import wait_applied
 
 from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.indexer.extraction.rules import RulesExtractor
@@ -313,29 +314,6 @@ async def publish(
         await producer.stop()
 
 
-async def position(dsn: str, group: str, topic: str) -> int:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        try:
-            cur = await conn.execute(
-                "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s",
-                (group, topic),
-            )
-        except psycopg.errors.UndefinedTable:
-            return 0
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
-
-async def wait_for(dsn: str, group: str, topic: str, target: int, limit: float = 3600) -> float:
-    start = time.perf_counter()
-    while await position(dsn, group, topic) < target:
-        if time.perf_counter() - start > limit:
-            raise RuntimeError(f"indexer did not reach {target} within {limit}s")
-        await asyncio.sleep(0.1)
-    return time.perf_counter() - start
-
-
 async def live_stall(dsn: str, realm: str, retired: str, committed_at: datetime) -> float:
     """Seconds between the indexer's last write into the old schema and its first write
     into the rebuilt one: how long the swap stalled live indexing (retry backoff included).
@@ -415,7 +393,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     try:
         await publish(bootstrap, topic, docs)
-        live_seconds = await wait_for(dsn, group, topic, len(docs))
+        live_seconds = await wait_applied(dsn, group, topic, len(docs))
         live_rate = len(docs) / live_seconds
         print(
             f"live indexing: {live_rate:.1f} documents/s ({live_seconds:.1f} s from a backlog)"

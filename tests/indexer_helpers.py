@@ -33,6 +33,7 @@ from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import topic_specs
+from tidegraph.store import positions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -208,16 +209,7 @@ async def wait_for(
 async def stored_position(pg_dsn: str, group: str, topic: str) -> int:
     """Sum of next offsets over the group's partitions: records applied so far."""
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        try:
-            cur = await conn.execute(
-                "SELECT coalesce(sum(next_offset), 0) FROM tidegraph.consumer_positions"
-                " WHERE group_id = %s AND topic = %s",
-                (group, topic),
-            )
-        except psycopg.errors.UndefinedTable:
-            return 0  # the indexer has not created its control schema yet
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        return await positions.applied(conn, group, topic)
 
 
 async def realm_snapshot(pg_dsn: str, realm: str) -> dict[str, Any]:

@@ -28,6 +28,8 @@ class TcpProxy:
         self.dropping = False
         self.port = 0
         self.accepted = 0
+        self.cut = 0
+        """Connections aborted by :meth:`reset` so far."""
         self._server: asyncio.Server | None = None
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter | None]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -63,13 +65,16 @@ class TcpProxy:
         self.dropping = False
         self.latency = 0.0
 
-    def reset(self) -> None:
-        """Abort every open connection with an RST on both sides."""
-        for client, upstream in list(self._links):
+    def reset(self) -> int:
+        """Abort every open connection with an RST on both sides; returns how many."""
+        links = list(self._links)
+        for client, upstream in links:
             for writer in (client, upstream):
                 if writer is not None:
                     _abort(writer)
         self._links.clear()
+        self.cut += len(links)
+        return len(links)
 
     # --- plumbing -------------------------------------------------------------------------------
 

@@ -11,8 +11,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tidegraph.connectors.bulk import Input, Refusal, publish_paths, read_inputs
+from tidegraph.connectors.bulk import (
+    Input,
+    Refusal,
+    document_from_object,
+    publish_paths,
+    read_inputs,
+)
 from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.hashing import content_hash
 
 from connector_helpers import (  # type: ignore[import-not-found]
@@ -63,6 +70,19 @@ def test_read_inputs_classifies(tmp_path: Path) -> None:
     assert "malformed JSON" in reasons and "not a JSON object" in reasons
     assert "missing" in reasons and "no such file" in reasons
     assert len(refusals) == 7
+
+
+def test_jsonl_objects_may_carry_facts() -> None:
+    facts = {"relations": [{"subject": "Ada Quill", "predicate": "works_at", "object": "Wren"}]}
+    alone = document_from_object({"doc_key": "e/1", "facts": facts}, "acme")
+    assert alone.content == "Ada Quill works at Wren." and alone.hash_matches()
+    assert alone.facts is not None and alone.facts.relations[0].object == "Wren"
+    prose = document_from_object({"doc_key": "e/2", "content": "Text.", "facts": facts}, "acme")
+    assert prose.content == "Text." and prose.facts == alone.facts
+    with pytest.raises(RecordValidationError, match="facts.relations.0.subject"):
+        document_from_object({"doc_key": "e/3", "facts": {"relations": [{}]}}, "acme")
+    with pytest.raises(RecordValidationError, match="facts: must be absent"):
+        document_from_object({"doc_key": "e/4", "op": "delete", "facts": facts}, "acme")
 
 
 async def test_publish_end_to_end(

@@ -321,3 +321,37 @@ async def test_connect_http_refuses_public_address_without_keys(settings: Settin
     )  # fmt: skip
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2 and b"without API keys" in err
+
+
+async def test_facts_are_accepted_with_or_without_content(
+    make_client: ClientFactory, settings: Settings
+) -> None:
+    facts = {
+        "entities": [{"name": "Ada Quill", "type": "Person"}],
+        "relations": [{"subject": "Ada Quill", "predicate": "works_at", "object": "Wrenfield",
+                       "valid_from": "2019"}],
+    }  # fmt: skip
+    client = await make_client()
+    alone = await client.put("/v1/ingest/acme/documents/people/1", json={"facts": facts})
+    assert alone.status_code == 202, alone.text
+    batch = await client.post(
+        "/v1/ingest/acme/documents:batch",
+        json={"documents": [{"doc_key": "people/2", "content": "Prose.", "facts": facts}]},
+    )
+    assert batch.status_code == 202, batch.text
+    bad = await client.put(
+        "/v1/ingest/acme/documents/people/3", json={"facts": {"entities": [{"type": "X"}]}}
+    )
+    assert "facts.entities.0.name" in _error(bad, 422, "invalid_document")
+    docs = [
+        validated(r)
+        for r in await read_topic(settings.kafka_bootstrap, settings.documents_topic, expected=2)
+    ]
+    rendered = "Ada Quill (Person).\nAda Quill works at Wrenfield (from 2019)."
+    assert [(d.doc_key, d.content) for d in docs] == [
+        ("people/1", rendered),
+        ("people/2", "Prose."),
+    ]
+    assert all(d.hash_matches() and d.facts is not None for d in docs)
+    assert docs[0].facts == docs[1].facts and docs[0].facts is not None
+    assert docs[0].facts.relations[0].valid_from == "2019"

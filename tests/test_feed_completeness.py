@@ -2,9 +2,10 @@
 
 The corpus goes through the real pipeline (Kafka, the indexer, a replay swapped in midway)
 and exercises replacement, deletion, dormancy, revival, a merge, a type refined, a
-description withdrawn with its document, supersession, re-assertion and restoration. The mirror
-folds the feed over HTTP — entities with type, description and aliases; relations with
-their state and ``superseded_by`` — and must equal what the HTTP API returns for the realm.
+description withdrawn with its document, supersession, re-assertion and restoration. The
+mirror folds the feed over HTTP — entities with type, description and aliases; relations
+with their state, ``superseded_by`` and ``superseded_via`` — and must equal what the HTTP
+API returns for the realm.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Mirror:
             }[c.kind]
             r["status"] = state
             r["superseded_by"] = c.superseded_by if state == "superseded" else None
+            r["superseded_via"] = c.superseded_via if state == "superseded" else None
         if c.rebuild is not None:
             self.rebuilds += 1
 
@@ -100,6 +102,7 @@ class Mirror:
                 r["negated"],
                 r["status"],
                 r["superseded_by"],
+                r["superseded_via"],
             )
             for i, r in self.relations.items()
             if r["status"] != "retracted"
@@ -127,6 +130,7 @@ async def _api(client: httpx.AsyncClient, realm: str) -> tuple[dict[str, Any], s
                 r["negated"],
                 r["status"],
                 r["superseded_by"],
+                r["superseded_via"],
             )
             for r in relations["relations"]
         },
@@ -174,6 +178,10 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
         upsert(realm, "charles.md", "Charles Babbage worked with John Herschel."),
         # two stored entities proven to be one: a merge
         upsert(realm, "alias.md", "Charles Babbage, known as Babbage, was a mathematician."),
+        # worked_with is symmetric: each pair's edge is stored with the name sorting first
+        # as subject, so these two point opposite ways round John Herschel
+        upsert(realm, "lady.md", "Lady Lovelace worked with John Herschel."),
+        upsert(realm, "byron.md", "John Herschel worked with Augusta Ada Byron."),
         upsert(realm, "lancelot.md", "Lancelot Lac worked with Merlin Ambrosius."),
         delete(realm, "lancelot.md"),
         upsert(realm, "again.md", "Lancelot Lac worked with Guinevere Leodegrance."),
@@ -181,6 +189,7 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
         upsert(realm, "enemy.md", "Arthur Pendragon worked with Merlin Ambrosius.", order_key="2"),
         upsert(realm, "reassert.md", "Arthur Pendragon became an ally of Mordred Orkney."),
         upsert(realm, "babbage.md", "Babbage designed the Analytical Engine."),
+        upsert(realm, "home.md", "Merlin Ambrosius lives in Avalon.", order_key="2"),
     ]
     after_swap = [
         upsert(
@@ -202,6 +211,10 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
             "Merlin Ambrosius was a poet. Merlin Ambrosius mentored Arthur Pendragon.",
         ),
         delete(realm, "merlin.md"),
+        # a merge making the two edges one: the absorbed one's is retracted, no edge turns
+        upsert(realm, "countess.md", "Augusta Ada Byron, known as Lady Lovelace, wrote notes."),
+        # an older residence arrives late (lives_in is functional in the narrative preset)
+        upsert(realm, "camelot.md", "Merlin Ambrosius lives in Camelot.", order_key="1"),
     ]
     async with running_indexer(topics, pg_dsn, group, default_realm=CONFIG):
         await _applied(topics, pg_dsn, group, before_swap)
@@ -236,5 +249,11 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
         ChangeKind.RELATION_RETRACTED,
     } <= kinds
     assert any(c.merged_into for c in feed) and mirror.rebuilds == 1
+    assert {c.superseded_via for c in feed if c.superseded_via} == {
+        "exclusive_group",
+        "functional",
+    }
     assert mirror.live_entities() == entities
     assert mirror.believed_relations() == relations
+    herschel = [r for r in relations if {r[1], r[3]} == {"Augusta Ada Byron", "John Herschel"}]
+    assert [r[1:4] for r in herschel] == [("Augusta Ada Byron", "worked_with", "John Herschel")]

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +149,68 @@ def test_a_fresh_up_command_creates_the_topics_with_the_login_it_wrote(
     done = run_cli(["--state-dir", str(state_dir), "up", "--only", "kafka", *ports], env)
     assert done.returncode == 0, done.stderr
     assert "topics:" in done.stdout and "unreachable" not in done.stderr
+
+
+def test_the_broker_can_advertise_a_proxy_in_front_of_it(tmp_path: Path) -> None:
+    """Clients reconnect to the advertised listener after bootstrap: a fault test's proxy
+    sees every connection only when the broker advertises the proxy's port."""
+    layout = local_kafka.KafkaLayout.under(tmp_path)
+    own = local_kafka.server_properties(layout, 9092, 9093, "p", "c").splitlines()
+    assert "advertised.listeners=SASL_PLAINTEXT://127.0.0.1:9092" in own
+    props = local_kafka.server_properties(layout, 9092, 9093, "p", "c", advertised_port=19092)
+    lines = props.splitlines()
+    assert "advertised.listeners=SASL_PLAINTEXT://127.0.0.1:19092" in lines
+    assert "listeners=SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093" in lines
+
+
+def _command_lines() -> set[bytes]:
+    lines = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.add((entry / "cmdline").read_bytes())
+            except OSError:
+                pass  # gone meanwhile
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_the_scram_password_is_never_on_a_command_line(state_dir: Path) -> None:
+    """While `up` formats a fresh broker's data folder (and starts it), every process's
+    command line is read again and again: the SCRAM password is in none of them, and the
+    broker accepts that password's login and refuses another."""
+    seen: set[bytes] = set()
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            seen.update(_command_lines())
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        status = services.up(
+            state_dir,
+            services=[services.KAFKA],
+            kafka_port=_proc.free_port(),
+            kafka_controller_port=_proc.free_port(),
+        )
+    finally:
+        done.set()
+        poller.join()
+    password = services.read_env_file(state_dir)[services.KAFKA_PASSWORD_KEY]
+    formats = [c for c in seen if b"StorageTool" in c and str(state_dir).encode() in c]
+    assert formats, "the poll never saw the storage format running"
+    leaks = [c for c in seen if password.encode() in c]
+    assert not leaks, f"{len(leaks)} command lines held the password"
+    for path in (local_kafka.KafkaLayout.under(state_dir).log, state_dir / "kafka" / "scram"):
+        assert password not in path.read_text()
+    bootstrap = status.kafka_bootstrap
+    login = local_kafka.local_security(password)
+    assert local_kafka.brokers_answering(bootstrap, timeout=10, security=login)
+    wrong = local_kafka.local_security(password[::-1])
+    assert not local_kafka.brokers_answering(bootstrap, timeout=5, security=wrong)
 
 
 @pytest.mark.parametrize("service", ["kafka", "postgres"])

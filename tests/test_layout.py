@@ -143,6 +143,8 @@ PUBLIC = {
         "normalize_date",
         "normalize_period",
         "normalize_predicate",
+        "orient",
+        "pair_of",
         "render_entity",
         "render_relation",
         "resolve_chunk",

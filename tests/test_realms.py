@@ -270,3 +270,18 @@ async def test_a_claim_ends_a_previous_owner_frozen_inside_its_write(own_databas
         assert claim.epoch == old.epoch + 1 and position.next_offset == 0  # write rolled back
         with pytest.raises(psycopg.OperationalError):
             await frozen.execute("SELECT 1")
+
+
+async def test_applied_counts_a_groups_records_over_its_partitions(own_database: str) -> None:
+    """What benchmarks and tests wait on: 0 before the first indexer made the control
+    schema, then the group's next offsets summed over its partitions, its topic only."""
+    async with await psycopg.AsyncConnection.connect(own_database, autocommit=True) as conn:
+        assert await positions.applied(conn, "g", "t") == 0
+        await ensure_control(conn)
+        for partition, offset in ((0, 5), (1, 7)):
+            claim, _ = await positions.claim(conn, "g", "t", partition, 0)
+            await positions.advance(conn, claim, offset - 1, positions.Position(offset))
+        other, _ = await positions.claim(conn, "g", "u", 0, 0)
+        await positions.advance(conn, other, 2, positions.Position(3))
+        assert await positions.applied(conn, "g", "t") == 12
+        assert await positions.applied(conn, "h", "t") == 0

@@ -20,17 +20,24 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.indexer.models.client import LLMClient
+from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.replay.applier import ShadowApplier
 from tidegraph.indexer.replay.diff import diff_schemas, feed_changes
 from tidegraph.indexer.replay.errors import ReplayBusy, ShadowExists
 from tidegraph.indexer.replay.rebuild import ReplayOptions, ReplayResult, replay_realm
 from tidegraph.indexer.replay.swap import baseline, rebuild_differences
+from tidegraph.indexer.retention.archive import archive
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service.reads import change_from_row
 from tidegraph.schemas.realm_config import RealmConfig, preset
 from tidegraph.store import positions
 from tidegraph.store.errors import Fenced
-from tidegraph.store.realms import create_realm, ensure_control, open_realm
+from tidegraph.store.realms import (
+    create_realm,
+    ensure_control,
+    open_realm,
+    set_coverage_telemetry,
+)
 
 from indexer_helpers import (
     Topics,
@@ -48,6 +55,7 @@ from indexer_helpers import (
 )
 from llm_server import ScriptedLLMServer
 from model_helpers import load_corpus, running_model_indexer, sample
+from query_helpers import api_client, open_pool, query_data
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -676,3 +684,101 @@ async def test_a_second_claim_fences_the_replays_batch_and_its_position_stays(
         with pytest.raises(Fenced):
             await applier.write(await applier.plan(5, 9, []))
         assert await stored_position(pg_dsn, group, topic) == 5
+
+
+async def _retention_state(
+    pg_dsn: str, schema: str
+) -> tuple[dict[str, tuple[int, datetime]], list[tuple[Any, ...]], dict[int, str]]:
+    """(archived name → (id, archived_since), retrieval rows without their own ids, entity
+    id → name)."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        s = sql.Identifier(schema)
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT name, id, archived_since FROM {}.entities WHERE archived_since IS NOT NULL"
+            ).format(s)
+        )
+        archived = {str(n): (int(i), t) for n, i, t in await cur.fetchall()}
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT at, query_hash, mode, entity_ids, community_ids FROM {}.retrievals"
+                " ORDER BY id"
+            ).format(s)
+        )
+        rows = [tuple(r) for r in await cur.fetchall()]
+        cur = await conn.execute(sql.SQL("SELECT id, name FROM {}.entities").format(s))
+        names = {int(i): str(n) for i, n in await cur.fetchall()}
+    return archived, rows, names
+
+
+async def test_a_swap_keeps_archival_and_coverage_telemetry(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """Retention state is not in the log: the swap carries it into the rebuilt realm by
+    entity id (the same ids: they derive from log offsets), drops what resolves to no
+    entity, and announces nothing for it on the feed. A document naming an archived
+    entity again restored it through the live indexer, and the rebuild agrees."""
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    _, applied = await build_live(topics, pg_dsn, realm, group)
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        info = await set_coverage_telemetry(conn, realm, True)
+        async with (
+            open_pool(pg_dsn) as pool,
+            api_client(pool, embedder=HashingEmbedder(64)) as client,
+        ):
+            for q in ("Who worked with Lancelot?", "Who is an enemy of Mordred?"):
+                await query_data(client, realm, query=q, mode="local")
+        cur = await conn.execute(
+            sql.SQL("SELECT id, name FROM {}.entities WHERE name = ANY(%s)").format(
+                sql.Identifier(live)
+            ),
+            (["Mordred", "Lancelot", "Gawain"],),
+        )
+        ids = {str(n): int(i) for i, n in await cur.fetchall()}
+        assert len(ids) == 3
+        await archive(conn, info, list(ids.values()))
+        # a row naming an id no entity has keeps only the ids that resolve; one naming
+        # none is dropped
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.retrievals (query_hash, mode, entity_ids, community_ids)"
+                " VALUES ('h1', 'local', %s, '{{7}}'), ('h2', 'local', '{{42}}', '{{}}')"
+            ).format(sql.Identifier(live)),
+            ([42, ids["Mordred"]],),
+        )
+    # Lancelot is named again: the live indexer restores him
+    async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE):
+        await publish(
+            topics, [upsert(realm, "d5.md", "Lancelot worked with Arthur.", order_key="4")]
+        )
+
+        async def restored() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= applied + 1
+
+        await wait_for(restored, 60, "d5 applied")
+    archived, rows, names = await _retention_state(pg_dsn, live)
+    assert set(archived) == {"Mordred", "Gawain"}
+    assert len(rows) == 4
+    feed = await outbox(pg_dsn, realm)
+    assert "entity_unarchived" in {k for _, _, k in feed[-3:]}
+
+    result = await replay(topics, pg_dsn, realm, group)
+    assert result.swapped and result.swap is not None and not result.config_changed
+    assert (result.swap.archived_carried, result.swap.retrievals_carried) == (2, 3)
+    archived_after, rows_after, names_after = await _retention_state(pg_dsn, live)
+    assert archived_after == archived, "same ids, same instants"
+    expected = [
+        (at, h, mode, [i for i in e if i in names and names_after.get(i) == names[i]], [])
+        for at, h, mode, e, _ in rows
+    ]
+    assert rows_after == [r for r in expected if r[3]]
+    assert [r[1] for r in rows_after] == [rows[0][1], rows[1][1], "h1"]
+    # nothing on the feed for it: the rebuild commit is the notice alone
+    new_feed = await outbox(pg_dsn, realm)
+    assert new_feed == [*feed, (feed[-1][0] + 1, 0, "communities_stale")]
+    # archived in the rebuilt realm means withheld from retrieval there
+    async with open_pool(pg_dsn) as pool, api_client(pool, embedder=HashingEmbedder(64)) as client:
+        found = await query_data(client, realm, query="Who is an enemy of Mordred?", mode="local")
+    assert "Mordred" not in {x for r in found["relations"] for x in (r["subject"], r["object"])}

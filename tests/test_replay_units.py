@@ -116,6 +116,40 @@ def test_relation_state_differences_become_the_writers_change_kinds(
             assert payload["superseded_by"] == "9"
 
 
+def test_a_rebuild_that_supersedes_by_another_rule_says_so_on_the_feed() -> None:
+    left, left_ref = _rel("superseded", "9")
+    right, right_ref = _rel("superseded", "9")
+    left["superseded_via"] = left_ref["superseded_via"] = "exclusive_group"
+    right["superseded_via"] = right_ref["superseded_via"] = "functional"
+    d = Difference("relation", KEY, left, right, left_ref, right_ref)
+    assert feed_changes([d]) == [
+        (
+            "relation_superseded",
+            "default",
+            {
+                "relation": {k: right_ref.get(k) for k in RELATION_REF_KEYS},
+                "superseded_by": "9",
+                "superseded_via": "functional",
+            },
+        )
+    ]
+    same = Difference("relation", KEY, right, dict(right), right_ref, right_ref)
+    assert feed_changes([same]) == []
+
+
+RELATION_REF_KEYS = (
+    "id",
+    "subject_id",
+    "object_id",
+    "subject",
+    "predicate",
+    "object",
+    "negated",
+    "valid_from",
+    "valid_to",
+)
+
+
 def test_relation_attributes_are_not_feed_changes_entity_attributes_are() -> None:
     weight = Difference(
         "relation",

@@ -16,9 +16,20 @@ from tidegraph.schemas.documents import (
     compare_source_versions,
 )
 from tidegraph.schemas.errors import ContractError, RecordValidationError
+from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
 from tidegraph.schemas.hashing import content_hash
 
 HELLO_HASH = "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+FACTS: dict[str, Any] = {
+    "entities": [
+        {"name": "Ada Quill", "type": "Person", "description": "Engineer", "aliases": ["Ada"]},
+        {"name": "Wrenfield", "type": "Company"},
+    ],
+    "relations": [
+        {"subject": "Ada Quill", "predicate": "works_at", "object": "Wrenfield",
+         "valid_from": "2019-03-01", "valid_to": None, "negated": False},
+    ],
+}  # fmt: skip
 
 
 def upsert(**overrides: Any) -> dict[str, Any]:
@@ -281,12 +292,39 @@ _times = st.datetimes(
 )
 
 
+_entities = st.builds(
+    CandidateEntity,
+    name=_text,
+    type=_text,
+    description=_text,
+    aliases=st.lists(_text, max_size=2),
+)
+_relations = st.builds(
+    CandidateRelation,
+    subject=_text,
+    predicate=_text,
+    object=_text,
+    description=_text,
+    negated=st.booleans(),
+    confidence=st.floats(0, 1),
+    valid_from=st.none() | _text,
+    valid_to=st.none() | _text,
+)
+_facts = st.builds(
+    ExtractionOutput,
+    entities=st.lists(_entities, max_size=3),
+    relations=st.lists(_relations, max_size=3),
+)
+
+
 @st.composite
 def documents(draw: st.DrawFn) -> DocumentVersion:
     op = draw(st.sampled_from(["upsert", "delete"]))
     content = draw(_text) if op == "upsert" else None
     optional = st.none() | _text
+    facts = draw(st.none() | _facts) if op == "upsert" else None
     return DocumentVersion(
+        facts=facts,
         realm=draw(_realms),
         space=draw(_spaces),
         doc_key=draw(st.text(st.characters(codec="utf-8"), min_size=1, max_size=40)),

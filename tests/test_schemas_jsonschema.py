@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from test_schemas_changes import change, changes  # type: ignore[import-not-found]
 from test_schemas_documents import (  # type: ignore[import-not-found]
+    FACTS,
     delete,
     documents,
     upsert,
@@ -76,6 +77,12 @@ DOCUMENT_CASES = [
     upsert(event_time="yesterday"),
     upsert(source_version=42),
     upsert(metadata=[]),
+    upsert(facts=FACTS),
+    upsert(facts={}),
+    upsert(facts={"entities": [{"name": "A", "aliases": "B"}]}),
+    upsert(facts={"relations": [{"subject": "A", "predicate": "knows"}]}),
+    upsert(facts=[]),
+    delete(facts=FACTS),
 ]
 
 

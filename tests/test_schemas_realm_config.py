@@ -108,6 +108,7 @@ def test_presets_are_self_consistent(name: PresetName) -> None:
     assert all(target in vocab for target in config.predicate_aliases.values())
     assert not vocab & set(config.predicate_aliases)
     assert all(group <= vocab for group in config.exclusive_groups)
+    assert config.functional_predicates and set(config.functional_predicates) <= vocab
     assert config.extractor == "llm" and config.embedder == "llm:m:8"
 
 
@@ -125,4 +126,25 @@ def test_differences_name_each_setting_and_ignore_order() -> None:
         "vocabulary adds rival_of and drops enemy_of",
         "exclusive_groups drops [ally_of,enemy_of]",
         "embedder 'hashing:384' → 'hashing:256'",
+    ]
+    # symmetric predicates decide how relations are stored: a difference like any other
+    d = RealmConfig(symmetric_predicates=frozenset({"ally_of"}))
+    assert RealmConfig().differences(d) == ["symmetric_predicates adds ally_of"]
+
+
+def test_functional_predicates_name_a_side_are_pinned_and_never_symmetric() -> None:
+    config = RealmConfig(functional_predicates={"lives_in": "subject", "ceo_of": "object"})
+    assert RealmConfig.from_json(config.to_json()) == config
+    with pytest.raises(RecordValidationError, match="subject"):
+        RealmConfig.from_json(b'{"functional_predicates": {"lives_in": "both"}}')
+    with pytest.raises(RecordValidationError, match="normalised predicate"):
+        RealmConfig.from_json(b'{"functional_predicates": {"Lives In": "subject"}}')
+    with pytest.raises(RecordValidationError, match="symmetric predicate cannot be functional"):
+        RealmConfig.from_json(
+            b'{"functional_predicates": {"married_to": "subject"},'
+            b' "symmetric_predicates": ["married_to"]}'
+        )
+    moved = RealmConfig(functional_predicates={"lives_in": "object"})
+    assert config.differences(moved) == [
+        "functional_predicates adds lives_in:object and drops ceo_of:object lives_in:subject"
     ]

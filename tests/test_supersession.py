@@ -1,4 +1,5 @@
-"""Supersession from document order over exclusive predicate groups (paper §5.2)."""
+"""Supersession from document order over exclusive predicate groups (paper §5.2);
+functional predicates in test_supersession_functional.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidegraph.indexer.graph.predicates import group_index
-from tidegraph.indexer.graph.supersession import Assertion, conflicts, resolve_supersession
+from tidegraph.indexer.graph.supersession import (
+    Assertion,
+    conflict,
+    resolve_supersession,
+)
 
 NARRATIVE = [{"friend_of", "enemy_of", "rival_of", "ally_of", "opponent_of"}, {"works_at", "left"}]
+
+
+def resolve_by(assertions: list[Assertion], groups: list[set[str]]) -> dict[str, str | None]:
+    """Each relation's superseding relation, without the mechanism."""
+    return {
+        rid: s.by if s is not None else None
+        for rid, s in resolve_supersession(assertions, groups).items()
+    }
 
 
 def _a(
@@ -21,7 +34,7 @@ def _a(
 
 
 def test_later_document_wins_and_the_chain_reads_as_history() -> None:
-    result = resolve_supersession(
+    result = resolve_by(
         [_a("ally", "ally_of", "1"), _a("enemy", "enemy_of", "2"), _a("friend", "friend_of", "3")],
         NARRATIVE,
     )
@@ -30,22 +43,20 @@ def test_later_document_wins_and_the_chain_reads_as_history() -> None:
 
 def test_reasserting_an_earlier_predicate_makes_it_current_again() -> None:
     # ally (doc 1) → enemy (doc 2) → ally again (doc 3): the ally edge's order is now doc 3
-    result = resolve_supersession(
-        [_a("ally", "ally_of", "3"), _a("enemy", "enemy_of", "2")], NARRATIVE
-    )
+    result = resolve_by([_a("ally", "ally_of", "3"), _a("enemy", "enemy_of", "2")], NARRATIVE)
     assert result == {"ally": None, "enemy": "ally"}
 
 
 def test_late_arriving_older_document_lands_superseded() -> None:
     current = [_a("friend", "friend_of", "2019"), _a("enemy", "enemy_of", "2021")]
-    before = resolve_supersession(current, NARRATIVE)
-    after = resolve_supersession([*current, _a("ally", "ally_of", "2020")], NARRATIVE)
+    before = resolve_by(current, NARRATIVE)
+    after = resolve_by([*current, _a("ally", "ally_of", "2020")], NARRATIVE)
     assert before == {"friend": "enemy", "enemy": None}
     assert after == {"friend": "ally", "ally": "enemy", "enemy": None}
 
 
 def test_predicates_outside_groups_and_other_pairs_never_interact() -> None:
-    result = resolve_supersession(
+    result = resolve_by(
         [
             _a("w1", "worked_with", "1"),
             _a("d1", "designed", "2"),
@@ -59,16 +70,16 @@ def test_predicates_outside_groups_and_other_pairs_never_interact() -> None:
 
 
 def test_a_denial_supersedes_the_assertion_it_denies_and_vice_versa() -> None:
-    assert resolve_supersession(
+    assert resolve_by(
         [_a("yes", "worked_with", "1"), _a("no", "worked_with", "2", negated=True)], []
     ) == {"yes": "no", "no": None}
-    assert resolve_supersession(
+    assert resolve_by(
         [_a("yes", "worked_with", "3"), _a("no", "worked_with", "2", negated=True)], []
     ) == {"yes": None, "no": "yes"}
 
 
 def test_a_denial_says_nothing_about_other_group_members() -> None:
-    result = resolve_supersession(
+    result = resolve_by(
         [
             _a("ally", "ally_of", "1"),
             _a("not-enemy", "enemy_of", "2", negated=True),
@@ -77,7 +88,7 @@ def test_a_denial_says_nothing_about_other_group_members() -> None:
         NARRATIVE,
     )
     assert set(result.values()) == {None}
-    result = resolve_supersession(
+    result = resolve_by(
         [
             _a("ally", "ally_of", "1"),
             _a("not-ally", "ally_of", "2", negated=True),
@@ -89,29 +100,30 @@ def test_a_denial_says_nothing_about_other_group_members() -> None:
 
 
 def test_ties_break_by_predicate_then_negation_then_id() -> None:
-    assert resolve_supersession([_a("a", "ally_of", "5"), _a("e", "enemy_of", "5")], NARRATIVE) == {
+    assert resolve_by([_a("a", "ally_of", "5"), _a("e", "enemy_of", "5")], NARRATIVE) == {
         "a": "e",
         "e": None,
     }
-    assert resolve_supersession(
+    assert resolve_by(
         [_a("yes", "ally_of", "5"), _a("no", "ally_of", "5", negated=True)], NARRATIVE
     ) == {"yes": "no", "no": None}
-    assert resolve_supersession(
-        [_a("r2", "rival_of", "5"), _a("r1", "rival_of", "5")], NARRATIVE
-    ) == {"r1": "r2", "r2": None}
+    assert resolve_by([_a("r2", "rival_of", "5"), _a("r1", "rival_of", "5")], NARRATIVE) == {
+        "r1": "r2",
+        "r2": None,
+    }
 
 
 def test_overlapping_groups() -> None:
     groups = [{"a", "b"}, {"b", "c"}]
-    result = resolve_supersession([_a("A", "a", "1"), _a("C", "c", "2"), _a("B", "b", "3")], groups)
+    result = resolve_by([_a("A", "a", "1"), _a("C", "c", "2"), _a("B", "b", "3")], groups)
     assert result == {"A": "B", "C": "B", "B": None}
-    result = resolve_supersession([_a("B", "b", "1"), _a("A", "a", "2"), _a("C", "c", "3")], groups)
+    result = resolve_by([_a("B", "b", "1"), _a("A", "a", "2"), _a("C", "c", "3")], groups)
     assert result == {"B": "A", "A": None, "C": None}  # a and c may co-hold
 
 
 def test_duplicate_ids_are_refused() -> None:
     with pytest.raises(ValueError, match="twice"):
-        resolve_supersession([_a("x", "ally_of", "1"), _a("x", "enemy_of", "2")], NARRATIVE)
+        resolve_by([_a("x", "ally_of", "1"), _a("x", "enemy_of", "2")], NARRATIVE)
 
 
 _PREDICATES = ["friend_of", "enemy_of", "ally_of", "works_at", "left", "worked_with"]
@@ -136,11 +148,11 @@ _ASSERTIONS = st.integers(0, 2**32).map(_assertions)
 @settings(max_examples=200)
 @given(_ASSERTIONS, st.randoms(use_true_random=False))
 def test_result_depends_only_on_the_set(assertions: list[Assertion], rng: random.Random) -> None:
-    expected = resolve_supersession(assertions, NARRATIVE)
+    expected = resolve_by(assertions, NARRATIVE)
     for _ in range(3):
         shuffled = list(assertions)
         rng.shuffle(shuffled)
-        assert resolve_supersession(shuffled, NARRATIVE) == expected
+        assert resolve_by(shuffled, NARRATIVE) == expected
 
     index = group_index(NARRATIVE)
     by_id = {a.id: a for a in assertions}
@@ -148,13 +160,13 @@ def test_result_depends_only_on_the_set(assertions: list[Assertion], rng: random
     for a in current:  # nothing current contradicts anything current
         for b in current:
             if a is not b and (a.subject, a.object) == (b.subject, b.object):
-                assert not conflicts(a, b, index)
+                assert conflict(a, b, index) is None
     for a in assertions:  # a superseded relation points at a later conflicting one
         successor = expected[a.id]
         if successor is not None:
             b = by_id[successor]
             assert (a.subject, a.object) == (b.subject, b.object)
-            assert conflicts(a, b, index)
+            assert conflict(a, b, index) is not None
             assert (a.order_key, a.predicate, a.negated, a.id) < (
                 b.order_key,
                 b.predicate,
@@ -174,4 +186,4 @@ def test_reassertion_in_the_latest_document_is_current(
         Assertion(a.id, a.subject, a.object, a.predicate, a.negated, "9999") if a is chosen else a
         for a in assertions
     ]
-    assert resolve_supersession(latest, NARRATIVE)[chosen.id] is None
+    assert resolve_by(latest, NARRATIVE)[chosen.id] is None

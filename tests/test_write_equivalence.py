@@ -1,7 +1,8 @@
 """The graph is a function of the log, not of how it was cut (DESIGN invariants 2, 5, 6).
 
 Random sequences of upserts, re-sends, deletes, stale and unversioned records for a few
-doc_keys are applied three ways on real PostgreSQL, each through the production drivers:
+doc_keys (symmetric facts stated both ways round among them) are applied three ways on
+real PostgreSQL, each through the production drivers:
 
 (a) record by record, the stored states read back before every record (a fresh planner,
     as after a restart or at a poll boundary), one transaction each (``RecordUnit``);
@@ -49,6 +50,8 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 CONFIG = RealmConfig(
     embedder="hashing:8",
     exclusive_groups=(frozenset({"ally_of", "enemy_of"}),),
+    symmetric_predicates=frozenset({"ally_of", "enemy_of", "worked_with"}),
+    functional_predicates={"lives_in": "subject"},
 )
 TEXTS = (
     "Arthur Pendragon became an ally of Mordred Orkney.",
@@ -58,8 +61,22 @@ TEXTS = (
     "Merlin Ambrosius was a poet. Arthur Pendragon was a king of the Britons.",
     "Morgan Fay became an enemy of Arthur Pendragon. Morgan Fay worked with Mordred Orkney.",
     "Lancelot Lac became an ally of Arthur Pendragon.",
+    # the symmetric facts above stated the other way round, a denial among them
+    "Mordred Orkney became an ally of Arthur Pendragon.",
+    "Mordred Orkney became an enemy of Arthur Pendragon. Arthur Pendragon worked with Morgan Fay.",
+    "Merlin Ambrosius never worked with Arthur Pendragon. Mordred Orkney worked with Morgan Fay.",
+    "Arthur Pendragon lives in Camelot.",
+    "Arthur Pendragon lives in Avalon. Morgan Fay never lived in Camelot.",
     "nothing here names anyone.",
 )
+FACTS = (
+    {"relations": [{"subject": "Arthur Pendragon", "predicate": "ally_of",
+                    "object": "Mordred Orkney", "valid_from": "1190"}]},
+    {"relations": [{"subject": "Arthur Pendragon", "predicate": "enemy_of",
+                    "object": "Mordred Orkney"}]},
+)  # fmt: skip
+"""Records with facts, after the texts: the same prose with other facts (text index
+``len(TEXTS) + i``)."""
 KEYS = ("a", "b", "c")
 
 Op = tuple[str, str, int, str | None, str | None]
@@ -69,7 +86,7 @@ ops = st.lists(
     st.tuples(
         st.sampled_from(["upsert", "upsert", "upsert", "delete"]),
         st.sampled_from(KEYS),
-        st.integers(0, len(TEXTS) - 1),
+        st.integers(0, len(TEXTS) + len(FACTS) - 1),
         st.one_of(st.none(), st.integers(1, 6).map(str)),
         st.one_of(st.none(), st.sampled_from(["2020", "2021", "2022"])),
     ),
@@ -96,18 +113,24 @@ class Realms:
 def _logged(realm: str, space: str, script: list[Op], start: int, t: datetime) -> list[Logged]:
     out = []
     for n, (op, key, text, version, order) in enumerate(script):
-        record = (
-            upsert(realm, key, TEXTS[text], source_version=version, order_key=order, space=space)
-            if op == "upsert"
-            else delete(realm, key, source_version=version, space=space)
-        )
+        if op == "delete":
+            record = delete(realm, key, source_version=version, space=space)
+        elif text < len(TEXTS):
+            record = upsert(
+                realm, key, TEXTS[text], source_version=version, order_key=order, space=space
+            )
+        else:
+            record = DocumentVersion.for_facts(
+                realm, key, FACTS[text - len(TEXTS)], content="Round table notes.",
+                source_version=version, order_key=order, space=space,
+            )  # fmt: skip
         out.append(Logged(start + n, t + timedelta(seconds=n), record))
     return out
 
 
 async def _prepare(realms: Realms, rec: DocumentVersion, info: RealmInfo) -> PreparedDocument:
-    """The offline pipeline's document, prepared once per text and schema."""
-    key = (info.schema, rec.space, rec.content or "")
+    """The offline pipeline's document, prepared once per version and schema."""
+    key = (info.schema, rec.space, rec.version_hash or "")
     if key not in realms.prepared:
         realms.prepared[key] = await realms.pipeline.prepare(rec, info)
     doc = realms.prepared[key]
@@ -203,8 +226,10 @@ async def _state(realms: Realms, info: RealmInfo, space: str, instants: list[dat
         "relations": await rows(
             sql.SQL(
                 "SELECT es.name, r.predicate, eo.name, r.negated, r.status, r.weight,"
-                " r.order_key, (SELECT x.predicate FROM {s}.relations x"
-                "  WHERE x.id = r.superseded_by)"
+                " r.order_key, (SELECT concat_ws(' ', xs.name, x.predicate, xo.name)"
+                "  FROM {s}.relations x JOIN {s}.entities xs ON xs.id = x.subject_id"
+                "  JOIN {s}.entities xo ON xo.id = x.object_id WHERE x.id = r.superseded_by),"
+                " r.superseded_via"
                 " FROM {s}.relations r JOIN {s}.entities es ON es.id = r.subject_id"
                 " JOIN {s}.entities eo ON eo.id = r.object_id WHERE r.space = %s"
             ).format(s=s),
@@ -242,7 +267,7 @@ async def _state(realms: Realms, info: RealmInfo, space: str, instants: list[dat
         )
         state[f"believed {t.isoformat()}"] = await rows(
             sql.SQL(
-                "SELECT es.name, r.predicate, eo.name, r.negated, h.state"
+                "SELECT es.name, r.predicate, eo.name, r.negated, h.state, h.superseded_via"
                 " FROM {s}.relation_history h JOIN {s}.relations r ON r.id = h.relation_id"
                 " JOIN {s}.entities es ON es.id = r.subject_id"
                 " JOIN {s}.entities eo ON eo.id = r.object_id"

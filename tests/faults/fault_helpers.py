@@ -1,9 +1,11 @@
 """What every fault case shares: private services it may kill, processes it may kill, HTTP
 writers that remember what was acknowledged, and the invariants every case ends with.
 
-The invariants (issue "fault matrix"): every acknowledged version is indexed exactly once
-with its hash (one ``document_*`` change per acknowledged document, the stored hash equal
-to the acknowledged one), and each realm's outbox sequence has no gap and no repeat.
+The invariants: every acknowledged version is indexed exactly once with its hash (one
+``document_*`` change per acknowledged document, the stored hash equal to the acknowledged
+one), each realm's outbox sequence has no gap and no repeat, and the changes topic — filled
+by a change publisher running as ``tidegraph serve`` beside every case — holds each outbox
+change of the realm exactly once, in sequence order, with no gap.
 Services a case kills are its own (a private state folder), so the shared test broker and
 server, and the sessions using them, never notice.
 """
@@ -20,20 +22,24 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import orjson
 import psycopg
+from aiokafka import AIOKafkaConsumer
 from psycopg import sql
 
 from tidegraph.infra import _proc, services
+from tidegraph.schemas.changes import change_id
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.kafka_security import ENV_KEYS as KAFKA_SECURITY_KEYS
+from tidegraph.schemas.kafka_security import kafka_client_options
 
-from indexer_helpers import outbox
+from indexer_helpers import Topics, outbox
 from local_services import REPO
 
 LOG_DIR = Path(tempfile.gettempdir()) / "tidegraph-fault-logs"
@@ -65,6 +71,9 @@ class PrivateServices:
     kafka_port: int = field(default_factory=_proc.free_port)
     controller_port: int = field(default_factory=_proc.free_port)
     pg_port: int = field(default_factory=_proc.free_port)
+    advertised_port: int | None = None
+    """Where the broker sends clients after bootstrap (a proxy in front of it), if not its
+    own port."""
 
     def start(self, which: Collection[str]) -> services.ServiceStatus:
         for attempt in range(20):  # a killed server's port or memory may linger a moment
@@ -75,6 +84,7 @@ class PrivateServices:
                     kafka_port=self.kafka_port,
                     kafka_controller_port=self.controller_port,
                     pg_port=self.pg_port,
+                    kafka_advertised_port=self.advertised_port,
                 )
             except Exception:
                 if attempt == 19:
@@ -98,8 +108,14 @@ class PrivateServices:
 
 
 @contextmanager
-def private_services(which: Collection[str]) -> Iterator[PrivateServices]:
-    own = PrivateServices(REPO / ".tidegraph" / f"test-faults-{uuid.uuid4().hex[:8]}")
+def private_services(
+    which: Collection[str], *, kafka_port: int | None = None, advertised_port: int | None = None
+) -> Iterator[PrivateServices]:
+    own = PrivateServices(
+        REPO / ".tidegraph" / f"test-faults-{uuid.uuid4().hex[:8]}",
+        kafka_port=kafka_port or _proc.free_port(),
+        advertised_port=advertised_port,
+    )
     try:
         own.start(which)
         yield own
@@ -216,9 +232,12 @@ async def wait_indexed(pg_dsn: str, realm: str, expected: Mapping[str, str], lim
     raise AssertionError(f"{len(missing)} acknowledged documents not indexed: {missing[:5]}")
 
 
-async def check_invariants(pg_dsn: str, realm: str, acknowledged: Mapping[str, str]) -> int:
+async def check_invariants(
+    pg_dsn: str, realm: str, acknowledged: Mapping[str, str], topics: Topics
+) -> int:
     """Every acknowledged document stored with its hash and indexed once (one document
-    change each), the outbox sequence gapless; returns how many were duplicated (0)."""
+    change each), the outbox sequence gapless, the changes topic holding the outbox once
+    (:func:`check_changes`); returns how many were duplicated (0)."""
     stored = await stored_documents(pg_dsn, realm)
     wrong = {k: h for k, h in acknowledged.items() if stored.get(k) != h}
     assert not wrong, f"acknowledged but not stored as acknowledged: {list(wrong)[:5]}"
@@ -230,4 +249,106 @@ async def check_invariants(pg_dsn: str, realm: str, acknowledged: Mapping[str, s
     # documents are new keys written once each: one applying transaction per stored document
     duplicated = len(per_seq) - len(stored)
     assert duplicated == 0, f"{duplicated} documents indexed more than once"
+    await check_changes(topics, pg_dsn, realm)
     return duplicated
+
+
+# --- the changes topic ---------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def running_publisher(
+    topics: Topics, pg_dsn: str, realms: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """``tidegraph serve`` publishing ``realms`` onto ``<prefix>.changes``, as deployed (a
+    process of its own, so the faults a case injects reach it too)."""
+    args = [
+        "serve", "--port", str(_proc.free_port()), "--pg-dsn", pg_dsn,
+        "--bootstrap", topics.bootstrap, "--topic-prefix", topics.prefix,
+    ]  # fmt: skip
+    for realm in realms:
+        args += ["--publish-realm", realm]
+    proc = cli(*args, env=env or {}, name=f"publisher-{topics.prefix}")
+    try:
+        yield proc
+    finally:
+        stop(proc)
+
+
+async def published_seq(pg_dsn: str, realm: str) -> int:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT published_seq FROM tidegraph.publisher_positions WHERE realm = %s", (realm,)
+        )
+        row = await cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+async def changes_on_topic(topics: Topics, realm: str) -> list[tuple[str, int]]:
+    """``(id, seq)`` of every record of ``realm`` on the changes topic, in log order, read
+    from the beginning to the end offsets of the moment."""
+    consumer = AIOKafkaConsumer(
+        **kafka_client_options(),
+        bootstrap_servers=topics.bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    found: list[tuple[str, int]] = []
+    try:
+        consumer.subscribe([topics.changes])  # without a group: every partition is ours
+        for _ in range(100):
+            if partitions := sorted(consumer.assignment()):
+                break
+            await consumer.getmany(timeout_ms=100)
+        assert partitions, f"no partitions of {topics.changes}"
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        left = {tp for tp in partitions if ends[tp] > 0}
+        deadline = time.monotonic() + 60
+        while left and time.monotonic() < deadline:
+            batch = await consumer.getmany(*left, timeout_ms=500)
+            for tp, messages in batch.items():
+                for m in messages:
+                    if m.key == realm.encode():
+                        body = orjson.loads(m.value or b"null")
+                        found.append((str(body["id"]), int(body["seq"])))
+                if await consumer.position(tp) >= ends[tp]:
+                    left.discard(tp)
+        assert not left, f"could not read the changes topic to its end: {left}"
+    finally:
+        await consumer.stop()
+    return found
+
+
+def assert_changes_complete(
+    realm: str, outbox_ids: Sequence[tuple[int, int]], records: Sequence[tuple[str, int]]
+) -> None:
+    """The changes topic's records of ``realm`` are its outbox, each change once: ids unique,
+    every outbox ``(seq, idx)`` present and nothing else, sequence numbers contiguous from 1
+    and never going back (a reader never sees n+1 before n)."""
+    ids = Counter(i for i, _ in records)
+    repeated = sorted(i for i, n in ids.items() if n > 1)
+    assert not repeated, f"{len(repeated)} changes on the topic more than once: {repeated[:5]}"
+    expected = {change_id(realm, s, i) for s, i in outbox_ids}
+    missing = sorted(expected - set(ids))
+    assert not missing, f"{len(missing)} outbox changes missing on the topic: {missing[:5]}"
+    extra = sorted(set(ids) - expected)
+    assert not extra, f"{len(extra)} changes on the topic not in the outbox: {extra[:5]}"
+    seqs = [s for _, s in records]
+    assert sorted(set(seqs)) == list(range(1, len(set(seqs)) + 1)), "topic sequence has a gap"
+    assert seqs == sorted(seqs), "the topic goes back in sequence"
+
+
+async def check_changes(topics: Topics, pg_dsn: str, realm: str, limit: float = 120.0) -> int:
+    """Wait until the publisher recorded the realm's last outbox commit, then check the
+    changes topic against the outbox; returns how many changes it holds."""
+    rows = await outbox(pg_dsn, realm)
+    last = max((s for s, _, _ in rows), default=0)
+    deadline = time.monotonic() + limit
+    while (at := await published_seq(pg_dsn, realm)) < last:
+        assert time.monotonic() < deadline, f"published up to {at} of {last} within {limit}s"
+        await asyncio.sleep(0.2)
+    records = await changes_on_topic(topics, realm)
+    assert_changes_complete(realm, [(s, i) for s, i, _ in rows], records)
+    return len(records)

@@ -26,9 +26,11 @@ from tidegraph.schemas.hashing import content_hash
 from fault_helpers import (
     Recovery,
     Writer,
+    check_changes,
     check_invariants,
     cli,
     private_services,
+    running_publisher,
     sigkill,
     stop,
     stored_documents,
@@ -48,6 +50,7 @@ from indexer_helpers import (
     wait_for,
 )
 from query_helpers import api_client, open_pool
+from tcp_proxy import tcp_proxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -72,7 +75,10 @@ async def test_http_ingest_killed_mid_request(
     writer, halt = Writer(base, realm), asyncio.Event()
     try:
         await wait_http(base)
-        async with running_indexer(topics, pg_dsn, group):
+        async with (
+            running_publisher(topics, pg_dsn, [realm]),
+            running_indexer(topics, pg_dsn, group),
+        ):
             writing = asyncio.create_task(writer.run(halt))
             await _acks_reach(writer, 40)
             sigkill(ingest)
@@ -86,11 +92,11 @@ async def test_http_ingest_killed_mid_request(
             halt.set()
             await writing
             await wait_indexed(pg_dsn, realm, writer.acknowledged, 120)
+            duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged, topics)
     finally:
         halt.set()
         stop(ingest)
     assert writer.errors > 0, "the kill should have cut requests in flight"
-    duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged)
     Recovery("HTTP ingest SIGKILL mid-request", recovery, 0, duplicated).show()
 
 
@@ -112,7 +118,10 @@ async def test_broker_killed_during_http_ingest(
         writer, halt = Writer(base, realm), asyncio.Event()
         try:
             await wait_http(base)
-            async with running_indexer(topics, pg_dsn, group):
+            async with (
+                running_publisher(topics, pg_dsn, [realm], env=own.env()),
+                running_indexer(topics, pg_dsn, group),
+            ):
                 writing = asyncio.create_task(writer.run(halt))
                 await _acks_reach(writer, 30)
                 own.kill(services.KAFKA)
@@ -125,12 +134,83 @@ async def test_broker_killed_during_http_ingest(
                 halt.set()
                 await writing
                 await wait_indexed(pg_dsn, realm, writer.acknowledged, 180)
+                duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged, topics)
         finally:
             halt.set()
             stop(ingest)
     assert writer.refused + writer.errors > 0, "requests during the outage must not be 202"
-    duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged)
     Recovery("Kafka broker SIGKILL + restart under HTTP ingest", recovery, 0, duplicated).show()
+
+
+async def test_kafka_behind_a_faulty_proxy(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP ingest, an indexer and the change publisher reach the broker only through a TCP
+    proxy (the broker advertises the proxy's port) that adds latency, resets every open
+    connection and black-holes the link while records flow: every 202 is indexed once and
+    the outbox and the changes topic stay contiguous."""
+    kafka_port = _proc.free_port()
+    async with tcp_proxy("127.0.0.1", kafka_port) as proxy:
+        with private_services(
+            [services.KAFKA], kafka_port=kafka_port, advertised_port=proxy.port
+        ) as own:
+            env = {**own.env(), "TIDEGRAPH_KAFKA_BOOTSTRAP": f"127.0.0.1:{proxy.port}"}
+            for key, value in env.items():  # this process's clients go through the proxy too
+                monkeypatch.setenv(key, value)
+            suffix = uuid.uuid4().hex[:8]
+            topics = await make_topics(env["TIDEGRAPH_KAFKA_BOOTSTRAP"], f"fp{suffix}", 2)
+            realm, group, port = f"rp{suffix}", f"gp{suffix}", _proc.free_port()
+            base = f"http://127.0.0.1:{port}"
+            args = ("connect", "http", "--port", str(port), "--topic-prefix", topics.prefix)
+            ingest = cli(*args, "--send-timeout", "3", env=env, name=f"ingest-{group}")
+            indexer = spawn_indexer(topics, pg_dsn, group)
+            writer, halt = Writer(base, realm), asyncio.Event()
+            cuts: list[tuple[int, int]] = []
+            """(connections cut, acknowledged records not yet stored) at each reset."""
+
+            async def cut() -> None:
+                unapplied = len(writer.acknowledged) - len(await stored_documents(pg_dsn, realm))
+                cuts.append((proxy.reset(), unapplied))
+
+            try:
+                await wait_http(base)
+                async with running_publisher(topics, pg_dsn, [realm], env=env):
+                    writing = asyncio.create_task(writer.run(halt))
+                    await _acks_reach(writer, 30)
+                    proxy.delay(0.05)  # latency on every chunk, each way
+                    for _ in range(3):
+                        await asyncio.sleep(1.5)
+                        await cut()  # resets under latency: the indexer is behind
+                    proxy.heal()
+                    await asyncio.sleep(1)
+                    proxy.drop()  # a black hole: requests and answers vanish
+                    await asyncio.sleep(0.5)  # answers already past the proxy land
+                    in_hole = len(writer.acknowledged)
+                    await asyncio.sleep(3.5)
+                    in_hole = len(writer.acknowledged) - in_hole
+                    proxy.heal()
+                    await cut()  # what was opened into the hole is dead: reset it
+                    healed_at, before = time.monotonic(), len(writer.acknowledged)
+                    await _acks_reach(writer, before + 1, limit=120)
+                    recovery = time.monotonic() - healed_at
+                    await _acks_reach(writer, before + 30, limit=120)
+                    halt.set()
+                    await writing
+                    await wait_indexed(pg_dsn, realm, writer.acknowledged, 180)
+                    duplicated = await check_invariants(pg_dsn, realm, writer.acknowledged, topics)
+            finally:
+                halt.set()
+                stop(ingest)
+                stop(indexer)
+    assert in_hole == 0, f"{in_hole} writes acknowledged through a black hole: a bypass"
+    assert any(n > 0 and unapplied > 0 for n, unapplied in cuts), (
+        f"no reset cut a connection while acknowledged records were unapplied: {cuts}"
+    )
+    print(f"\nresets (connections cut, acknowledged but unapplied): {cuts}")
+    Recovery(
+        f"Kafka behind a proxy: latency, {sum(n for n, _ in cuts)} resets, 4 s black hole",
+        recovery,
+        0,
+        duplicated,
+    ).show()
 
 
 async def test_postgres_killed_during_indexing_and_querying(
@@ -150,7 +230,11 @@ async def test_postgres_killed_during_indexing_and_querying(
         indexer = spawn_indexer(topics, dsn, group)
         slowest, answers, halt = [0.0], {"ok": 0, "503": 0}, asyncio.Event()
         try:
-            async with open_pool(dsn) as pool, api_client(pool) as client:
+            async with (
+                running_publisher(topics, dsn, [realm]),
+                open_pool(dsn) as pool,
+                api_client(pool) as client,
+            ):
 
                 async def query() -> None:
                     while not halt.is_set():
@@ -187,11 +271,11 @@ async def test_postgres_killed_during_indexing_and_querying(
                 recovery = time.monotonic() - killed_at
                 halt.set()
                 await querying
+                acknowledged = {r.doc_key: r.content_hash or "" for r in records}
+                duplicated = await check_invariants(dsn, realm, acknowledged, topics)
         finally:
             halt.set()
             stop(indexer)
-        acknowledged = {r.doc_key: r.content_hash or "" for r in records}
-        duplicated = await check_invariants(dsn, realm, acknowledged)
     assert answers["503"] > 0 and answers["ok"] > 0, answers
     assert slowest[0] <= 1.5, f"a query waited {slowest[0]:.2f}s during the outage"
     Recovery(
@@ -239,14 +323,16 @@ async def test_hostile_records_are_dead_lettered_and_valid_ones_after_them_appli
         stream.append(doc)
         valid[doc.doc_key] = doc.content_hash or ""
     started = time.monotonic()
-    async with running_indexer(topics, pg_dsn, group):
-        await publish(topics, stream)
+    async with running_publisher(topics, pg_dsn, [realm]):
+        async with running_indexer(topics, pg_dsn, group):
+            await publish(topics, stream)
 
-        async def passed() -> bool:
-            return await stored_position(pg_dsn, group, topics.documents) >= len(stream)
+            async def passed() -> bool:
+                return await stored_position(pg_dsn, group, topics.documents) >= len(stream)
 
-        await wait_for(passed, 120, "every record, hostile ones included")
-    took = time.monotonic() - started
+            await wait_for(passed, 120, "every record, hostile ones included")
+        took = time.monotonic() - started
+        duplicated = await check_invariants(pg_dsn, realm, valid, topics)
     dead = await dead_letters(topics, len(hostile))
     assert len(dead) == len(hostile)
     offsets = {int(h["tg-origin"].rsplit(b"/", 1)[1]): h for _, h in dead}
@@ -255,7 +341,6 @@ async def test_hostile_records_are_dead_lettered_and_valid_ones_after_them_appli
         headers = offsets[2 * n]
         assert headers["tg-error-class"].decode() == expected, (n, headers)
         assert headers["tg-error"], n
-    duplicated = await check_invariants(pg_dsn, realm, valid)
     stored = await stored_documents(pg_dsn, realm)
     assert set(stored) == {*valid, "nul.md"}  # the unstorable version is kept as failed
     Recovery(f"{len(hostile)} hostile records on the topic", took, 0, duplicated).show()
@@ -295,27 +380,28 @@ async def test_zombie_member_is_fenced(
         }
         zombie = cli("indexer", "--group", group, env=env, name=f"zombie-{group}")
         survivor = None
-        try:
-            await _applied(pg_dsn, group, topics.documents, 60)
-            zombie.send_signal(signal.SIGSTOP)
-            stopped_at = time.monotonic()
-            at_stop = await stored_position(pg_dsn, group, topics.documents)
-            assert at_stop < len(records), "the stop must land mid-stream"
-            survivor = cli("indexer", "--group", group, env=env, name=f"survivor-{group}")
-            await _applied(pg_dsn, group, topics.documents, len(records), limit=120)
-            recovery = time.monotonic() - stopped_at
-            zombie.send_signal(signal.SIGCONT)
-            await asyncio.sleep(5)  # the zombie wakes, tries to go on, and is turned away
-        finally:
-            zombie.send_signal(signal.SIGCONT)
-            for proc in (zombie, survivor):
-                if proc is not None:
-                    stop(proc)
-        assert await stored_position(pg_dsn, group, topics.documents) == len(records)
-        duplicated = 0
-        for realm in realms:
-            mine = {r.doc_key: r.content_hash or "" for r in records if r.realm == realm}
-            duplicated += await check_invariants(pg_dsn, realm, mine)
+        async with running_publisher(topics, pg_dsn, realms):
+            try:
+                await _applied(pg_dsn, group, topics.documents, 60)
+                zombie.send_signal(signal.SIGSTOP)
+                stopped_at = time.monotonic()
+                at_stop = await stored_position(pg_dsn, group, topics.documents)
+                assert at_stop < len(records), "the stop must land mid-stream"
+                survivor = cli("indexer", "--group", group, env=env, name=f"survivor-{group}")
+                await _applied(pg_dsn, group, topics.documents, len(records), limit=120)
+                recovery = time.monotonic() - stopped_at
+                zombie.send_signal(signal.SIGCONT)
+                await asyncio.sleep(5)  # the zombie wakes, tries to go on, and is turned away
+                assert await stored_position(pg_dsn, group, topics.documents) == len(records)
+                duplicated = 0
+                for realm in realms:
+                    mine = {r.doc_key: r.content_hash or "" for r in records if r.realm == realm}
+                    duplicated += await check_invariants(pg_dsn, realm, mine, topics)
+            finally:
+                zombie.send_signal(signal.SIGCONT)
+                for proc in (zombie, survivor):
+                    if proc is not None:
+                        stop(proc)
         Recovery(
             "indexer SIGSTOP past its session, SIGCONT (zombie)", recovery, 0, duplicated
         ).show()
@@ -331,24 +417,27 @@ async def test_scale_out_and_in_during_a_stream(
     total = sum(len(b) for b in batches)
     members = [spawn_indexer(topics, pg_dsn, group)]
     started = time.monotonic()
-    try:
-        await publish(topics, batches[0])
-        await _applied(pg_dsn, group, topics.documents, len(batches[0]) // 2)
-        members += [spawn_indexer(topics, pg_dsn, group) for _ in range(2)]
-        await publish(topics, batches[1])
-        await asyncio.sleep(3)
-        for proc in members[1:]:
-            stop(proc)  # SIGTERM: each leaves the group after the record in flight
-        await publish(topics, batches[2])
-        await _applied(pg_dsn, group, topics.documents, total, limit=240)
-    finally:
-        for proc in members:
-            stop(proc)
-    took = time.monotonic() - started
-    duplicated = 0
-    for realm in realms:
-        mine = {r.doc_key: r.content_hash or "" for b in batches for r in b if r.realm == realm}
-        duplicated += await check_invariants(pg_dsn, realm, mine)
+    async with running_publisher(topics, pg_dsn, realms):
+        try:
+            await publish(topics, batches[0])
+            await _applied(pg_dsn, group, topics.documents, len(batches[0]) // 2)
+            members += [spawn_indexer(topics, pg_dsn, group) for _ in range(2)]
+            await publish(topics, batches[1])
+            await asyncio.sleep(3)
+            for proc in members[1:]:
+                stop(proc)  # SIGTERM: each leaves the group after the record in flight
+            await publish(topics, batches[2])
+            await _applied(pg_dsn, group, topics.documents, total, limit=240)
+            took = time.monotonic() - started
+            duplicated = 0
+            for realm in realms:
+                mine = {
+                    r.doc_key: r.content_hash or "" for b in batches for r in b if r.realm == realm
+                }
+                duplicated += await check_invariants(pg_dsn, realm, mine, topics)
+        finally:
+            for proc in members:
+                stop(proc)
     Recovery(f"indexers 1 -> 3 -> 1 during {total} records", took, 0, duplicated).show()
 
 
@@ -421,7 +510,10 @@ async def test_postgres_connector_killed_twice_during_changes(
         connector = cli(*args, env=env, name=f"cdc-{group}")
         kills, recovery = 0, 0.0
         try:
-            async with running_indexer(topics, pg_dsn, group):
+            async with (
+                running_publisher(topics, pg_dsn, [realm]),
+                running_indexer(topics, pg_dsn, group),
+            ):
                 for n in range(1, 301):
                     key = f"k{n % 20}"
                     if key in live and n % 7 == 0:
@@ -450,6 +542,7 @@ async def test_postgres_connector_killed_twice_during_changes(
 
                 await wait_for(converged, 180, "the graph to equal the table")
                 recovery = time.monotonic() - started
+                await check_changes(topics, pg_dsn, realm)
         finally:
             stop(connector)
             await db.execute(

@@ -31,7 +31,7 @@ from tidegraph.connectors.textfiles import (
     passed_over,
     walk,
 )
-from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
+from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion, with_facts_passage
 from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import DEFAULT_SPACE
@@ -113,8 +113,9 @@ def document_from_object(
     """A ``DocumentVersion``-shaped object completed with the load's defaults.
 
     Missing ``schema``, ``realm``, ``space``, ``op`` (upsert), ``source``, ``event_time`` (now)
-    and ``content_hash`` are filled in; a ``realm`` other than the load's, or a given
-    ``content_hash`` that does not match the content, is refused.
+    and ``content_hash`` are filled in, and ``content`` from ``facts`` when only they are
+    given; a ``realm`` other than the load's, or a given ``content_hash`` that does not match
+    the content, is refused.
     """
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
@@ -126,6 +127,8 @@ def document_from_object(
     obj.setdefault("op", "upsert")
     obj.setdefault("source", source)
     obj.setdefault("event_time", datetime.now(UTC))
+    if obj["op"] == "upsert":
+        obj = with_facts_passage(obj)
     content = obj.get("content")
     if obj["op"] == "upsert" and isinstance(content, str):
         computed = content_hash(content)

@@ -1,6 +1,6 @@
 """HTTP ingest: documents PUT, DELETEd or POSTed in batches become document versions.
 
-    PUT    /v1/ingest/{realm}/documents/{doc_key}      {content, title?, metadata?, …}
+    PUT    /v1/ingest/{realm}/documents/{doc_key}      {content, title?, metadata?, facts?, …}
     DELETE /v1/ingest/{realm}/documents/{doc_key}      ?space=S&source_version=V
     POST   /v1/ingest/{realm}/documents:batch          {"documents": [{doc_key, op?, …}]}
 
@@ -34,7 +34,7 @@ from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
 from tidegraph.schemas.api import ErrorResponse
 from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
-from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
+from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion, with_facts_passage
 from tidegraph.schemas.errors import InvalidNameError, RecordValidationError
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm
@@ -46,9 +46,17 @@ PATH_FIELDS = ("realm", "doc_key", "op")
 
 DOCUMENT_BODY_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["content"],
+    "anyOf": [{"required": ["content"]}, {"required": ["facts"]}],
     "properties": {
-        "content": {"type": "string"},
+        "content": {
+            "type": "string",
+            "description": "Full text; without it, the rendered passage of `facts`.",
+        },
+        "facts": {
+            "type": "object",
+            "description": 'Entities and relations the source states (CONTRACT "Extraction'
+            ' output" shape): indexed without an extractor, through the validation gates.',
+        },
         "title": {"type": "string"},
         "metadata": {"type": "object"},
         "order_key": {"type": "string"},
@@ -228,8 +236,10 @@ def _document(realm: str, doc_key: str, op: str, fields: dict[str, Any]) -> Docu
         "source": fields.get("source", SOURCE),
         "event_time": fields.get("event_time", datetime.now(UTC)),
     }
-    if op == "upsert" and isinstance(fields.get("content"), str):
-        computed = content_hash(fields["content"])
+    if op == "upsert":
+        obj = with_facts_passage(obj)
+    if op == "upsert" and isinstance(obj.get("content"), str):
+        computed = content_hash(obj["content"])
         if obj.setdefault("content_hash", computed) != computed:
             raise IngestError(422, "invalid_document", "content_hash: does not match the content")
     try:

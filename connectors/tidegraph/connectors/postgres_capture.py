@@ -19,6 +19,7 @@ from psycopg import sql
 
 from tidegraph.connectors import pgoutput
 from tidegraph.connectors.errors import SourceSetupError
+from tidegraph.connectors.postgres_facts import FactsMapping, RowFacts
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.names import DEFAULT_SPACE
@@ -42,20 +43,40 @@ def default_slot_name(realm: str, table: str) -> str:
 
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Which table to capture and how its columns map onto a document."""
+    """Which table to capture and how its columns map onto a document: its text
+    (``content_column``), or facts (``facts``, see ``postgres_facts``), never both."""
 
     table: str
     """Table name as SQL would resolve it (``orders`` or ``sales.orders``)."""
     key_column: str
-    """Its value is the ``doc_key``; must be part of the replica identity."""
-    content_column: str
+    """Its value is the ``doc_key`` (``<table>/<key>`` with facts); must be part of the
+    replica identity."""
     realm: str
+    content_column: str | None = None
+    """Column holding the text; required unless ``facts`` is given."""
+    facts: FactsMapping | None = None
+    """Mapping of rows to facts; the text is then their rendered passage."""
     title_column: str | None = None
     order_column: str | None = None
     """Its text value becomes ``order_key``."""
     space: str = DEFAULT_SPACE
     slot: str | None = None
     """Replication slot (and publication) name; derived from realm and table when absent."""
+
+    def __post_init__(self) -> None:
+        if (self.content_column is None) == (self.facts is None):
+            raise SourceSetupError("capture a table's text (a content column) or facts, not both")
+        if self.facts is not None:
+            key = self.facts.table(self.table).key
+            if key != self.key_column:
+                raise SourceSetupError(
+                    f"the facts mapping keys {self.table} by {key!r}, not {self.key_column!r}"
+                )
+            if self.title_column or self.order_column:
+                raise SourceSetupError(
+                    "with facts, the title is the row's subject and the order column comes "
+                    "from the mapping (order:)"
+                )
 
     @property
     def slot_name(self) -> str:
@@ -107,14 +128,52 @@ class RowMapper:
         self.table = table
         self.on_refuse = on_refuse
         self._metadata = {"table": table.qualified}
+        self.facts = RowFacts(spec.facts, spec.table) if spec.facts is not None else None
+        self.value_columns: tuple[str | None, ...] = (
+            self.facts.columns if self.facts is not None else spec.value_columns
+        )
+        """The columns read after the key: content, title and order, or the facts'."""
 
     def select_all(self) -> sql.Composed:
-        """Key, content, title and order of every row, as text."""
-        return sql.SQL("SELECT {}, {}, {}, {} FROM {}").format(
-            _as_text(self.spec.key_column),
-            *(_as_text(c) for c in self.spec.value_columns),
-            self.table.ident,
-        )
+        """Key and value columns of every row, as text."""
+        columns = [_as_text(self.spec.key_column), *(_as_text(c) for c in self.value_columns)]
+        return sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(columns), self.table.ident)
+
+    async def from_row(
+        self, conn: Conn, row: tuple[Any, ...], version: str, event_time: datetime
+    ) -> DocumentVersion | None:
+        """The upsert a row read by :meth:`select_all` stands for."""
+        return await self.row_document(conn, row[0], tuple(row[1:]), version, event_time)
+
+    async def row_document(
+        self,
+        conn: Conn,
+        key: object,
+        values: tuple[object, ...],
+        version: str,
+        event_time: datetime,
+    ) -> DocumentVersion | None:
+        """The upsert of a row's key and value columns; ``conn`` reads referenced rows."""
+        if self.facts is None:
+            return self.upsert(key, (values[0], values[1], values[2]), version, event_time)
+        if key is None:
+            self.on_refuse(None, "row with a NULL key column")
+            return None
+        try:
+            return await self.facts.document(
+                conn,
+                self.spec.realm,
+                key,
+                dict(zip(self.facts.columns, values, strict=True)),
+                space=self.spec.space,
+                source=SOURCE,
+                source_version=version,
+                metadata=self._metadata,
+                event_time=event_time,
+            )
+        except RecordValidationError as exc:
+            self.on_refuse(str(key), str(exc))
+            return None
 
     def upsert(
         self,
@@ -157,7 +216,7 @@ class RowMapper:
         try:
             return DocumentVersion.for_delete(
                 self.spec.realm,
-                str(key),
+                self.facts.doc_key(key) if self.facts is not None else str(key),
                 space=self.spec.space,
                 source=SOURCE,
                 source_version=version,
@@ -197,7 +256,7 @@ class RowMapper:
                     out.append(gone)
                 version = source_version(begin.final_lsn, position + 2)
         values: tuple[object, ...] = tuple(
-            None if c is None else new[index[c]] for c in self.spec.value_columns
+            None if c is None else new[index[c]] for c in self.value_columns
         )
         if any(v is pgoutput.UNCHANGED_TOAST for v in values):
             current = await self.current_values(conn, new[key_at])
@@ -206,15 +265,15 @@ class RowMapper:
             values = tuple(
                 current[i] if v is pgoutput.UNCHANGED_TOAST else v for i, v in enumerate(values)
             )
-        doc = self.upsert(new[key_at], (values[0], values[1], values[2]), version, when)
+        doc = await self.row_document(conn, new[key_at], values, version, when)
         if doc is not None:
             out.append(doc)
         return out
 
     async def current_values(self, conn: Conn, key: object) -> tuple[object, ...] | None:
-        """Content, title and order of a row now: for TOASTed values an UPDATE left out."""
-        query = sql.SQL("SELECT {}, {}, {} FROM {} WHERE {} = %s").format(
-            *(_as_text(c) for c in self.spec.value_columns),
+        """The value columns of a row now: for TOASTed values an UPDATE left out."""
+        query = sql.SQL("SELECT {} FROM {} WHERE {} = %s").format(
+            sql.SQL(", ").join(_as_text(c) for c in self.value_columns),
             self.table.ident,
             sql.Identifier(self.spec.key_column),
         )

@@ -209,7 +209,8 @@ class PostgresCdc:
             )
         ).fetchall()
         names = {str(c[0]) for c in cols}
-        wanted = [self.spec.key_column, *(c for c in self.spec.value_columns if c)]
+        mapper = RowMapper(self.spec, table, self._refuse)
+        wanted = [self.spec.key_column, *(c for c in mapper.value_columns if c)]
         missing = [c for c in wanted if c not in names]
         if missing:
             raise SourceSetupError(f"table {table.qualified} has no column {', '.join(missing)}")
@@ -231,7 +232,7 @@ class PostgresCdc:
                     f"{table.qualified}, so deleted rows could not be named: make it the "
                     f"primary key or run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL"
                 )
-        self._mapper = RowMapper(self.spec, table, self._refuse)
+        self._mapper = mapper
         return table
 
     async def _marker(self, conn: Conn) -> str | None:
@@ -337,9 +338,10 @@ class PostgresCdc:
             async with reader.cursor(name="tidegraph_cdc_snapshot") as cursor:
                 cursor.itersize = 2000
                 await cursor.execute(self._mapper.select_all())
-                async for key, content, title, order in cursor:
+                async for row in cursor:
                     self.stats.snapshot_rows += 1
-                    doc = self._mapper.upsert(key, (content, title, order), version, now)
+                    # Referenced rows are read in the same snapshot.
+                    doc = await self._mapper.from_row(reader, row, version, now)
                     if doc is not None:
                         outbox.add(doc, load, None)
                     if len(outbox.docs) >= 2000:

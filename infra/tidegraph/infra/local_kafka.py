@@ -78,15 +78,26 @@ _T = TypeVar("_T")
 # --- where things are ---------------------------------------------------------------------
 
 
-def pom_path() -> Path:
-    """The broker pom: inside the installed package first, else in the source tree."""
-    packaged = resources.files("tidegraph.infra").joinpath("kafka", "pom.xml")
+def _kafka_file(name: str) -> Path:
+    """A file shipped beside the broker pom: inside the installed package first, else in
+    the source tree."""
+    packaged = resources.files("tidegraph.infra").joinpath("kafka", name)
     if isinstance(packaged, Path) and packaged.is_file():
         return packaged
-    source = Path(__file__).resolve().parents[2] / "kafka" / "pom.xml"
+    source = Path(__file__).resolve().parents[2] / "kafka" / name
     if source.is_file():
         return source
-    raise StateDirError(f"the Kafka pom is missing (looked in {packaged} and {source})")
+    raise StateDirError(f"the Kafka file {name} is missing (looked in {packaged} and {source})")
+
+
+def pom_path() -> Path:
+    """The broker pom."""
+    return _kafka_file("pom.xml")
+
+
+def stdin_args_path() -> Path:
+    """``StdinArgs.java``: runs a tool with secret arguments read from stdin, not argv."""
+    return _kafka_file("StdinArgs.java")
 
 
 def kafka_version(pom: Path | None = None) -> str:
@@ -312,11 +323,21 @@ def check_prerequisites(cache: Path | None = None) -> None:
 
 
 def server_properties(
-    layout: KafkaLayout, port: int, controller_port: int, password: str, controller_password: str
+    layout: KafkaLayout,
+    port: int,
+    controller_port: int,
+    password: str,
+    controller_password: str,
+    *,
+    advertised_port: int | None = None,
 ) -> str:
     """The broker's configuration: one KRaft node, loopback only, replication factor 1,
     SASL on both listeners (SCRAM for clients, PLAIN for the controller: KRaft controllers
-    cannot use SCRAM, whose users live in the metadata they serve)."""
+    cannot use SCRAM, whose users live in the metadata they serve).
+
+    ``advertised_port`` is where clients are told to connect after bootstrap (default
+    ``port``): a fault test puts a TCP proxy there, so every connection, not only the
+    bootstrap one, crosses it."""
     host = _proc.LOOPBACK
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -325,7 +346,7 @@ def server_properties(
         "node.id": "1",
         "controller.quorum.voters": f"1@{host}:{controller_port}",
         "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port}",
+        "advertised.listeners": f"SASL_PLAINTEXT://{host}:{advertised_port or port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "SASL_PLAINTEXT",
         "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
@@ -404,12 +425,14 @@ def _format_storage(runtime: KafkaRuntime, layout: KafkaLayout, password: str) -
                 "(its topics go with it) and run `tidegraph up` again"
             )
         return
+    # The SCRAM user's password goes in on stdin: on argv every process could read it from
+    # /proc/<pid>/cmdline for as long as the format runs.
     command = [
-        *_java_base(runtime, layout), "kafka.tools.StorageTool", "format",
-        "-t", new_cluster_id(), "-c", str(layout.config), "--ignore-formatted",
-        "--add-scram", f"SCRAM-SHA-256=[name={USER},password={password}]",
+        *_java_base(runtime, layout), str(stdin_args_path()), "kafka.tools.StorageTool",
+        "format", "-t", new_cluster_id(), "-c", str(layout.config), "--ignore-formatted",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    secret = f"--add-scram\nSCRAM-SHA-256=[name={USER},password={password}]\n"
+    done = subprocess.run(command, input=secret, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
         raise ServiceStartError(
@@ -450,17 +473,26 @@ def launch(
     port: int,
     controller_port: int,
     password: str | None = None,
+    advertised_port: int | None = None,
 ) -> KafkaProcess:
     """Write the configuration, format if fresh, start the JVM; returns before it answers.
     The broker's folder (data, segments, log) is the owner's only. ``password`` is the
-    SCRAM user's: the one the log dirs were formatted with, or a new one for fresh ones."""
+    SCRAM user's: the one the log dirs were formatted with, or a new one for fresh ones.
+    ``advertised_port``: see :func:`server_properties`."""
     password = password or new_password()
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.root.chmod(0o700)
     layout.config.touch(mode=0o600)
     layout.config.chmod(0o600)
     layout.config.write_text(
-        server_properties(layout, port, controller_port, password, new_password())
+        server_properties(
+            layout,
+            port,
+            controller_port,
+            password,
+            new_password(),
+            advertised_port=advertised_port,
+        )
     )
     layout.log4j.write_text(LOG4J2)
     _format_storage(runtime, layout, password)

@@ -141,6 +141,8 @@ def render(status: DataStatus) -> str:
         lines.append("REALM  DOCUMENTS  HEAD SEQ  LAST WRITE  EMBEDDER")
         for r in status.realms:
             docs = ", ".join(f"{n} {s}" for s, n in sorted(r.documents.items())) or "none"
+            if r.refused_facts:
+                docs += f" ({r.refused_facts} with refused facts)"
             when = r.last_write_at.isoformat(timespec="seconds") if r.last_write_at else "-"
             lines.append(f"{r.realm}  {docs}  {r.head_seq}  {when}  {r.embedder}")
     else:
@@ -181,6 +183,7 @@ def as_json(status: DataStatus) -> dict[str, Any]:
         "realms": {
             r.realm: {
                 "documents": r.documents,
+                "refused_facts": r.refused_facts,
                 "head_seq": r.head_seq,
                 "last_write_at": r.last_write_at.isoformat() if r.last_write_at else None,
                 "embedder": r.embedder,

@@ -371,8 +371,12 @@ def up(
     services: Collection[str] = SERVICES,
     timeout: float | None = None,
     progress: Progress = _silent,
+    kafka_advertised_port: int | None = None,
 ) -> ServiceStatus:
-    """Start (or reuse, or check) the services and write ``<state>/env``."""
+    """Start (or reuse, or check) the services and write ``<state>/env``.
+
+    ``kafka_advertised_port``: the port a started broker tells clients to use after
+    bootstrap (default: its own), for a proxy standing in front of it."""
     unknown = set(services) - set(SERVICES)
     if unknown:
         raise StateDirError(f"unknown service(s) {sorted(unknown)}; choose from {SERVICES}")
@@ -452,6 +456,7 @@ def up(
                 port=ports.kafka,
                 controller_port=ports.controller,
                 password=written[KAFKA_PASSWORD_KEY],
+                advertised_port=kafka_advertised_port,
             )
             started.append(KAFKA)
         if start_pg:

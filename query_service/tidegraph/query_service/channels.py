@@ -382,11 +382,14 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
     """
     if scope.believed_at is None:
         state = sql.SQL("r.status, r.superseded_by")
+        via = sql.SQL("r.superseded_via")
         join: sql.Composable = sql.SQL("")
     else:
         state = sql.SQL("h.state, h.superseded_by")
+        via = sql.SQL("h.superseded_via")
         join = sql.SQL(
-            " LEFT JOIN LATERAL (SELECT h.state, h.superseded_by FROM {hist} h"
+            " LEFT JOIN LATERAL (SELECT h.state, h.superseded_by, h.superseded_via"
+            " FROM {hist} h"
             " WHERE h.relation_id = r.id AND h.t_created <= %(believed)s"
             " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
             " ORDER BY h.t_created DESC LIMIT 1) h ON true"
@@ -395,7 +398,7 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
         "SELECT r.id, r.space, {subject}, r.predicate, {object}, r.negated, r.valid_from,"
         " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
         " ARRAY(SELECT DISTINCT s.doc_key FROM {src} s WHERE s.relation_id = r.id"
-        "  ORDER BY 1) AS doc_keys, r.order_key"
+        "  ORDER BY 1) AS doc_keys, r.order_key, {via}"
         " FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
         " JOIN {ent} eo ON eo.id = r.object_id{join}"
         " WHERE r.id = ANY(%(ids)s::bigint[])"
@@ -403,6 +406,7 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
         subject=entity_name(schema, scope, "es"),
         object=entity_name(schema, scope, "eo"),
         state=state,
+        via=via,
         src=table(schema, "relation_sources"),
         rel=table(schema, "relations"),
         ent=table(schema, "entities"),

@@ -205,10 +205,10 @@ async def list_relations(
     if predicate is not None:
         conds.append(sql.SQL("r.predicate = %(predicate)s"))
     if scope.believed_at is None:
-        state = sql.SQL("r.status AS state, r.superseded_by AS state_by")
+        state = sql.SQL("r.status AS state, r.superseded_by AS state_by, r.superseded_via")
         join: sql.Composable = sql.SQL("")
     else:
-        state = sql.SQL("h.state, h.superseded_by AS state_by")
+        state = sql.SQL("h.state, h.superseded_by AS state_by, h.superseded_via")
         join = sql.SQL(
             " JOIN {hist} h ON h.relation_id = r.id AND h.t_created <= %(believed)s"
             " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
@@ -255,10 +255,11 @@ async def list_relations(
             "t_expired": te,
             "status": state_,
             "superseded_by": str(by) if by else None,
+            "superseded_via": via,
             "weight": int(w),
             "doc_keys": list(docs),
         }
-        for rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state_, by, w, docs in rows
+        for rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state_, by, via, w, docs in rows
     ]
 
 

@@ -28,7 +28,9 @@ focus (:mod:`~tidegraph.query_service.focus`) is a fourth candidate channel, and
 are placed before the rest of the fused list. Entities matched only by vector are kept
 down to a similarity floor. A symmetric predicate of the realm
 (``RealmConfig.symmetric_predicates``) states one fact whichever way it is stored: both
-directions fit the focus, and an answer carries the fact once.
+directions fit the focus, and an answer carries the fact once. The indexer stores it once
+per pair and space; merging here still joins the same fact across spaces, and both
+directions in realms written before that rule, until a replay.
 
 Two rerankings of the fused relations are request options, off by default (paper §7.4,
 :mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from
@@ -175,6 +177,8 @@ class RelationHit:
     order_key: str | None = None
     """Document order (publication date …) of the latest live document asserting it: what
     decides, between conflicting statements, which is the most recent."""
+    superseded_via: str | None = None
+    """How it was superseded: ``negation``, ``exclusive_group`` or ``functional``."""
 
 
 @dataclass(frozen=True)
@@ -588,7 +592,7 @@ def _relations(
         row = by_id.get(f.key)
         if row is None:
             continue
-        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs, order) = row
+        (rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state, by, weight, docs, order, via) = row
         chans = [names[c] for c in f.channels]
         key = _fact_key(subj, pred, obj, bool(neg), symmetric)
         if key in index:
@@ -628,6 +632,7 @@ def _relations(
                 list(docs),
                 round(f.score, 6),
                 order,
+                via,
             )
         )
     return out

@@ -3,7 +3,7 @@
 No I/O happens here; every other package depends on this one and on nothing else shared.
 """
 
-from tidegraph.schemas._validation import Problem, RecordValidationError
+from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
 from tidegraph.schemas.changes import (
     CHANGE_SCHEMA,
     ChangeKind,
@@ -24,6 +24,7 @@ from tidegraph.schemas.errors import (
     TidegraphError,
     TransientError,
 )
+from tidegraph.schemas.facts import render_facts
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import (
     ANY_SPACE,
@@ -73,6 +74,8 @@ __all__ = [
     "load_settings",
     "parse_embedder",
     "preset",
+    "problems_from",
+    "render_facts",
     "topic_specs",
     "validate_realm",
     "validate_space",

@@ -224,6 +224,16 @@ class RelationOut(BaseModel):
         "latest live document asserting the relation; the synthesis prompt shows it as "
         "`[stated …]` and resolves conflicting statements to the most recent one.",
     )
+    superseded_via: str | None = Field(
+        None,
+        description="How the relation was superseded, when it is: `negation` (a later "
+        "statement of the same predicate on the same pair with the opposite negation), "
+        "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
+        "same pair) or `functional` (a later value of a predicate the realm declares "
+        "functional: another object for the same subject, or another subject for the same "
+        "object). Null for a current relation, and for one superseded before realms "
+        "recorded it.",
+    )
 
 
 class ChunkOut(BaseModel):
@@ -306,12 +316,20 @@ class DocumentResponse(BaseModel):
     doc_key: str
     space: str
     status: Literal["indexed", "deleted", "failed"]
-    content_hash: str | None
+    content_hash: str | None = Field(
+        description="Hash of the applied version: the content hash of the record, or for a"
+        " record carrying `facts` a `sha256:` hash over its content hash and its facts (what"
+        " decides that a re-sent record is unchanged)."
+    )
     source_version: str | None
     order_key: str | None
     chunks: int
     indexed_at: datetime
-    error: str | None
+    error: str | None = Field(
+        description="Why the version failed; for an indexed version carrying `facts`, which"
+        " of them the validation gates or the realm's vocabulary refused (`refused facts:"
+        " …`), else null."
+    )
     title: str | None
 
 
@@ -328,6 +346,16 @@ class RelationListed(BaseModel):
     t_expired: datetime | None
     status: str
     superseded_by: str | None
+    superseded_via: str | None = Field(
+        None,
+        description="How the relation was superseded, when it is: `negation` (a later "
+        "statement of the same predicate on the same pair with the opposite negation), "
+        "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
+        "same pair) or `functional` (a later value of a predicate the realm declares "
+        "functional: another object for the same subject, or another subject for the same "
+        "object). Null for a current relation, and for one superseded before realms "
+        "recorded it.",
+    )
     weight: int
     doc_keys: list[str]
 

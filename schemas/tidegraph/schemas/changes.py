@@ -174,6 +174,15 @@ class GraphChange(BaseModel):
     entity: EntityRef | None = None
     relation: RelationRef | None = None
     superseded_by: str | None = Field(None, description="Id of the superseding relation.")
+    superseded_via: Literal["negation", "exclusive_group", "functional"] | None = Field(
+        None,
+        description="On `relation_superseded`: the rule that made the relation superseded —"
+        " `negation` (the same predicate on the pair, denied or asserted later),"
+        " `exclusive_group` (a later predicate of one exclusive group on the pair) or"
+        " `functional` (a later value of a functional predicate: another object for the"
+        " subject, or another subject for the object). Absent on changes written before it"
+        " was recorded.",
+    )
     error: str | None = Field(None, description="Why a document failed (document_failed).")
     merged_into: str | None = Field(
         None,

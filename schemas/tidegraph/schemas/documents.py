@@ -15,6 +15,12 @@ is decided here and written on the field:
   hash mismatch apart from a malformed record and hashing 8 MiB is not free.
 * Unknown fields are ignored, so a v1 reader accepts records from a producer that already
   knows a later additive field.
+* ``facts`` (additive) carries structure the source already knows, in the extraction-output
+  shape; such a record is indexed from its facts without an extractor, through the same
+  gates. ``content`` stays required on an upsert: a source without prose sends the facts'
+  rendered passage (``tidegraph.schemas.facts.render_facts``; the bulk and HTTP connectors
+  fill it in), which is the chunk the facts' provenance hangs on. What makes a version
+  unchanged is :attr:`DocumentVersion.version_hash`, over the content and the facts.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from pydantic import (
 )
 
 from tidegraph.schemas._validation import RecordValidationError, load_object, problems_from
+from tidegraph.schemas.extraction import ExtractionOutput
+from tidegraph.schemas.facts import render_facts, version_hash
 from tidegraph.schemas.hashing import CONTENT_HASH_PATTERN, content_hash
 from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPACE_PATTERN
 
@@ -76,7 +84,13 @@ def _op_rules(extra: dict[str, Any]) -> None:
         },
         {
             "if": {"properties": {"op": {"const": "delete"}}, "required": ["op"]},
-            "then": {"properties": {"content": {"type": "null"}, "content_hash": {"type": "null"}}},
+            "then": {
+                "properties": {
+                    "content": {"type": "null"},
+                    "content_hash": {"type": "null"},
+                    "facts": {"type": "null"},
+                }
+            },
         },
     ]
 
@@ -133,6 +147,14 @@ class DocumentVersion(BaseModel):
         description="When the source changed, with a UTC offset.",
         json_schema_extra={"pattern": RFC3339_PATTERN},
     )
+    facts: ExtractionOutput | None = Field(
+        None,
+        description=(
+            "Entities and relations the source states, in the extraction-output shape; when"
+            " present the document is indexed from them instead of by an extractor, through"
+            " the same validation gates. Upsert only."
+        ),
+    )
 
     @field_validator("space", mode="before")
     @classmethod
@@ -148,6 +170,15 @@ class DocumentVersion(BaseModel):
         if op == "upsert" and value is None:
             raise ValueError("required when op is 'upsert'")
         if op == "delete" and value is not None:
+            raise ValueError("must be absent when op is 'delete'")
+        return value
+
+    @field_validator("facts")
+    @classmethod
+    def _facts_on_upsert(
+        cls, value: ExtractionOutput | None, info: ValidationInfo
+    ) -> ExtractionOutput | None:
+        if value is not None and info.data.get("op") == "delete":
             raise ValueError("must be absent when op is 'delete'")
         return value
 
@@ -172,6 +203,14 @@ class DocumentVersion(BaseModel):
     def effective_order_key(self) -> str:
         """``order_key`` when given, else ``event_time`` in a fixed-width UTC form."""
         return self.order_key if self.order_key is not None else _order_form(self.event_time)
+
+    @property
+    def version_hash(self) -> str | None:
+        """What decides whether this version is unchanged from the applied one: the content
+        hash, combined with the facts when the record carries any (``None`` on a delete)."""
+        if self.content_hash is None:
+            return None
+        return version_hash(self.content_hash, self.facts)
 
     def hash_matches(self) -> bool:
         """True for a delete, or when ``content_hash`` is the hash of ``content``."""
@@ -203,6 +242,8 @@ class DocumentVersion(BaseModel):
         if self.order_key is not None:
             body["order_key"] = self.order_key
         body["event_time"] = format_utc(self.event_time)
+        if self.facts is not None:
+            body["facts"] = self.facts.model_dump(mode="json", exclude_none=True)
         return orjson.dumps(body)
 
     @classmethod
@@ -243,6 +284,23 @@ class DocumentVersion(BaseModel):
         )
 
     @classmethod
+    def for_facts(
+        cls,
+        realm: str,
+        doc_key: str,
+        facts: ExtractionOutput | dict[str, Any],
+        *,
+        content: str | None = None,
+        event_time: datetime | None = None,
+        **fields: Any,
+    ) -> DocumentVersion:
+        """An upsert carrying ``facts``; its content is their rendered passage unless given."""
+        if not isinstance(facts, ExtractionOutput):
+            facts = ExtractionOutput.model_validate(facts)
+        text = render_facts(facts) if content is None else content
+        return cls.for_upsert(realm, doc_key, text, event_time=event_time, facts=facts, **fields)
+
+    @classmethod
     def for_delete(
         cls, realm: str, doc_key: str, *, event_time: datetime | None = None, **fields: Any
     ) -> DocumentVersion:
@@ -259,6 +317,24 @@ class DocumentVersion(BaseModel):
 
 
 _OPTIONAL_BEFORE_METADATA = ("content", "content_hash", "title", "source")
+
+
+def with_facts_passage(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` (a record-shaped object) with ``content`` set to its facts' rendered passage
+    when it carries valid ``facts`` and no content: what the bulk and HTTP connectors accept
+    from a source without prose. Anything else comes back as it was, for validation to
+    report."""
+    facts = obj.get("facts")
+    if obj.get("content") is not None or not isinstance(facts, dict):
+        return obj
+    if obj.get("op", "upsert") != "upsert":
+        return obj
+    try:
+        parsed = ExtractionOutput.model_validate(facts)
+    except ValidationError:
+        return obj
+    return {**obj, "content": render_facts(parsed)}
+
 
 _INTEGER = re.compile(r"-?[0-9]+")
 

@@ -1,8 +1,9 @@
 """Realm configuration (CONTRACT.md, "Realm configuration") and its presets.
 
 A realm fixes, at creation, how predicates are normalised and superseded (vocabulary, alias
-map, exclusive groups) and which extractor and embedder build it. The embedder id includes
-its dimension and never changes afterwards: vectors of two geometries cannot be compared.
+map, exclusive groups, functional predicates) and which extractor and embedder build it.
+The embedder id includes its dimension and never changes afterwards: vectors of two
+geometries cannot be compared.
 
 Presets follow the paper (§4.5, §5.2, §8.10): ``biography`` a 35-term vocabulary,
 ``finance`` 32 predicates in 8 exclusive groups, ``narrative`` the relationship group
@@ -12,10 +13,17 @@ Presets follow the paper (§4.5, §5.2, §8.10): ``biography`` a 35-term vocabul
 from __future__ import annotations
 
 import re
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
 
@@ -26,6 +34,11 @@ MAX_DIMENSION = 16000
 
 _PREDICATE = re.compile(PREDICATE_PATTERN)
 Extractor = Literal["llm", "rules"]
+FunctionalSide = Literal["subject", "object"]
+"""The end a functional predicate holds one of: ``subject`` — at most one current object
+per subject (``lives_in``); ``object`` — at most one current subject per object
+(``ceo_of``: a company has one chief executive)."""
+FUNCTIONAL_SIDES: tuple[FunctionalSide, ...] = get_args(FunctionalSide)
 
 
 class EmbedderSpec(NamedTuple):
@@ -86,9 +99,21 @@ class RealmConfig(BaseModel):
     symmetric_predicates: frozenset[str] = Field(
         frozenset(),
         description="Predicates that hold both ways (`worked_with`, `married_to` …): "
-        "`A p B` and `B p A` state one fact, so answers carry it once, in the direction "
-        "ranked first, with both directions' documents, and a question naming either side "
-        "asks about it in the role it gives. Empty by default; each preset names its own.",
+        "`A p B` and `B p A` state one fact, stored once per unordered pair (one edge, "
+        "whose weight counts both directions' statements, superseded across directions), "
+        "so answers carry it once, with both directions' documents, and a question naming "
+        "either side asks about it in the role it gives. Empty by default; each preset "
+        "names its own.",
+    )
+    functional_predicates: dict[str, FunctionalSide] = Field(
+        default_factory=dict,
+        description="Predicates with at most one current value, each with the end it is a "
+        "function of: `subject` (one object per subject: `lives_in`) or `object` (one "
+        "subject per object: `ceo_of`). Of the asserted relations with such a predicate "
+        "that share that end, the latest by `order_key` is current and supersedes the "
+        "others (mechanism `functional`); retracting it restores the one before. A denial "
+        "only ever supersedes the assertion it denies. A symmetric predicate cannot be "
+        "functional. Fixed at realm creation; each preset names its own.",
     )
     coverage_telemetry: bool = Field(
         False,
@@ -136,6 +161,23 @@ class RealmConfig(BaseModel):
             _predicate(p, "symmetric predicate")
         return value
 
+    @field_validator("functional_predicates")
+    @classmethod
+    def _functional(cls, value: dict[str, FunctionalSide]) -> dict[str, FunctionalSide]:
+        for p in value:
+            _predicate(p, "functional predicate")
+        return value
+
+    @model_validator(mode="after")
+    def _functional_not_symmetric(self) -> RealmConfig:
+        both = sorted(set(self.functional_predicates) & self.symmetric_predicates)
+        if both:
+            raise ValueError(
+                f"{', '.join(both)}: a symmetric predicate cannot be functional"
+                " (its two directions state one fact, so neither end is the key)"
+            )
+        return self
+
     @field_validator("embedder")
     @classmethod
     def _embedder(cls, value: str) -> str:
@@ -166,6 +208,19 @@ class RealmConfig(BaseModel):
             mine = {",".join(sorted(g)) for g in self.exclusive_groups}
             theirs = {",".join(sorted(g)) for g in other.exclusive_groups}
             found.append(_set_change("exclusive_groups", mine, theirs))
+        if self.symmetric_predicates != other.symmetric_predicates:
+            # how relations are stored (once per unordered pair), not only how answered
+            found.append(
+                _set_change(
+                    "symmetric_predicates",
+                    set(self.symmetric_predicates),
+                    set(other.symmetric_predicates),
+                )
+            )
+        if self.functional_predicates != other.functional_predicates:
+            mine = {f"{p}:{side}" for p, side in self.functional_predicates.items()}
+            theirs = {f"{p}:{side}" for p, side in other.functional_predicates.items()}
+            found.append(_set_change("functional_predicates", mine, theirs))
         for name in ("extractor", "embedder"):
             if getattr(self, name) != getattr(other, name):
                 found.append(f"{name} {getattr(self, name)!r} → {getattr(other, name)!r}")
@@ -176,6 +231,7 @@ class RealmConfig(BaseModel):
         body = self.model_dump(mode="json")
         body["exclusive_groups"] = [sorted(g) for g in self.exclusive_groups]
         body["symmetric_predicates"] = sorted(self.symmetric_predicates)
+        body["functional_predicates"] = dict(sorted(self.functional_predicates.items()))
         return orjson.dumps(body, option=orjson.OPT_INDENT_2)
 
     @classmethod
@@ -307,6 +363,14 @@ _SYMMETRIC = {
     ),
 }  # fmt: skip
 
+_FUNCTIONAL: dict[str, dict[str, FunctionalSide]] = {
+    "biography": {"born_in": "subject", "died_in": "subject", "lives_in": "subject"},
+    "finance": {"headquartered_in": "subject", "led_by": "subject"},
+    "narrative": {"lives_in": "subject", "located_in": "subject", "rules": "object"},
+}
+"""Predicates of one current value in each preset: where someone lives, where a company is
+headquartered and who leads it, where a place lies, who rules a realm."""
+
 PresetName = Literal["biography", "finance", "narrative"]
 PRESET_NAMES: tuple[PresetName, ...] = ("biography", "finance", "narrative")
 
@@ -328,6 +392,7 @@ def preset(
         predicate_aliases=dict(aliases),
         exclusive_groups=groups,
         symmetric_predicates=_SYMMETRIC[name],
+        functional_predicates=dict(_FUNCTIONAL[name]),
         extractor=extractor,
         embedder=embedder,
     )

@@ -100,6 +100,19 @@ def archival_ddl(schema: str) -> sql.Composed:
     return sql.SQL(_ARCHIVAL).format(schema=sql.Identifier(schema))
 
 
+_SUPERSEDED_VIA = """
+ALTER TABLE {schema}.relations ADD COLUMN IF NOT EXISTS superseded_via text;
+ALTER TABLE {schema}.relation_history ADD COLUMN IF NOT EXISTS superseded_via text;
+"""
+
+
+def superseded_via_ddl(schema: str) -> sql.Composed:
+    """The mechanism column of ``relations`` and ``relation_history`` (``negation``,
+    ``exclusive_group``, ``functional``); null on a relation superseded before it existed
+    (idempotent)."""
+    return sql.SQL(_SUPERSEDED_VIA).format(schema=sql.Identifier(schema))
+
+
 def telemetry_ddl(schema: str) -> sql.Composed:
     """The coverage telemetry table alone (idempotent)."""
     return sql.SQL(_TELEMETRY).format(schema=sql.Identifier(schema))
@@ -197,6 +210,7 @@ CREATE TABLE IF NOT EXISTS {schema}.relations (
     order_key      text,
     status         text   NOT NULL CHECK (status IN ('current', 'superseded', 'retracted')),
     superseded_by  bigint,
+    superseded_via text,
     t_created      timestamptz NOT NULL,
     t_expired      timestamptz,
     rendered       text   NOT NULL,
@@ -224,6 +238,7 @@ CREATE TABLE IF NOT EXISTS {schema}.relation_history (
     relation_id    bigint NOT NULL REFERENCES {schema}.relations (id),
     state          text   NOT NULL CHECK (state IN ('current', 'superseded')),
     superseded_by  bigint,
+    superseded_via text,
     t_created      timestamptz NOT NULL,
     t_expired      timestamptz,
     PRIMARY KEY (relation_id, t_created)

@@ -1,7 +1,8 @@
 """A realm's headline figures, for operators (`tidegraph status`, `realm list`).
 
 Counted in one statement per realm; what is counted is what a query sees now: documents by
-status, entities not dormant, relations current and believed.
+status (and those indexed with refused facts), entities not dormant, relations current and
+believed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class RealmFigures:
     last_write_at: datetime | None
     embedder: str
     extractor: str
+    refused_facts: int = 0
+    """Documents indexed with some of the facts they supplied refused (their status'
+    ``error`` says which)."""
 
 
 _FIGURES = sql.SQL(
@@ -40,7 +44,9 @@ _FIGURES = sql.SQL(
     "  (SELECT status, count(*) AS n FROM {s}.documents GROUP BY status) d),"
     " (SELECT count(*) FROM {s}.entities WHERE dormant_since IS NULL),"
     " (SELECT count(*) FROM {s}.relations WHERE status = 'current' AND t_expired IS NULL),"
-    " m.seq, m.last_write_at, m.embedder, m.extractor FROM {s}.meta m"
+    " m.seq, m.last_write_at, m.embedder, m.extractor,"
+    " (SELECT count(*) FROM {s}.documents WHERE status = 'indexed' AND error IS NOT NULL)"
+    " FROM {s}.meta m"
 )
 
 
@@ -66,7 +72,7 @@ async def schema_figures(
     row = await cur.fetchone()
     if row is None:
         return None
-    docs, entities, relations, seq, last_write, embedder, extractor = row
+    docs, entities, relations, seq, last_write, embedder, extractor, refused = row
     return RealmFigures(
         realm,
         schema,
@@ -77,4 +83,5 @@ async def schema_figures(
         last_write,
         str(embedder),
         str(extractor),
+        int(refused),
     )

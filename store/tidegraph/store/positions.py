@@ -178,6 +178,17 @@ async def read_group(conn: AsyncConnection[Any], group_id: str, topic: str) -> d
     return {int(p): _position(o, a) for p, o, a in await cur.fetchall()}
 
 
+async def applied(conn: AsyncConnection[Any], group_id: str, topic: str) -> int:
+    """Records a group has applied on a topic, its partitions' next offsets summed: how
+    progress is read from outside the group (benchmarks, tests). 0 while the control schema
+    does not exist yet (the first indexer creates it)."""
+    cur = await conn.execute("SELECT to_regclass('tidegraph.consumer_positions') IS NOT NULL")
+    row = await cur.fetchone()
+    if not (row and row[0]):
+        return 0
+    return sum(p.next_offset for p in (await read_group(conn, group_id, topic)).values())
+
+
 async def place(
     conn: AsyncConnection[Any], group_id: str, topic: str, partition: int, position: Position
 ) -> None:

@@ -29,6 +29,7 @@ from tidegraph.store.upgrades import (
     add_name_keys,
     add_name_search,
     add_positions_ahead,
+    add_superseded_via,
     add_telemetry,
     has_name_search,
     has_telemetry,
@@ -239,6 +240,8 @@ async def open_realm(
         await add_archival(conn, schema)
     if ("entities", "name") in types and ("entity_history", "entity_id") not in types:
         await add_entity_belief(conn, schema)
+    if ("relations", "rendered") in types and ("relations", "superseded_via") not in types:
+        await add_superseded_via(conn, schema)
     verify_embedding_columns(info, types)
     return info
 

@@ -22,6 +22,7 @@ from tidegraph.store.ddl import (
     archival_ddl,
     entity_belief_ddl,
     name_search_ddl,
+    superseded_via_ddl,
     telemetry_ddl,
 )
 from tidegraph.store.locks import lock_realm_schema
@@ -185,3 +186,11 @@ async def add_entity_belief(conn: AsyncConnection[Any], schema: str) -> None:
                 " FROM {entities}"
             ).format(**tables)
         )
+
+
+async def add_superseded_via(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before supersession mechanisms were recorded its
+    ``superseded_via`` columns (idempotent; under the realm's write lock)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(superseded_via_ddl(schema))

@@ -40,7 +40,8 @@ class DocState:
     status: str
     """``indexed``, ``deleted`` or ``failed``."""
     content_hash: str | None
-    """Hash of the applied content; ``None`` once deleted."""
+    """Hash of the applied version (``DocumentVersion.version_hash``: the content's, combined
+    with the facts when the record carried any); ``None`` once deleted."""
     source_version: str | None
     """The highest ``source_version`` any record of the document carried so far."""
 

@@ -91,8 +91,8 @@ class Planner:
             rec = lg.record
             key = (rec.space, rec.doc_key)
             before = self._states[key]
-            action = decide(rec.op, rec.content_hash, rec.source_version, before)
-            after = next_state(action, rec.content_hash, rec.source_version, before)
+            action = decide(rec.op, rec.version_hash, rec.source_version, before)
+            after = next_state(action, rec.version_hash, rec.source_version, before)
             self._states[key] = after
             out.append(Decision(lg, action, before, after))
         return out

@@ -5,6 +5,10 @@ extracted in order so each sees the canonical names found before it (paper §4.1
 here writes to the graph: the result is a :class:`PreparedDocument` the writer applies.
 Transient failures (model endpoint down) propagate and pause the partition; a chunk the
 extractor cannot turn into valid output is recorded on the chunk, never papered over.
+
+A record carrying ``facts`` is not extracted: its facts take the extractor's place and go
+through the same acceptance (gates, predicate and vocabulary, validity), and what of them
+is refused travels with the prepared document to the document's status.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ from tidegraph.indexer.extraction.prepared import (
     PreparedDocument,
     RelationFact,
 )
-from tidegraph.indexer.graph.gates import GATE_HINTS, Gate, GateConfig, apply_gates
+from tidegraph.indexer.graph.gates import GATE_HINTS, Gate, GateConfig, Rejection, apply_gates
 from tidegraph.indexer.graph.predicates import Vocabulary
 from tidegraph.indexer.graph.rules import render_entity, render_relation
 from tidegraph.indexer.graph.validity import normalize_period
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.extraction import ExtractionOutput
+from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
+from tidegraph.schemas.facts import render_entity_line, render_facts, render_relation_line
 from tidegraph.store.realms import RealmInfo
 
 ExtractorFor = Callable[[RealmInfo], Extractor]
@@ -69,33 +74,18 @@ class Pipeline:
         return vocab
 
     async def prepare(self, record: DocumentVersion, info: RealmInfo) -> PreparedDocument:
-        assert record.content is not None and record.content_hash is not None
-        extractor = self._extractor_for(info)
+        assert record.content is not None and record.version_hash is not None
         embedder = self._embedder_for(info)
         vocab = self._vocabulary(info)
         # A NUL reads as a space (text pulled out of binary formats carries strays):
         # PostgreSQL text cannot hold one, and the same length keeps every offset.
         text = record.content.replace("\0", " ")
         chunks = chunk_document(text, self.config.chunk_chars, self.config.overlap_chars)
-        known: dict[str, None] = {}
-        facts: list[tuple[Chunk, tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]] = []
-        for chunk in chunks:
-            context = build_context(
-                record.title,
-                record.source,
-                tuple(known),
-                info.config.vocabulary,
-                cap=self.config.context_names,
-            )
-            try:
-                output = await extractor.extract(chunk, context)
-            except ExtractionFailed as exc:
-                facts.append((chunk, (), (), exc.reason))
-                continue
-            entities, relations, note = self._accept(output, vocab, extractor.id)
-            for e in entities:
-                known.setdefault(e.name, None)
-            facts.append((chunk, entities, relations, note))
+        refusals: tuple[str, ...] = ()
+        if record.facts is not None:
+            facts, refusals = self._supplied(record.facts, chunks, vocab)
+        else:
+            facts = await self._extracted(record, info, chunks, vocab)
 
         texts = [c.text for c, _, _, _ in facts]
         extra = sorted(
@@ -116,7 +106,7 @@ class Pipeline:
         return PreparedDocument(
             space=record.space,
             doc_key=record.doc_key,
-            content_hash=record.content_hash,
+            content_hash=record.version_hash,
             source_version=record.source_version,
             order_key=record.effective_order_key,
             title=record.title,
@@ -124,23 +114,79 @@ class Pipeline:
             metadata=dict(record.metadata),
             chunks=prepared,
             vectors=dict(zip(extra, vectors[len(texts) :], strict=True)),
+            refusals=refusals,
         )
 
-    def _accept(
-        self, output: ExtractionOutput, vocab: Vocabulary, extractor: str
-    ) -> tuple[tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]:
-        """Gates, predicate normalisation and validity normalisation of one chunk's output;
-        when nothing survives, why, in words a user can act on."""
+    async def _extracted(
+        self,
+        record: DocumentVersion,
+        info: RealmInfo,
+        chunks: Sequence[Chunk],
+        vocab: Vocabulary,
+    ) -> list[ChunkFacts]:
+        """Each chunk through the realm's extractor, in order, each seeing the canonical
+        names found before it."""
+        extractor = self._extractor_for(info)
+        known: dict[str, None] = {}
+        facts: list[ChunkFacts] = []
+        for chunk in chunks:
+            context = build_context(
+                record.title,
+                record.source,
+                tuple(known),
+                info.config.vocabulary,
+                cap=self.config.context_names,
+            )
+            try:
+                output = await extractor.extract(chunk, context)
+            except ExtractionFailed as exc:
+                facts.append((chunk, (), (), exc.reason))
+                continue
+            accepted = self._accept(output, vocab)
+            for e in accepted.entities:
+                known.setdefault(e.name, None)
+            note = None
+            if not accepted.entities and not accepted.relations:
+                verbs = {r.predicate for r in accepted.off_vocabulary}
+                note = why_nothing(accepted.gates, verbs, extractor.id)
+            facts.append((chunk, accepted.entities, accepted.relations, note))
+        return facts
+
+    def _supplied(
+        self, supplied: ExtractionOutput, chunks: Sequence[Chunk], vocab: Vocabulary
+    ) -> tuple[list[ChunkFacts], tuple[str, ...]]:
+        """The record's own facts through the same gates and vocabulary as an extractor's
+        output, no extractor called. They hang on the document's first chunk (the whole
+        passage when the content is the facts' rendering, which fits one chunk unless the
+        facts are long; that rendering when the content is empty); the other chunks are
+        stored for retrieval with no structure."""
+        if not chunks and (supplied.entities or supplied.relations):
+            chunks = [Chunk(0, render_facts(supplied))]  # no content: their own passage
+        accepted = self._accept(supplied, vocab)
+        refusals = refused_facts(accepted)
+        note = None
+        if not accepted.entities and not accepted.relations:
+            note = "its facts " + (
+                "were all refused: " + "; ".join(refusals) if refusals else "state nothing"
+            )
+        facts: list[ChunkFacts] = [
+            (c, (), (), None) if c.ordinal else (c, accepted.entities, accepted.relations, note)
+            for c in chunks
+        ]
+        return facts, refusals
+
+    def _accept(self, output: ExtractionOutput, vocab: Vocabulary) -> Accepted:
+        """Gates, predicate normalisation and validity normalisation of one output."""
         gated = apply_gates(output, self.config.gates)
         entities = tuple(
             EntityFact(e.name, e.type, e.description, tuple(e.aliases)) for e in gated.entities
         )
         relations: list[RelationFact] = []
-        off_vocabulary: set[str] = set()
+        off_vocabulary: list[CandidateRelation] = []
         for r in gated.relations:
             predicate, negated_by_word = vocab.canonical(r.predicate)
             if not predicate:
-                off_vocabulary.add(r.predicate)
+                off_vocabulary.append(r)
                 continue
             valid_from, valid_to = normalize_period(r.valid_from, r.valid_to)
             relations.append(
@@ -155,11 +201,49 @@ class Pipeline:
                     valid_to,
                 )
             )
-        note = None
-        if not entities and not relations:
-            gates = sorted({rej.gate for rej in gated.rejections})
-            note = why_nothing(gates, off_vocabulary, extractor)
-        return entities, tuple(relations), note
+        return Accepted(entities, tuple(relations), gated.rejections, tuple(off_vocabulary))
+
+
+ChunkFacts = tuple[Chunk, tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]
+"""A chunk, the structure accepted for it, and why it has none when it has none."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What of one extraction output the gates and the vocabulary let through, and why the
+    rest was refused."""
+
+    entities: tuple[EntityFact, ...]
+    relations: tuple[RelationFact, ...]
+    rejections: tuple[Rejection, ...]
+    """What the gates refused (whole records, or single aliases)."""
+    off_vocabulary: tuple[CandidateRelation, ...]
+    """Relations whose predicate the realm's vocabulary does not know."""
+
+    @property
+    def gates(self) -> list[Gate]:
+        return sorted({rej.gate for rej in self.rejections})
+
+
+def refused_facts(accepted: Accepted) -> tuple[str, ...]:
+    """Each supplied fact that was refused, as its rendered line and why: what a document's
+    status reports, so the source can correct the record."""
+    out: list[str] = []
+    for rej in accepted.rejections:
+        rec = rej.record
+        line = (
+            render_entity_line(rec)
+            if isinstance(rec, CandidateEntity)
+            else render_relation_line(rec)
+        )
+        what = f"alias {rej.alias!r} of " if rej.alias is not None else ""
+        out.append(f"{what}{line.rstrip('.')!r} refused by {rej.gate}: {rej.reason}")
+    for r in accepted.off_vocabulary:
+        out.append(
+            f"{render_relation_line(r).rstrip('.')!r} refused: predicate {r.predicate!r} is not"
+            " in the realm's vocabulary — add it to the vocabulary or its predicate_aliases"
+        )
+    return tuple(out)
 
 
 def why_nothing(gates: Sequence[Gate], off_vocabulary: Collection[str], extractor: str) -> str:

@@ -83,6 +83,17 @@ class PreparedDocument:
     """Embeddings of entity and relation texts computed ahead, keyed by text."""
     refused: str | None = None
     """Why the version cannot be stored at all (see ``writer.refused_version``)."""
+    refusals: tuple[str, ...] = ()
+    """Facts the record supplied that the gates or the vocabulary refused, each with why."""
+
+    @property
+    def notice(self) -> str | None:
+        """What the document's status reports as its error: why it failed, else which of
+        its supplied facts were refused (the version is indexed from the rest)."""
+        failure = self.failure
+        if failure is not None or not self.refusals:
+            return failure
+        return "refused facts: " + "; ".join(self.refusals)
 
     @property
     def failure(self) -> str | None:

@@ -8,6 +8,7 @@ from tidegraph.indexer.graph.predicates import Vocabulary, normalize_predicate
 from tidegraph.indexer.graph.resolution import EntityRecord, Resolution, resolve_chunk
 from tidegraph.indexer.graph.rules import desired_relation_states, render_entity, render_relation
 from tidegraph.indexer.graph.supersession import Assertion, resolve_supersession
+from tidegraph.indexer.graph.symmetry import orient, pair_of
 from tidegraph.indexer.graph.validity import normalize_date, normalize_period, valid_at
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "normalize_date",
     "normalize_period",
     "normalize_predicate",
+    "orient",
+    "pair_of",
     "render_entity",
     "render_relation",
     "resolve_chunk",

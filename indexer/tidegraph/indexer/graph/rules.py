@@ -6,17 +6,21 @@ validity), shaped for what the writer holds: database ids and rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from datetime import date
 
 from tidegraph.indexer.graph.corroboration import Contribution, corroborate
 from tidegraph.indexer.graph.resolution import EntityRecord, merge_records
-from tidegraph.indexer.graph.supersession import Assertion, resolve_supersession
+from tidegraph.indexer.graph.supersession import Assertion, Mechanism, resolve_supersession
+from tidegraph.indexer.graph.symmetry import pair_of
 from tidegraph.indexer.graph.validity import period_end, period_start
+from tidegraph.schemas.realm_config import FunctionalSide
 
 __all__ = [
     "EntityRecord",
+    "LiveRelation",
     "RelationAttrs",
+    "RelationState",
     "desired_relation_states",
     "merge_entity",
     "merge_relation_attrs",
@@ -53,23 +57,43 @@ def period_bounds(valid_from: str | None, valid_to: str | None) -> tuple[date | 
     )
 
 
-LiveRelation = tuple[int, tuple[str, int, int], str, bool, str | None]
-"""(relation id, (space, subject id, object id), predicate, negated, latest source order)."""
+LiveRelation = tuple[int, tuple[str, int, int], str, bool, str | None, str]
+"""(relation id, (space, subject id, object id), predicate, negated, latest source order,
+the ends' names)."""
+RelationState = tuple[str, int | None, Mechanism | None]
+"""Belief state, the relation superseding it and by which mechanism."""
 
 
 def desired_relation_states(
-    live: Iterable[LiveRelation], groups: Sequence[frozenset[str]]
-) -> dict[int, tuple[str, int | None]]:
-    """``current`` or ``superseded`` (and by which relation) for every live relation."""
-    assertions = [
-        Assertion(
-            str(rid), f"{pair[0]}\x00{pair[1]}", str(pair[2]), predicate, negated, order_key or ""
+    live: Iterable[LiveRelation],
+    groups: Sequence[frozenset[str]],
+    symmetric: Container[str],
+    functional: Mapping[str, FunctionalSide] | None = None,
+) -> dict[int, RelationState]:
+    """``current`` or ``superseded`` (by which relation, how) for every live relation; a
+    ``symmetric`` predicate's relations compete on their unordered pair (``symmetry``).
+
+    Spaces never interact: a relation's ends are qualified by its space.
+    """
+    assertions = []
+    for relation_id, (space, s, o), predicate, negated, order_key, names in live:
+        first, second = pair_of(s, predicate, o, symmetric)
+        assertions.append(
+            Assertion(
+                str(relation_id),
+                f"{space}\x00{first}",
+                f"{space}\x00{second}",
+                predicate,
+                negated,
+                order_key or "",
+                names,
+            )
         )
-        for rid, pair, predicate, negated, order_key in live
-    ]
-    out: dict[int, tuple[str, int | None]] = {}
-    for rid, by in resolve_supersession(assertions, groups).items():
-        out[int(rid)] = ("current", None) if by is None else ("superseded", int(by))
+    out: dict[int, RelationState] = {}
+    for rid, by in resolve_supersession(assertions, groups, functional).items():
+        out[int(rid)] = (
+            ("current", None, None) if by is None else ("superseded", int(by.by), by.mechanism)
+        )
     return out
 
 

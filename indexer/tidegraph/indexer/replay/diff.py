@@ -139,7 +139,7 @@ SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text] AS
        jsonb_build_object('subject', es.name, 'object', eo.name, 'status', r.status,
          'superseded_by', """
     + _superseder("r.superseded_by")
-    + """, 'weight', r.weight,
+    + """, 'superseded_via', r.superseded_via, 'weight', r.weight,
          'order_key', r.order_key, 'valid_from', r.valid_from, 'valid_to', r.valid_to,
          'description', r.description, 'confidence', r.confidence)
        || CASE WHEN {hist} THEN jsonb_build_object('t_created', r.t_created,
@@ -147,7 +147,8 @@ SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text] AS
        jsonb_build_object('id', r.id::text, 'subject_id', r.subject_id::text,
          'object_id', r.object_id::text, 'subject', es.name, 'predicate', r.predicate,
          'object', eo.name, 'negated', r.negated, 'valid_from', r.valid_from,
-         'valid_to', r.valid_to, 'superseded_by', r.superseded_by::text) AS ref
+         'valid_to', r.valid_to, 'superseded_by', r.superseded_by::text,
+         'superseded_via', r.superseded_via) AS ref
 """
 )
 _RELATIONS_ALL: LiteralString = """
@@ -177,7 +178,7 @@ SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text,
              h.t_created::text] AS k,
        jsonb_build_object('state', h.state, 'superseded_by', """
     + _superseder("h.superseded_by")
-    + """, 't_expired', h.t_expired) AS v,
+    + """, 'superseded_via', h.superseded_via, 't_expired', h.t_expired) AS v,
        jsonb_build_object('id', r.id::text) AS ref
 """
 )
@@ -478,8 +479,8 @@ def _entity_changes(d: Difference) -> list[FeedChange]:
 
 
 def _relation_changes(d: Difference) -> list[FeedChange]:
-    have = ("retracted", None) if d.left is None else (d.left["status"], d.left["superseded_by"])
-    want = ("retracted", None) if d.right is None else (d.right["status"], d.right["superseded_by"])
+    have = _state(d.left)
+    want = _state(d.right)
     if have == want:
         return []
     ref = d.right_ref if d.right_ref is not None else d.left_ref
@@ -499,13 +500,22 @@ def _relation_changes(d: Difference) -> list[FeedChange]:
         )
     }
     by = ref.get("superseded_by") if d.right_ref is not None else None
+    via = ref.get("superseded_via") if d.right_ref is not None else None
     out: list[FeedChange] = []
     for kind in _transition(have[0], want[0]):
         payload: dict[str, Any] = {"relation": relation}
         if kind == "relation_superseded":
             payload["superseded_by"] = by
+            payload["superseded_via"] = via
         out.append((kind, d.space, payload))
     return out
+
+
+def _state(side: dict[str, Any] | None) -> tuple[Any, ...]:
+    """A relation's belief state on one side of a difference (none: retracted)."""
+    if side is None:
+        return ("retracted", None, None)
+    return (side["status"], side["superseded_by"], side.get("superseded_via"))
 
 
 def _transition(have: str, want: str) -> list[str]:

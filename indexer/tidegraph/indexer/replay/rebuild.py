@@ -73,7 +73,14 @@ from tidegraph.indexer.replay.names import (
     retired_schema,
     shadow_schema,
 )
-from tidegraph.indexer.replay.swap import SwapOutcome, SwapPlan, baseline, premerge_cache, swap_in
+from tidegraph.indexer.replay.swap import (
+    SwapOutcome,
+    SwapPlan,
+    baseline,
+    premerge_cache,
+    premerge_retention,
+    swap_in,
+)
 from tidegraph.indexer.write.failures import (
     Backoff,
     RecordFailed,
@@ -619,6 +626,7 @@ class _Replay:
         baseline_started = time.perf_counter()
         if await realm_exists(conn, self.live):
             await premerge_cache(conn, self.live, info.schema)
+            await premerge_retention(conn, self.live, info.schema)
             base = await baseline(conn, self.live, info.schema)
         self.baseline_seconds = time.perf_counter() - baseline_started
         for attempt in range(1, max(1, o.swap_attempts) + 1):

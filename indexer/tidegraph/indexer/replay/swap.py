@@ -8,19 +8,21 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
 2. read the live consumer group's stored position for the realm's partition: every record
    the live realm reflects lies below it, because positions commit with the graph;
 3. let the replay apply the shadow up to exactly that position (on its own connection);
-4. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
+4. carry the retention state over (:func:`carry_retention`): the archived flags of the
+   old realm's entities and its coverage telemetry, mapped by entity id;
+5. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
    a comparison made before the lock (:func:`baseline`), with the objects either side
    changed since — the change feeds name them — compared again through the indexes;
-5. hand the old realm's change feed and extraction cache to the shadow: both tables move
+6. hand the old realm's change feed and extraction cache to the shadow: both tables move
    (``ALTER TABLE … SET SCHEMA``, no copy), the shadow's extraction results are merged into
    the moved cache first, the shadow's own outbox (the history of building it) is dropped;
-6. append one commit to the moved outbox under the next sequence number after the old
+7. append one commit to the moved outbox under the next sequence number after the old
    head: ``communities_stale`` first (its payload carries a ``rebuild`` object), then the
-   changes of step 4 in feed form; the shadow's ``meta.seq`` continues from there;
-7. mark the old ``meta`` swapped out, rename the old schema to its retired name and the
+   changes of step 5 in feed form; the shadow's ``meta.seq`` continues from there;
+8. mark the old ``meta`` swapped out, rename the old schema to its retired name and the
    shadow to ``realm_<realm>``; give the retired schema empty ``outbox`` and
    ``extraction_cache`` tables so it stays a complete realm for inspection;
-8. drop the replay's position row, record the realm in ``tidegraph.realms``; commit.
+9. drop the replay's position row, record the realm in ``tidegraph.realms``; commit.
 
 Why the feed stays gap-free (DESIGN invariant 7): the outbox a reader or the publisher pages
 through is the same table before and after, and the rebuild commit becomes visible
@@ -45,8 +47,21 @@ the two sides' latest belief instants (no wall clock, so the feed stays reproduc
   A consumer that applied the old feed and applies this commit holds the rebuilt graph.
   Changed descriptions, weights or periods have no change kind and are not announced.
 
-Entity and relation ids are the rebuilt schema's: a rebuild numbers rows afresh, so ids
-seen before the notice do not resolve after it (names do).
+Row ids derive from log offsets (``write.ids``), so a rebuild of the same log under the
+same configuration gives each entity and relation the id it had; under another
+configuration (or for a realm numbered before ids came from the log) an id seen before
+the notice may not resolve after it, or name another object (names do resolve).
+
+Retention state is not in the log, so step 4 carries it: an archived entity of the old
+realm is archived in the rebuilt one (same ``archived_since``) when the rebuilt realm has
+an entity with the same id, space and name; coverage telemetry rows are copied with their
+ids and instants, each keeping the entity ids that so resolve when it is copied (a row
+left with none is dropped) and no community ids (communities are rebuilt with new ids, so
+their counts restart). Most of it is carried ahead of the lock
+(:func:`premerge_retention`); the swap carries what changed since.
+Neither has a change kind of its own here: archival is carried, not changed, so the
+rebuild commit announces nothing for it. An entity the log names again after its
+archival was restored by that write in the old realm already (``write.entities``).
 
 A live indexer blocked on the ``meta`` row at step 1 wakes up after the commit, sees
 ``swapped_out`` on the row it was waiting for, rolls back and retries (``RealmSwapped`` is
@@ -82,6 +97,7 @@ from tidegraph.store import positions
 from tidegraph.store.locks import lock_realm_schema
 from tidegraph.store.positions import Position
 from tidegraph.store.realms import realm_exists
+from tidegraph.store.upgrades import has_telemetry
 
 
 @dataclass(frozen=True)
@@ -127,6 +143,10 @@ class SwapOutcome:
     """Part of the hold spent working out what the rebuild changed."""
     committed_at: datetime
     """Database clock just before the commit (when the rebuilt realm became live)."""
+    archived_carried: int = 0
+    """Archived entities the rebuilt realm holds, carried from the old one."""
+    retrievals_carried: int = 0
+    """Coverage telemetry rows the rebuilt realm holds, carried from the old one."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +207,7 @@ async def swap_in(
 ) -> SwapOutcome:
     """Run the swap transaction (module docstring); raise :class:`SwapRefused` to abort.
 
-    ``base`` (see :func:`baseline`) keeps step 4 short: only what changed since is compared.
+    ``base`` (see :func:`baseline`) keeps step 5 short: only what changed since is compared.
     """
     try:
         async with conn.transaction():
@@ -237,6 +257,7 @@ async def _swap(
             f"live group {plan.live_group!r} at {live_position}; refusing to swap"
         )
 
+    carried = await carry_retention(conn, plan.live, plan.shadow) if live_exists else (0, 0)
     cur = await conn.execute(
         sql.SQL("SELECT seq, last_write_at FROM {}").format(_t(plan.shadow, "meta"))
     )
@@ -354,12 +375,91 @@ async def _swap(
         catch_up_seconds,
         diff_seconds,
         clock[0],
+        *carried,
     )
+
+
+async def carry_retention(conn: AsyncConnection[Any], live: str, shadow: str) -> tuple[int, int]:
+    """Step 4: bring the shadow's archived flags and coverage telemetry level with
+    ``live`` (module docstring); returns (archived entities, telemetry rows) the shadow
+    then holds.
+
+    It writes only what differs, so the replay runs it ahead of the lock as well
+    (:func:`premerge_retention`) and the swap's own run is left with what changed since:
+    archiving an entity rewrites its row and index entries, a fifth of a realm at a time
+    with ``--keep 0.8``. Telemetry rows keep their ids, so the rows already carried are
+    passed by.
+    """
+    ent_s, ent_l = _t(shadow, "entities"), _t(live, "entities")
+    if await _has_column(conn, live, "entities", "archived_since"):
+        await conn.execute(
+            sql.SQL(
+                "UPDATE {s} s SET archived_since = NULL WHERE s.archived_since IS NOT NULL"
+                " AND NOT EXISTS (SELECT 1 FROM {l} l WHERE l.id = s.id AND l.space = s.space"
+                " AND l.name_key = s.name_key AND l.archived_since IS NOT NULL)"
+            ).format(s=ent_s, l=ent_l)
+        )
+        await conn.execute(
+            sql.SQL(
+                "UPDATE {s} s SET archived_since = l.archived_since FROM {l} l"
+                " WHERE l.archived_since IS NOT NULL AND l.id = s.id AND l.space = s.space"
+                " AND l.name_key = s.name_key"
+                " AND s.archived_since IS DISTINCT FROM l.archived_since"
+            ).format(s=ent_s, l=ent_l)
+        )
+    ret_s = _t(shadow, "retrievals")
+    if await has_telemetry(conn, live):
+        await conn.execute(
+            sql.SQL(
+                "WITH same AS (SELECT s.id FROM {s} s JOIN {l} l"
+                "  ON l.id = s.id AND l.space = s.space AND l.name_key = s.name_key),"
+                " fresh AS (SELECT * FROM {rl} WHERE id > (SELECT coalesce(max(id), 0)"
+                "  FROM {rs})),"
+                " kept AS (SELECT r.id, array_agg(u.x ORDER BY u.n) AS ids"
+                "  FROM fresh r CROSS JOIN unnest(r.entity_ids) WITH ORDINALITY AS u(x, n)"
+                "  JOIN same ON same.id = u.x GROUP BY r.id)"
+                " INSERT INTO {rs} (id, at, query_hash, mode, entity_ids, community_ids)"
+                " SELECT r.id, r.at, r.query_hash, r.mode, k.ids, '{{}}' FROM fresh r"
+                " JOIN kept k ON k.id = r.id ORDER BY r.id"
+            ).format(s=ent_s, l=ent_l, rl=_t(live, "retrievals"), rs=ret_s)
+        )
+        await conn.execute(
+            sql.SQL(
+                "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {}"
+                " HAVING max(id) IS NOT NULL"
+            ).format(ret_s),
+            (sql.Identifier(shadow, "retrievals").as_string(conn),),
+        )
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT (SELECT count(*) FROM {} WHERE archived_since IS NOT NULL),"
+            " (SELECT count(*) FROM {})"
+        ).format(ent_s, ret_s)
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def premerge_retention(conn: AsyncConnection[Any], live: str, shadow: str) -> None:
+    """Carry the retention state ahead of the swap (:func:`carry_retention`), in a
+    transaction of its own, so the swap's run only has what changed since."""
+    async with conn.transaction():
+        await carry_retention(conn, live, shadow)
+
+
+async def _has_column(conn: AsyncConnection[Any], schema: str, table: str, column: str) -> bool:
+    cur = await conn.execute(
+        "SELECT 1 FROM information_schema.columns"
+        " WHERE table_schema = %s AND table_name = %s AND column_name = %s",
+        (schema, table, column),
+    )
+    return await cur.fetchone() is not None
 
 
 async def premerge_cache(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
     """Move the shadow's extraction results into the live cache ahead of the swap, so the
-    merge under the lock (step 5) only has what was extracted since. The shadow still
+    merge under the lock (step 6) only has what was extracted since. The shadow still
     reads them there (its cache reads fall through to the live realm's)."""
     cur = await conn.execute(
         sql.SQL(
@@ -372,7 +472,7 @@ async def premerge_cache(conn: AsyncConnection[Any], live: str, shadow: str) -> 
 
 
 async def _hand_over(conn: AsyncConnection[Any], plan: SwapPlan) -> None:
-    """Step 5: the old feed and cache move to the shadow; the shadow's results merge in."""
+    """Step 6: the old feed and cache move to the shadow; the shadow's results merge in."""
     await conn.execute(
         sql.SQL(
             "INSERT INTO {} (key, output, created_at) SELECT key, output, created_at FROM {}"

@@ -231,12 +231,15 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
     survivor, already holding the merged record).
 
     Mentions and relations move to the survivor. A relation keeps its id (and so its
-    belief history) when the survivor has no edge with the same key; otherwise its
+    belief history) when the survivor has no edge with the same key — for a symmetric
+    predicate, on the same unordered pair, whichever way round (``graph.symmetry``: an
+    edge keeps its orientation, so the feed's ``merged_into`` tells its new ends); otherwise its
     provenance moves into that edge and it is left without any, so reconciliation
     retracts it in belief time. The absorbed row is deleted once nothing refers to it;
     otherwise it stays dormant without surface forms of its own.
     """
     repointed: list[_Repointed] = []
+    symmetric = ctx.info.config.symmetric_predicates
     for x, k in sorted(moves.items()):
         await ctx.run(
             "INSERT INTO {mentions} (chunk_id, entity_id) SELECT chunk_id, %s FROM {mentions}"
@@ -260,9 +263,10 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
                 None
                 if s2 == o2
                 else await ctx.rows(
-                    "SELECT id FROM {relations} WHERE space = %s AND subject_id = %s"
-                    " AND predicate = %s AND object_id = %s AND negated = %s",
-                    (space, s2, p, o2, n),
+                    "SELECT id FROM {relations} WHERE space = %(sp)s AND predicate = %(p)s"
+                    " AND negated = %(n)s AND (subject_id = %(s)s AND object_id = %(o)s"
+                    " OR %(sym)s AND subject_id = %(o)s AND object_id = %(s)s) ORDER BY id",
+                    {"sp": space, "p": p, "n": n, "s": s2, "o": o2, "sym": p in symmetric},
                 )
             )
             if s2 != o2 and not other:
@@ -318,38 +322,51 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
         )
 
 
-async def mention_states(ctx: WriteContext, touched: set[int]) -> AsyncCursor[Any] | None:
-    """Ask whether each touched entity is dormant and still mentioned, once the write's
+async def mention_states(
+    ctx: WriteContext, touched: set[int], mentioned: set[int]
+) -> AsyncCursor[Any] | None:
+    """Ask whether each touched entity is dormant and still mentioned, and whether it is
+    archived though the version written mentions it (``mentioned``), once the write's
     mentions are final; :func:`reconcile_entities` reads the answer."""
     if not touched:
         return None
     return await ctx.send(
         "SELECT e.id, e.space, e.name, e.type, e.dormant_since IS NOT NULL,"
-        " EXISTS (SELECT 1 FROM {mentions} m WHERE m.entity_id = e.id)"
+        " EXISTS (SELECT 1 FROM {mentions} m WHERE m.entity_id = e.id),"
+        " e.archived_since IS NOT NULL AND e.id = ANY(%s)"
         " FROM {entities} e WHERE e.id = ANY(%s) ORDER BY e.id",
-        (sorted(touched),),
+        (sorted(mentioned), sorted(touched)),
     )
 
 
 async def reconcile_entities(
     ctx: WriteContext, states: AsyncCursor[Any] | None, bt: datetime
 ) -> None:
-    """Dormant when the last mention went, revived when mentioned again."""
+    """Dormant when the last mention went, revived when mentioned again; restored from
+    retention's archive when a version mentions it again (paper §6.1: archival demotes an
+    entity nobody asked about, and a document naming it again is new evidence of its value
+    — the same reversal as ``tidegraph unarchive``, in the write that brings the evidence,
+    so a replay does it alike)."""
     if states is None:
         return
     rows = await ctx.fetch(states)
-    flips = [(eid, mentioned) for eid, _, _, _, dormant, mentioned in rows if dormant == mentioned]
+    flips = [(r[0], r[5]) for r in rows if r[4] == r[5]]
     if flips:
         await ctx.run(
             "UPDATE {entities} e SET dormant_since = CASE WHEN u.m THEN NULL ELSE %s END"
             " FROM unnest(%b::bigint[], %b::bool[]) AS u(i, m) WHERE e.id = u.i",
             (bt, [f[0] for f in flips], [f[1] for f in flips]),
         )
-    for eid, space, name, typ, dormant, mentioned in rows:
+    restored = [r[0] for r in rows if r[6]]
+    if restored:
+        await ctx.run("UPDATE {entities} SET archived_since = NULL WHERE id = ANY(%s)", (restored,))
+    for eid, space, name, typ, dormant, mentioned, archived in rows:
+        ref = {"id": str(eid), "name": name, "type": typ}
         if dormant == mentioned:
-            ref = {"id": str(eid), "name": name, "type": typ}
             kind = ChangeKind.ENTITY_REVIVED if mentioned else ChangeKind.ENTITY_DORMANT
             ctx.changes.add(kind, space, entity=ref)
+        if archived:
+            ctx.changes.add(ChangeKind.ENTITY_UNARCHIVED, space, entity=ref)
 
 
 def _entity_ref(entity_id: int, e: EntityRecord) -> dict[str, Any]:

@@ -10,24 +10,30 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.graph.rules import (
+    LiveRelation,
     RelationAttrs,
+    RelationState,
     desired_relation_states,
     merge_relation_attrs,
     period_bounds,
     render_relation,
 )
+from tidegraph.indexer.graph.supersession import Mechanism
+from tidegraph.indexer.graph.symmetry import orient
 from tidegraph.indexer.write.context import WriteContext
+from tidegraph.indexer.write.functional import send_functional_scope
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
 
 RelationKey = tuple[int, str, int, bool]
 """(subject id, predicate, object id, negated): one edge per key (corroboration)."""
-State = tuple[str, int | None]
-"""Belief state and the relation superseding it."""
+State = RelationState
+"""Belief state, the relation superseding it and by which mechanism."""
+RETRACTED: State = ("retracted", None, None)
 
 
 class _Move(NamedTuple):
@@ -56,6 +62,10 @@ async def attach_relations(
     """One edge per (subject, predicate, object, negated); provenance per chunk. Returns
     the entity pairs the document's edges join, for :func:`reconcile_relations`.
 
+    A symmetric predicate's statement goes to its unordered pair's edge, whichever way
+    that is stored, or creates it oriented by
+    :func:`~tidegraph.indexer.graph.symmetry.orient`: both directions are one edge.
+
     The document's ``mentions`` (chunk id, entity id) are inserted by the statement that
     looks its edges up: one statement less per write.
 
@@ -64,9 +74,17 @@ async def attach_relations(
     finds its edge by key, so nothing waits for the ids of the edges inserted here.
     """
     grouped: dict[RelationKey, dict[int, list[RelationAttrs]]] = {}
+    sym = ctx.info.config.symmetric_predicates
+    ends_named = {
+        ids[name_key(n)] for c in doc.chunks for r in c.relations for n in (r.subject, r.object)
+    }
+    names = await ctx.entity_names(ends_named) if sym else {}
     for c in doc.chunks:
         for r in c.relations:
-            key = (ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], r.negated)
+            ends = orient(
+                ids[name_key(r.subject)], r.predicate, ids[name_key(r.object)], sym, names
+            )
+            key = (ends[0], r.predicate, ends[1], r.negated)
             if key[0] == key[2]:
                 continue  # both ends resolved to one entity: a self-loop asserts nothing
             by_chunk = grouped.setdefault(key, {})
@@ -75,7 +93,8 @@ async def attach_relations(
             )
     if not grouped and not mentions:
         return set()
-    keys = sorted(grouped)
+    # a symmetric statement also looks for its pair's edge the other way round
+    probes = sorted({*grouped, *((k[2], k[1], k[0], k[3]) for k in grouped if k[1] in sym)})
     lookup = await ctx.send(
         "WITH mentioned AS (INSERT INTO {mentions} (chunk_id, entity_id)"
         "  SELECT * FROM unnest(%(mc)b::bigint[], %(me)b::bigint[]) ON CONFLICT DO NOTHING)"
@@ -86,16 +105,22 @@ async def attach_relations(
         {
             "mc": [m[0] for m in mentions],
             "me": [m[1] for m in mentions],
-            "s": [k[0] for k in keys],
-            "p": [k[1] for k in keys],
-            "o": [k[2] for k in keys],
-            "n": [k[3] for k in keys],
+            "s": [k[0] for k in probes],
+            "p": [k[1] for k in probes],
+            "o": [k[2] for k in probes],
+            "n": [k[3] for k in probes],
             "space": doc.space,
         },
     )
     if not grouped:
         return set()  # the mentions are written all the same; nothing waits for them
     existing = {(int(s), p, int(o), bool(n)) for s, p, o, n in await ctx.fetch(lookup)}
+    for key in [k for k in grouped if k[1] in sym and k not in existing]:
+        turned = (key[2], key[1], key[0], key[3])
+        if turned in existing:  # the pair's edge, stored the other way round
+            for cid, attrs in grouped.pop(key).items():
+                grouped.setdefault(turned, {}).setdefault(cid, []).extend(attrs)
+    keys = sorted(grouped)
     said: dict[RelationKey, dict[int, RelationAttrs]] = {
         key: {
             cid: merge_relation_attrs((str(cid), a) for a in attrs)
@@ -194,7 +219,8 @@ async def reconcile_relations(
     pairs_of: AbstractSet[Pair],
 ) -> None:
     """Weight, attributes, order, retraction and supersession on every touched pair: the
-    pairs of the ``touched`` relations, and ``pairs_of``.
+    pairs of the ``touched`` relations, and ``pairs_of``; and supersession on the
+    functional scopes of their relations (:mod:`.functional`).
 
     Everything is recomputed from live provenance, so a withdrawn chunk takes its
     description, confidence and stated period with it.
@@ -202,22 +228,28 @@ async def reconcile_relations(
     if not touched and not pairs_of:
         return
     given = sorted(pairs_of)
+    # a pair's edges, and its symmetric predicates' edges stored the other way round
     pairs = (
         "WITH pairs AS (SELECT space, subject_id, object_id FROM {relations}"
         "  WHERE id = ANY(%s)"
-        "  UNION SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bigint[]))"
+        "  UNION SELECT * FROM unnest(%b::text[], %b::bigint[], %b::bigint[])),"
+        " hit AS (SELECT r.id FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
+        "  UNION SELECT r.id FROM {relations} r JOIN pairs p ON r.space = p.space"
+        "  AND r.subject_id = p.object_id AND r.object_id = p.subject_id"
+        "  WHERE r.predicate = ANY(%s))"
     )
     params = (
         sorted(touched),
         [p[0] for p in given],
         [p[1] for p in given],
         [p[2] for p in given],
+        sorted(ctx.info.config.symmetric_predicates),
     )
     edges = await ctx.send(
         pairs + " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
         "  r.weight, r.order_key, r.description, r.confidence, r.valid_from,"
-        "  r.valid_to, h.state, h.superseded_by, h.t_created, r.rendered"
-        " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
+        "  r.valid_to, h.state, h.superseded_by, h.t_created, r.rendered, h.superseded_via"
+        " FROM {relations} r JOIN hit USING (id)"
         " LEFT JOIN {relation_history} h ON h.relation_id = r.id AND h.t_expired IS NULL"
         " ORDER BY r.id",
         params,
@@ -225,23 +257,51 @@ async def reconcile_relations(
     sources = await ctx.send(
         pairs + " SELECT s.relation_id, s.chunk_id, s.order_key, s.description, s.confidence,"
         "  s.valid_from, s.valid_to"
-        " FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
-        " JOIN {relation_sources} s ON s.relation_id = r.id",
+        " FROM hit JOIN {relation_sources} s ON s.relation_id = hit.id",
         params,
     )
+    functional = ctx.info.config.functional_predicates
+    scoped = await send_functional_scope(ctx, pairs, params, functional)
     rows = await ctx.fetch(edges)
     contributions: dict[int, list[tuple[str, RelationAttrs]]] = {}
     orders: dict[int, str] = {}
     for rid, cid, order_key, d, c, vf, vt in await ctx.fetch(sources):
         contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
         orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
-    live = [
-        (int(r[0]), (str(r[1]), int(r[2]), int(r[4])), str(r[3]), bool(r[5]), orders.get(int(r[0])))
+    loaded = {int(r[0]) for r in rows}
+    around = [a for a in await scoped.rows(ctx) if a.id not in loaded]
+    names = await ctx.entity_names(
+        {int(r[2]) for r in rows}
+        | {int(r[4]) for r in rows}
+        | {e for r in around for e in (r.subject_id, r.object_id)}
+    )
+    live: list[LiveRelation] = [
+        (
+            int(r[0]),
+            (str(r[1]), int(r[2]), int(r[4])),
+            str(r[3]),
+            bool(r[5]),
+            orders.get(int(r[0])),
+            f"{names[int(r[2])]}\x00{names[int(r[4])]}",
+        )
         for r in rows
         if int(r[0]) in contributions
     ]
-    desired = desired_relation_states(live, ctx.info.exclusive_groups)
-    names = await ctx.entity_names({int(r[2]) for r in rows} | {int(r[4]) for r in rows})
+    live += [
+        (
+            r.id,
+            (r.space, r.subject_id, r.object_id),
+            r.predicate,
+            r.negated,
+            r.order_key,
+            f"{names[r.subject_id]}\x00{names[r.object_id]}",
+        )
+        for r in around
+        if r.live
+    ]
+    desired = desired_relation_states(
+        live, ctx.info.exclusive_groups, ctx.info.config.symmetric_predicates, functional
+    )
     attr_updates: list[tuple[Any, ...]] = []
     text_updates: list[tuple[int, str]] = []
     zeroed: list[int] = []
@@ -266,29 +326,18 @@ async def reconcile_relations(
             valid_from, valid_to = r[10], r[11]
             if int(r[6]) != 0:
                 zeroed.append(rid)
-        want = desired.get(rid, ("retracted", None))
-        have: State = (
-            ("retracted", None)
-            if r[12] is None
-            else (str(r[12]), int(r[13]) if r[13] is not None else None)
-        )
-        if want == have:
-            continue
-        moves.append(_Move(rid, have, want, r[14]))
-        ref = {
-            "id": str(rid),
-            "subject_id": str(r[2]),
-            "object_id": str(r[4]),
-            "subject": subject,
-            "predicate": predicate,
-            "object": obj,
-            "negated": negated,
-            "valid_from": valid_from,
-            "valid_to": valid_to,
-        }
-        for kind, by in _transition_kinds(have, want):
-            extra = {"superseded_by": str(by)} if by is not None else {}
-            ctx.changes.add(kind, space, relation=ref, **extra)
+        have, want = _state(r[12], r[13], r[16]), desired.get(rid, RETRACTED)
+        if want != have:
+            ref = _ref(rid, int(r[2]), int(r[4]), names, predicate, negated, valid_from, valid_to)
+            _move(ctx, moves, space, ref, have, want, r[14])
+    for a in around:
+        if not a.in_scope:
+            continue  # context only: not every rival of it is loaded
+        have = _state(a.state, a.superseded_by, a.superseded_via)
+        want = desired.get(a.id, RETRACTED)
+        if want != have:
+            ref = _ref(a.id, a.subject_id, a.object_id, names, a.predicate, a.negated, *a.valid)
+            _move(ctx, moves, a.space, ref, have, want, a.open_since)
     if attr_updates:
         await ctx.run(
             "UPDATE {relations} r SET weight = u.w, order_key = u.k, description = u.d,"
@@ -311,6 +360,53 @@ async def reconcile_relations(
         await ctx.run("UPDATE {relations} SET weight = 0 WHERE id = ANY(%s)", (zeroed,))
     if moves:
         await _move_history(ctx, moves, bt)
+
+
+def _state(state: str | None, by: int | None, via: str | None) -> State:
+    """A stored open belief interval as a state (none: retracted)."""
+    if state is None:
+        return RETRACTED
+    return (str(state), int(by) if by is not None else None, cast("Mechanism | None", via))
+
+
+def _ref(
+    rid: int,
+    subject_id: int,
+    object_id: int,
+    names: dict[int, str],
+    predicate: str,
+    negated: bool,
+    valid_from: str | None,
+    valid_to: str | None,
+) -> dict[str, Any]:
+    """A relation as a change carries it."""
+    return {
+        "id": str(rid),
+        "subject_id": str(subject_id),
+        "object_id": str(object_id),
+        "subject": names[subject_id],
+        "predicate": predicate,
+        "object": names[object_id],
+        "negated": negated,
+        "valid_from": valid_from,
+        "valid_to": valid_to,
+    }
+
+
+def _move(
+    ctx: WriteContext,
+    moves: list[_Move],
+    space: str,
+    ref: dict[str, Any],
+    have: State,
+    want: State,
+    open_since: datetime | None,
+) -> None:
+    """Record a relation's change of state, with its changes on the feed."""
+    moves.append(_Move(int(ref["id"]), have, want, open_since))
+    for kind, by, via in _transition_kinds(have, want):
+        extra = {"superseded_by": str(by), "superseded_via": via} if by is not None else {}
+        ctx.changes.add(kind, space, relation=ref, **extra)
 
 
 async def _move_history(ctx: WriteContext, moves: list[_Move], bt: datetime) -> None:
@@ -338,33 +434,38 @@ async def _move_history(ctx: WriteContext, moves: list[_Move], bt: datetime) -> 
     # table; the intervals closed above are closed by then).
     await ctx.run(
         "WITH opened AS (INSERT INTO {relation_history}"
-        "  (relation_id, state, superseded_by, t_created)"
-        "  SELECT i, s, b, %(bt)s FROM unnest(%(oi)b::bigint[], %(os)b::text[],"
-        "  %(ob)b::bigint[]) AS u(i, s, b))"
-        " UPDATE {relations} r SET status = u.s, superseded_by = u.b,"
+        "  (relation_id, state, superseded_by, superseded_via, t_created)"
+        "  SELECT i, s, b, v, %(bt)s FROM unnest(%(oi)b::bigint[], %(os)b::text[],"
+        "  %(ob)b::bigint[], %(ov)b::text[]) AS u(i, s, b, v))"
+        " UPDATE {relations} r SET status = u.s, superseded_by = u.b, superseded_via = u.v,"
         " t_expired = CASE WHEN u.s = 'current' THEN NULL ELSE %(bt)s END"
-        " FROM unnest(%(mi)b::bigint[], %(ms)b::text[], %(mb)b::bigint[]) AS u(i, s, b)"
-        " WHERE r.id = u.i",
+        " FROM unnest(%(mi)b::bigint[], %(ms)b::text[], %(mb)b::bigint[], %(mv)b::text[])"
+        " AS u(i, s, b, v) WHERE r.id = u.i",
         {
             "bt": bt,
             "oi": [o[0] for o in opened],
             "os": [o[1][0] for o in opened],
             "ob": [o[1][1] for o in opened],
+            "ov": [o[1][2] for o in opened],
             "mi": [m.relation_id for m in moves],
             "ms": [m.want[0] for m in moves],
             "mb": [m.want[1] for m in moves],
+            "mv": [m.want[2] for m in moves],
         },
     )
 
 
-def _transition_kinds(have: State, want: State) -> list[tuple[ChangeKind, int | None]]:
-    """Change kinds for a relation moving between belief states."""
+def _transition_kinds(have: State, want: State) -> list[tuple[ChangeKind, int | None, str | None]]:
+    """Change kinds for a relation moving between belief states, with the superseding
+    relation and mechanism of a supersession."""
     h, w = have[0], want[0]
     if w == "retracted":
-        return [(ChangeKind.RELATION_RETRACTED, None)]
+        return [(ChangeKind.RELATION_RETRACTED, None, None)]
     if w == "current":
         restored = h == "superseded"
-        return [(ChangeKind.RELATION_RESTORED if restored else ChangeKind.RELATION_ADDED, None)]
+        kind = ChangeKind.RELATION_RESTORED if restored else ChangeKind.RELATION_ADDED
+        return [(kind, None, None)]
+    superseded = (ChangeKind.RELATION_SUPERSEDED, want[1], want[2])
     if h == "retracted":
-        return [(ChangeKind.RELATION_ADDED, None), (ChangeKind.RELATION_SUPERSEDED, want[1])]
-    return [(ChangeKind.RELATION_SUPERSEDED, want[1])]
+        return [(ChangeKind.RELATION_ADDED, None, None), superseded]
+    return [superseded]

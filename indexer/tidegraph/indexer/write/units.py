@@ -106,7 +106,7 @@ async def _write_guarded(
             raise
         await on_refused(decision, exc)
         deleted = Version(rec.space, rec.doc_key, None, None, decision.previous, decision.offset)
-        fallback = refused_version(deleted, rec.content_hash, refusal(exc))
+        fallback = refused_version(deleted, rec.version_hash, refusal(exc))
     if fallback is not None:
         try:
             return await write(fallback)

@@ -9,8 +9,9 @@ sequencer drew, and does, in order:
 2. write the new version's chunks, resolve its entities (``entities``), attach its
    relations (``relations``);
 3. reconcile every touched relation (weight, order, retraction, supersession) and every
-   touched entity (dormancy, revival; type and description derived from the live chunks,
-   attribute history) against belief time;
+   touched entity (dormancy, revival, and restoring an archived entity the version
+   mentions; type and description derived from the live chunks, attribute history)
+   against belief time;
 4. upsert the document state, with the highest ``source_version`` the decision folded;
 5. append the changes to the outbox under the stamp's sequence number.
 
@@ -150,14 +151,15 @@ async def apply_version(
     # The relations' reconciliation changes no mention nor contribution: the entities'
     # states are asked for now, to travel with its first statements.
     touched = old_entities | new_entities
-    states = await mention_states(ctx, touched)
+    states = await mention_states(ctx, touched, new_entities)
     attributes = await attribute_states(ctx, touched | ctx.absorbed)
     await reconcile_relations(ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs)
     await reconcile_entities(ctx, states, bt)
     await settle_attributes(ctx, attributes, touched | ctx.absorbed, bt)
     if stamp.communities_stale:
         changes.add(ChangeKind.COMMUNITIES_STALE)
-    await _record_document(ctx, stamp.seq, version, status, failure, bt)
+    error = doc.notice if doc is not None else None
+    await _record_document(ctx, stamp.seq, version, status, error, bt)
     return WriteResult(stamp.seq, tuple(str(k) for k, _, _ in changes.items), status)
 
 

@@ -12,6 +12,7 @@ from tidegraph.connectors import pgoutput
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
+from tidegraph.connectors.postgres_facts import load_facts_mapping
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.textfiles import TEXT_GLOBS
 from tidegraph.infra import services as local_services
@@ -211,8 +212,19 @@ def _register_postgres(kinds: argparse._SubParsersAction[argparse.ArgumentParser
         "(default: $TIDEGRAPH_PG_REPLICATION_DSN, then $TIDEGRAPH_PG_DSN)",
     )
     pg.add_argument("--table", required=True, help="table, optionally schema-qualified")
-    pg.add_argument("--key-column", required=True, help="column whose value is the doc_key")
-    pg.add_argument("--content-column", required=True, help="column holding the text")
+    pg.add_argument(
+        "--key-column",
+        help="column whose value is the doc_key (with --facts: the mapping's key)",
+    )
+    pg.add_argument("--content-column", help="column holding the text (unless --facts)")
+    pg.add_argument(
+        "--facts",
+        type=Path,
+        metavar="MAPPING",
+        help="publish each row as facts (entities, relations with validity) per this YAML or "
+        "JSON mapping file instead of a text column; doc_key = <table>/<key> (README, "
+        "'Facts supplied on the record')",
+    )
     pg.add_argument("--title-column", help="column holding the title")
     pg.add_argument("--order-column", help="column whose value is the order_key")
     pg.add_argument("--realm", required=True)
@@ -250,17 +262,29 @@ async def _cdc_progress(cdc: PostgresCdc, stop: asyncio.Event, every: float = 5.
 
 
 def run_postgres(args: argparse.Namespace) -> int:
-    spec = CaptureSpec(
+    return asyncio.run(_postgres(args, capture_spec(args)))
+
+
+def capture_spec(args: argparse.Namespace) -> CaptureSpec:
+    """The capture the flags describe: a text column, or facts per a mapping file."""
+    facts = load_facts_mapping(args.facts) if args.facts is not None else None
+    if facts is None and (args.content_column is None or args.key_column is None):
+        raise ConfigError("connect postgres needs --key-column and --content-column, or --facts")
+    if facts is not None and args.content_column is not None:
+        raise ConfigError("give --content-column or --facts, not both")
+    key = args.key_column or (facts.table(args.table).key if facts is not None else None)
+    assert key is not None
+    return CaptureSpec(
         table=args.table,
-        key_column=args.key_column,
+        key_column=key,
         content_column=args.content_column,
+        facts=facts,
         title_column=args.title_column,
         order_column=args.order_column,
         realm=validate_realm(args.realm),
         space=validate_space(args.space),
         slot=args.slot,
     )
-    return asyncio.run(_postgres(args, spec))
 
 
 async def _postgres(args: argparse.Namespace, spec: CaptureSpec) -> int:

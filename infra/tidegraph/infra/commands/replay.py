@@ -302,6 +302,8 @@ def summary_json(r: ReplayResult) -> dict[str, Any]:
             "rebuild_seq": r.swap.rebuild_seq,
             "changes": r.swap.changes,
             "committed_at": r.swap.committed_at.isoformat(),
+            "archived_carried": r.swap.archived_carried,
+            "retrievals_carried": r.swap.retrievals_carried,
         }
     return body
 
