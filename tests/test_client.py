@@ -128,6 +128,16 @@ def test_sync_client_answers_as_the_http_api(url: str) -> None:
         assert ents == EntitiesResponse.model_validate(
             raw(url, "GET", f"/v1/realms/{A}/entities?name=ada+lovelace")
         )
+        later = "2100-01-01T00:00:00Z"
+        believed = tg.entities(
+            A,
+            name="ada lovelace",
+            as_believed_at=__import__("datetime").datetime.fromisoformat(later),
+        )
+        assert believed == EntitiesResponse.model_validate(
+            raw(url, "GET", f"/v1/realms/{A}/entities?name=ada+lovelace&as_believed_at={later}")
+        )
+        assert [e.description for e in believed.entities] == [e.description for e in ents.entities]
         doc = tg.document(A, "dir/doc 1.md")
         assert doc == DocumentResponse.model_validate(
             raw(url, "GET", f"/v1/realms/{A}/documents/dir%2Fdoc%201.md")

@@ -1,11 +1,11 @@
 """A consumer that knows only the contract can mirror a realm from its change feed.
 
 The corpus goes through the real pipeline (Kafka, the indexer, a replay swapped in midway)
-and exercises replacement, deletion, dormancy, revival, a merge, a type refined,
-supersession, re-assertion and restoration. The mirror folds the feed over HTTP — entities
-with type, description and aliases; relations with their state, ``superseded_by`` and
-``superseded_via`` — and
-must equal what the HTTP API returns for the realm.
+and exercises replacement, deletion, dormancy, revival, a merge, a type refined, a
+description withdrawn with its document, supersession, re-assertion and restoration. The
+mirror folds the feed over HTTP — entities with type, description and aliases; relations
+with their state, ``superseded_by`` and ``superseded_via`` — and must equal what the HTTP
+API returns for the realm.
 """
 
 from __future__ import annotations
@@ -197,6 +197,20 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
         ),
         delete(realm, "again.md"),
         upsert(realm, "ada.md", "Ada Lovelace, known as Ada King, was a mathematician."),
+        # the longest description withdrawn with the only document teaching it: the
+        # shorter one another document teaches is the description again
+        upsert(
+            realm,
+            "merlin.md",
+            "Merlin Ambrosius was a wizard at the court of Camelot."
+            " Merlin Ambrosius mentored Arthur Pendragon.",
+        ),
+        upsert(
+            realm,
+            "poet.md",
+            "Merlin Ambrosius was a poet. Merlin Ambrosius mentored Arthur Pendragon.",
+        ),
+        delete(realm, "merlin.md"),
         # a merge making the two edges one: the absorbed one's is retracted, no edge turns
         upsert(realm, "countess.md", "Augusta Ada Byron, known as Lady Lovelace, wrote notes."),
         # an older residence arrives late (lives_in is functional in the narrative preset)

@@ -127,6 +127,8 @@ PUBLIC = {
     },
     "tidegraph.indexer.graph": {
         "Assertion",
+        "Attributes",
+        "Contribution",
         "Corroboration",
         "EntityRecord",
         "Gate",
@@ -135,6 +137,7 @@ PUBLIC = {
         "Vocabulary",
         "apply_gates",
         "corroborate",
+        "derive_attributes",
         "desired_relation_states",
         "edge_key",
         "normalize_date",

@@ -9,9 +9,10 @@ real PostgreSQL, each through the production drivers:
 (b) in one batch: one planner, one transaction (``BatchUnit``);
 (c) through a replay's applier into its own schema, cut into random fetches.
 
-The three realms must hold the same current graph, the same document states and the same
-beliefs at chosen instants. Every example writes to a space of its own in the same three
-schemas, so creating schemas does not dominate the run.
+The three realms must hold the same current graph, the same document states, the same
+entity attribute history and the same beliefs at chosen instants (relations, and entities
+as the ``entities`` endpoint reads them at ``as_believed_at``). Every example writes to a
+space of its own in the same three schemas, so creating schemas does not dominate the run.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.replay.applier import ShadowApplier
 from tidegraph.indexer.write.units import BatchUnit, RecordUnit
 from tidegraph.infra.composition import ModelRegistry
+from tidegraph.query_service.reads import list_entities
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
@@ -54,7 +56,9 @@ CONFIG = RealmConfig(
 TEXTS = (
     "Arthur Pendragon became an ally of Mordred Orkney.",
     "Arthur Pendragon became an enemy of Mordred Orkney.",
-    "Arthur Pendragon worked with Merlin Ambrosius. Merlin Ambrosius mentored Arthur Pendragon.",
+    "Merlin Ambrosius was a wizard at the court of Camelot. Arthur Pendragon worked with"
+    " Merlin Ambrosius. Merlin Ambrosius mentored Arthur Pendragon.",
+    "Merlin Ambrosius was a poet. Arthur Pendragon was a king of the Britons.",
     "Morgan Fay became an enemy of Arthur Pendragon. Morgan Fay worked with Mordred Orkney.",
     "Lancelot Lac became an ally of Arthur Pendragon.",
     # the symmetric facts above stated the other way round, a denial among them
@@ -239,7 +243,28 @@ async def _state(realms: Realms, info: RealmInfo, space: str, instants: list[dat
             (space,),
         ),
     }
+    state["entity_history"] = await rows(
+        sql.SQL(
+            "SELECT e.name, h.name, h.type, h.description, h.aliases, h.t_created, h.t_expired"
+            " FROM {s}.entity_history h JOIN {s}.entities e ON e.id = h.entity_id"
+            " WHERE e.space = %s"
+        ).format(s=s),
+        (space,),
+    )
     for t in instants:
+        listed = await list_entities(
+            realms.conn,
+            info,
+            name=None,
+            space=space,
+            include_dormant=True,
+            after_id=0,
+            limit=10_000,
+            believed_at=t,
+        )
+        state[f"entities believed {t.isoformat()}"] = sorted(
+            tuple(str(v) for k, v in sorted(e.items()) if k != "id") for e in listed
+        )
         state[f"believed {t.isoformat()}"] = await rows(
             sql.SQL(
                 "SELECT es.name, r.predicate, eo.name, r.negated, h.state, h.superseded_via"

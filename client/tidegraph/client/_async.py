@@ -162,16 +162,19 @@ class AsyncClient:
         name: str | None = None,
         space: str = "*",
         include_dormant: bool = False,
+        as_believed_at: datetime | None = None,
         after_id: int = 0,
         limit: int = 100,
     ) -> EntitiesResponse:
-        """Entities by canonical name or alias."""
+        """Entities by canonical name or alias; with ``as_believed_at``, those that existed
+        then, with the attributes believed then."""
         return await self._send(
             calls.entities(
                 realm,
                 name=name,
                 space=space,
                 include_dormant=include_dormant,
+                as_believed_at=as_believed_at,
                 after_id=after_id,
                 limit=limit,
             )

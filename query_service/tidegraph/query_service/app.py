@@ -71,6 +71,7 @@ from tidegraph.query_service.retrieval import (
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
 from tidegraph.schemas.api import (
     AS_OF_DOC,
+    ENTITIES_BELIEVED_AT_DOC,
     ChangesResponse,
     CommunitiesResponse,
     CoverageCommunitiesResponse,
@@ -455,6 +456,9 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         space: Annotated[str, Query(max_length=64)] = "*",
         include_dormant: bool = False,
         include_archived: bool = False,
+        as_believed_at: Annotated[
+            AwareDatetime | None, Query(description=ENTITIES_BELIEVED_AT_DOC)
+        ] = None,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
         copy: CopyQuery = None,
@@ -462,7 +466,8 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     ) -> Response:
         """Entities by id; with `name`, a ranked lookup by name or alias: exact matches
         first, then names and aliases beginning with it, then those with words beginning
-        with its words (`name=Ada` finds Ada Lovelace). A lookup is one page."""
+        with its words (`name=Ada` finds Ada Lovelace). A lookup is one page. With
+        `as_believed_at`, the entities and attributes believed at that instant."""
         if name is not None:
             _text("name", name)
         _space(space, wildcard=True)
@@ -479,6 +484,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 include_archived=include_archived,
                 after_id=after_id,
                 limit=limit,
+                believed_at=as_believed_at,
             )
         )
         nxt = int(rows[-1]["id"]) if len(rows) == limit and name is None else None

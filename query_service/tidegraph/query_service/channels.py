@@ -185,14 +185,60 @@ def entity_filter(scope: Scope, alias: str = "e") -> sql.Composed:
 _ENTITY_COLUMNS = sql.SQL("e.id, e.space, e.name, e.type, e.description, e.aliases")
 
 
-def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
-    """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase)."""
+def entity_columns(
+    schema: str, scope: Scope, alias: str = "e"
+) -> tuple[sql.Composed, sql.Composed]:
+    """``id, space, name, type, description, aliases`` of entity rows ``alias``, and the
+    join that supplies them: the stored row for the current belief; at ``as_believed_at``
+    the ``entity_history`` interval open at the instant (a description withdrawn since,
+    or taught since, is shown as it was then), the stored row only for an entity without
+    history at the instant."""
+    a = sql.Identifier(alias)
+    if scope.believed_at is None:
+        return (
+            sql.SQL("{a}.id, {a}.space, {a}.name, {a}.type, {a}.description, {a}.aliases").format(
+                a=a
+            ),
+            sql.Composed([]),
+        )
+    return (
+        sql.SQL(
+            "{a}.id, {a}.space, coalesce(bh.name, {a}.name), coalesce(bh.type, {a}.type),"
+            " coalesce(bh.description, {a}.description), coalesce(bh.aliases, {a}.aliases)"
+        ).format(a=a),
+        sql.SQL(
+            " LEFT JOIN LATERAL (SELECT h.name, h.type, h.description, h.aliases FROM {hist} h"
+            " WHERE h.entity_id = {a}.id AND h.t_created <= %(believed)s"
+            " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
+            " ORDER BY h.t_created DESC LIMIT 1) bh ON true"
+        ).format(a=a, hist=table(schema, "entity_history")),
+    )
+
+
+def entity_name(schema: str, scope: Scope, alias: str) -> sql.Composed:
+    """The name of entity row ``alias`` as believed at ``as_believed_at`` (a merge may have
+    renamed it since), its stored name otherwise; for relation ends."""
+    a = sql.Identifier(alias)
+    if scope.believed_at is None:
+        return sql.SQL("{}.name").format(a)
     return sql.SQL(
-        "SELECT {cols} FROM {ent} e WHERE e.name_key = ANY(%(names)s) AND {f}"
-        " UNION SELECT {cols} FROM {alias} a JOIN {ent} e ON e.id = a.entity_id"
+        "coalesce((SELECT h.name FROM {hist} h WHERE h.entity_id = {a}.id"
+        " AND h.t_created <= %(believed)s AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
+        " LIMIT 1), {a}.name)"
+    ).format(a=a, hist=table(schema, "entity_history"))
+
+
+def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
+    """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase),
+    with their attributes as believed (:func:`entity_columns`)."""
+    cols, believed = entity_columns(schema, scope)
+    return sql.SQL(
+        "SELECT {cols} FROM {ent} e{believed} WHERE e.name_key = ANY(%(names)s) AND {f}"
+        " UNION SELECT {cols} FROM {alias} a JOIN {ent} e ON e.id = a.entity_id{believed}"
         " WHERE a.alias_lower = ANY(%(names)s) AND {f}"
     ).format(
-        cols=_ENTITY_COLUMNS,
+        cols=cols,
+        believed=believed,
         ent=table(schema, "entities"),
         alias=table(schema, "entity_aliases"),
         f=entity_filter(scope),
@@ -200,11 +246,21 @@ def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
 
 
 def entities_by_vector(schema: str, scope: Scope) -> sql.Composed:
-    """The ``%(top_k)s`` entities nearest ``%(evec)s`` (cosine), dormant ones excluded."""
+    """The ``%(top_k)s`` entities nearest ``%(evec)s`` (cosine), dormant ones excluded, with
+    their attributes as believed (:func:`entity_columns`; the distance is the present
+    embedding's, history keeps no vectors)."""
+    cols, believed = entity_columns(schema, scope, "x")
     return sql.SQL(
-        "SELECT * FROM (SELECT {cols}, e.embedding <=> %(evec)s AS d FROM {ent} e"
-        " WHERE {f} ORDER BY e.embedding <=> %(evec)s LIMIT %(top_k)s) x ORDER BY d, id"
-    ).format(cols=_ENTITY_COLUMNS, ent=table(schema, "entities"), f=entity_filter(scope))
+        "SELECT {cols}, x.d FROM (SELECT {inner}, e.embedding <=> %(evec)s AS d FROM {ent} e"
+        " WHERE {f} ORDER BY e.embedding <=> %(evec)s LIMIT %(top_k)s) x{believed}"
+        " ORDER BY x.d, x.id"
+    ).format(
+        cols=cols,
+        inner=_ENTITY_COLUMNS,
+        believed=believed,
+        ent=table(schema, "entities"),
+        f=entity_filter(scope),
+    )
 
 
 def chunks_by_vector(schema: str, scope: Scope) -> sql.Composed:
@@ -320,9 +376,9 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
     """Everything a response carries about relations ``%(ids)s``.
 
     ``state`` is the belief state at ``as_believed_at`` when one is given, else the
-    current status; ``doc_keys`` are the documents of the live chunks asserting it;
-    ``order_key`` the document order of the latest live document asserting it (current
-    belief, whatever ``as_believed_at``).
+    current status (the ends' names likewise, :func:`entity_name`); ``doc_keys`` are the
+    documents of the live chunks asserting it; ``order_key`` the document order of the
+    latest live document asserting it (current belief, whatever ``as_believed_at``).
     """
     if scope.believed_at is None:
         state = sql.SQL("r.status, r.superseded_by")
@@ -339,7 +395,7 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
             " ORDER BY h.t_created DESC LIMIT 1) h ON true"
         ).format(hist=table(schema, "relation_history"))
     return sql.SQL(
-        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        "SELECT r.id, r.space, {subject}, r.predicate, {object}, r.negated, r.valid_from,"
         " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
         " ARRAY(SELECT DISTINCT s.doc_key FROM {src} s WHERE s.relation_id = r.id"
         "  ORDER BY 1) AS doc_keys, r.order_key, {via}"
@@ -347,6 +403,8 @@ def relation_details(schema: str, scope: Scope) -> sql.Composed:
         " JOIN {ent} eo ON eo.id = r.object_id{join}"
         " WHERE r.id = ANY(%(ids)s::bigint[])"
     ).format(
+        subject=entity_name(schema, scope, "es"),
+        object=entity_name(schema, scope, "eo"),
         state=state,
         via=via,
         src=table(schema, "relation_sources"),

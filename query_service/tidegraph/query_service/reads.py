@@ -17,7 +17,13 @@ from typing import Any
 import orjson
 from psycopg import AsyncConnection, sql
 
-from tidegraph.query_service.channels import Scope, edge_filter, parameters
+from tidegraph.query_service.channels import (
+    Scope,
+    edge_filter,
+    entity_columns,
+    entity_name,
+    parameters,
+)
 from tidegraph.query_service.db import table
 from tidegraph.schemas.changes import GraphChange, change_id
 from tidegraph.schemas.names import ANY_SPACE, name_key
@@ -208,7 +214,7 @@ async def list_relations(
             " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
         ).format(hist=table(s, "relation_history"))
     query = sql.SQL(
-        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        "SELECT r.id, r.space, {subject}, r.predicate, {object}, r.negated, r.valid_from,"
         " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
         " ARRAY(SELECT DISTINCT src.doc_key FROM {src} src WHERE src.relation_id = r.id"
         "  ORDER BY 1) AS doc_keys"
@@ -216,6 +222,8 @@ async def list_relations(
         " JOIN {ent} eo ON eo.id = r.object_id{join}"
         " WHERE {conds} ORDER BY r.id LIMIT %(limit)s"
     ).format(
+        subject=entity_name(s, scope, "es"),
+        object=entity_name(s, scope, "eo"),
         state=state,
         src=table(s, "relation_sources"),
         rel=table(s, "relations"),
@@ -265,26 +273,47 @@ async def list_entities(
     after_id: int,
     limit: int,
     include_archived: bool = False,
+    believed_at: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Entities by id, live ones unless asked (dormant, archived); with ``name``, a ranked
-    lookup instead (:func:`_name_lookup`)."""
+    lookup instead (:func:`_name_lookup`). At ``believed_at``: the entities that existed
+    then, live then unless asked, with the attributes believed then (the lookup still goes
+    by today's names and aliases)."""
     s = meta.schema
     conds: list[sql.Composable] = []
     if space != ANY_SPACE:
         conds.append(sql.SQL("e.space = %(space)s"))
-    if not include_dormant:
-        conds.append(sql.SQL("e.dormant_since IS NULL"))
-    if not include_archived:
-        conds.append(sql.SQL("e.archived_since IS NULL"))
-    params = {"after_id": after_id, "space": space, "limit": limit}
+    if believed_at is not None:
+        conds.append(sql.SQL("e.created_at <= %(believed)s"))
+    for column, included in (
+        ("dormant_since", include_dormant),
+        ("archived_since", include_archived),
+    ):
+        if included:
+            continue
+        if believed_at is None:
+            conds.append(sql.SQL("e.{} IS NULL").format(sql.Identifier(column)))
+        else:
+            conds.append(
+                sql.SQL("(e.{c} IS NULL OR e.{c} > %(believed)s)").format(c=sql.Identifier(column))
+            )
+    scope = Scope(space, None, believed_at, False, None)
+    cols, believed = entity_columns(s, scope)
+    listed = sql.SQL("{}, {}").format(cols, _ENTITY_STATES)
+    params = {"after_id": after_id, "space": space, "limit": limit, "believed": believed_at}
     if name is None:
         conds.append(sql.SQL("e.id > %(after_id)s"))
         query = sql.SQL(
-            "SELECT {cols} FROM {ent} e WHERE {conds} ORDER BY e.id LIMIT %(limit)s"
-        ).format(cols=_ENTITY_LISTED, ent=table(s, "entities"), conds=sql.SQL(" AND ").join(conds))
+            "SELECT {cols} FROM {ent} e{believed} WHERE {conds} ORDER BY e.id LIMIT %(limit)s"
+        ).format(
+            cols=listed,
+            ent=table(s, "entities"),
+            believed=believed,
+            conds=sql.SQL(" AND ").join(conds),
+        )
     else:
         prefix = _prefix_query(name)
-        query = _name_lookup(s, conds, bool(prefix))
+        query = _name_lookup(s, conds, bool(prefix), listed, believed)
         params |= {"name": name_key(name), "prefix": prefix}
     cur = await conn.execute(query, params)
     return [
@@ -295,16 +324,21 @@ async def list_entities(
             "type": t,
             "description": d,
             "aliases": list(a),
-            "dormant_since": ds,
-            "archived_since": ars,
+            "dormant_since": _by(ds, believed_at),
+            "archived_since": _by(ars, believed_at),
         }
         for i, sp, n, t, d, a, ds, ars in await cur.fetchall()
     ]
 
 
-_ENTITY_LISTED = sql.SQL(
-    "e.id, e.space, e.name, e.type, e.description, e.aliases, e.dormant_since, e.archived_since"
-)
+def _by(stamp: datetime | None, believed_at: datetime | None) -> datetime | None:
+    """A stamp as known at ``believed_at``: one set later had not happened then."""
+    if stamp is None or believed_at is None or stamp <= believed_at:
+        return stamp
+    return None
+
+
+_ENTITY_STATES = sql.SQL("e.dormant_since, e.archived_since")
 _PREFIX_WORD = re.compile(r"[^\W_]+")
 
 
@@ -314,7 +348,13 @@ def _prefix_query(name: str) -> str:
     return " & ".join(f"{w}:*" for w in _PREFIX_WORD.findall(name_key(name)))
 
 
-def _name_lookup(schema: str, conds: list[sql.Composable], prefixed: bool) -> sql.Composed:
+def _name_lookup(
+    schema: str,
+    conds: list[sql.Composable],
+    prefixed: bool,
+    cols: sql.Composable,
+    believed: sql.Composable,
+) -> sql.Composed:
     """Entities whose name or an alias equals ``%(name)s`` or has words starting with its
     words (``Ada`` finds *Ada Lovelace*, ``lovel`` too, and the alias *Ada King*), through
     the word-prefix indexes. Ranked: exact name, exact alias, then a name, then an alias,
@@ -344,7 +384,7 @@ def _name_lookup(schema: str, conds: list[sql.Composable], prefixed: bool) -> sq
     return sql.SQL(
         "WITH hits AS ({branches})"
         " SELECT {cols} FROM (SELECT id, min(rank) AS rank FROM hits GROUP BY id) h"
-        " JOIN {ent} e ON e.id = h.id WHERE {where}"
+        " JOIN {ent} e ON e.id = h.id{believed} WHERE {where}"
         " ORDER BY h.rank, length(e.name), e.id LIMIT %(limit)s"
     ).format(
         branches=sql.SQL(" UNION ALL ").join(
@@ -357,6 +397,7 @@ def _name_lookup(schema: str, conds: list[sql.Composable], prefixed: bool) -> sq
             for b in branches
         ),
         ent=ent,
-        cols=_ENTITY_LISTED,
+        cols=cols,
+        believed=believed,
         where=where,
     )

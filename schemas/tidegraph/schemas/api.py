@@ -21,6 +21,12 @@ from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
 from tidegraph.schemas.periods import covered
 
+ENTITIES_BELIEVED_AT_DOC = (
+    "Belief-time instant (with offset): the entities that existed then (live then unless "
+    "`include_dormant`/`include_archived`), with the name, type, description and aliases "
+    "believed then. A `name` lookup still matches today's names and aliases."
+)
+
 AS_OF_DOC = (
     "Valid time: `YYYY`, `YYYY-MM` or `YYYY-MM-DD`, as relations' `valid_from` holds them;"
     " relations whose period overlaps the year, month or day match, undated ones always."
@@ -63,7 +69,9 @@ class QueryDataRequest(BaseModel):
     hops: int = Field(2, ge=0, le=10, description="Traversal depth from matched entities.")
     as_of: str | None = Field(None, description=AS_OF_DOC)
     as_believed_at: AwareDatetime | None = Field(
-        None, description="Belief-time instant (with offset): the graph as believed then."
+        None,
+        description="Belief-time instant (with offset): the graph as believed then, "
+        "entities with the name, type, description and aliases believed then.",
     )
     include_superseded: bool = Field(False, description="Admit superseded relations.")
     relation_types: list[str] | None = Field(

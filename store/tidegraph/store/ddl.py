@@ -5,9 +5,13 @@ SQL through ``sql.Identifier``. Every embedding column has the realm's pinned di
 (DESIGN invariant 10); :data:`EMBEDDING_COLUMNS` lists them so initialisation can verify
 each one (paper §3.5) instead of trusting that an earlier run created them right.
 
-Belief time lives in two places: ``chunks.t_created/t_expired`` (chunks are expired, never
-deleted) and ``relation_history`` (one row per belief interval of a relation's state, so
-the graph as believed at any instant can be read back after later writes).
+Belief time lives in three places: ``chunks.t_created/t_expired`` (chunks are expired, never
+deleted), ``relation_history`` (one row per belief interval of a relation's state) and
+``entity_history`` (one row per belief interval of an entity's name, type, description and
+aliases), so the graph as believed at any instant can be read back after later writes.
+``entity_sources`` holds what each live chunk says an entity is (type, description): the
+entity's type and description are derived from it, so they leave with the chunks that
+taught them.
 """
 
 from __future__ import annotations
@@ -278,7 +282,41 @@ CREATE TABLE IF NOT EXISTS {schema}.community_members (
 );
 """
 
-_REALM = _REALM_TABLES + _TELEMETRY
+_ENTITY_BELIEF = """
+CREATE TABLE IF NOT EXISTS {schema}.entity_sources (
+    entity_id    bigint NOT NULL REFERENCES {schema}.entities (id),
+    chunk_id     bigint NOT NULL REFERENCES {schema}.chunks (id),
+    type         text,
+    description  text   NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS entity_sources_entity ON {schema}.entity_sources (entity_id);
+CREATE INDEX IF NOT EXISTS entity_sources_chunk ON {schema}.entity_sources (chunk_id);
+CREATE TABLE IF NOT EXISTS {schema}.entity_history (
+    entity_id    bigint NOT NULL,
+    name         text   NOT NULL,
+    type         text   NOT NULL,
+    description  text   NOT NULL,
+    aliases      text[] NOT NULL,
+    t_created    timestamptz NOT NULL,
+    t_expired    timestamptz,
+    PRIMARY KEY (entity_id, t_created)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entity_history_open ON {schema}.entity_history (entity_id)
+    WHERE t_expired IS NULL;
+"""
+
+ENTITY_BELIEF_TABLES: tuple[str, ...] = ("entity_sources", "entity_history")
+"""What live chunks say each entity is, and the belief intervals of every entity's
+attributes; a realm created before them gets them when opened
+(:func:`tidegraph.store.upgrades.add_entity_belief`)."""
+
+
+def entity_belief_ddl(schema: str) -> sql.Composed:
+    """The entity sources and attribute history tables alone (idempotent)."""
+    return sql.SQL(_ENTITY_BELIEF).format(schema=sql.Identifier(schema))
+
+
+_REALM = _REALM_TABLES + _ENTITY_BELIEF + _TELEMETRY
 
 _NAME_SEARCH_INDEXES = """
 CREATE INDEX IF NOT EXISTS entities_name_words ON {schema}.entities
@@ -387,6 +425,8 @@ FOREIGN_KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("relation_sources", "relation_id", "relations", False),
     ("relation_sources", "chunk_id", "chunks", False),
     ("relation_history", "relation_id", "relations", False),
+    ("entity_sources", "entity_id", "entities", False),
+    ("entity_sources", "chunk_id", "chunks", False),
     ("community_members", "community_id", "communities", True),
     ("community_members", "entity_id", "entities", False),
 )

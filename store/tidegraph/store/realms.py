@@ -25,6 +25,7 @@ from tidegraph.store.positions import replay_group
 from tidegraph.store.upgrades import (
     NameKeyConflict,
     add_archival,
+    add_entity_belief,
     add_name_keys,
     add_name_search,
     add_positions_ahead,
@@ -237,6 +238,8 @@ async def open_realm(
         await _add_name_keys(conn, info)
     if ("entities", "name") in types and ("entities", "archived_since") not in types:
         await add_archival(conn, schema)
+    if ("entities", "name") in types and ("entity_history", "entity_id") not in types:
+        await add_entity_belief(conn, schema)
     if ("relations", "rendered") in types and ("relations", "superseded_via") not in types:
         await add_superseded_via(conn, schema)
     verify_embedding_columns(info, types)

@@ -15,11 +15,13 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.schemas.names import name_key
 from tidegraph.store.ddl import (
+    ENTITY_BELIEF_TABLES,
     HNSW_OPTIONS,
     NAME_SEARCH_INDEXES,
     POSITIONS_AHEAD_DDL,
     TELEMETRY_TABLE,
     archival_ddl,
+    entity_belief_ddl,
     name_search_ddl,
     superseded_via_ddl,
     telemetry_ddl,
@@ -142,6 +144,50 @@ async def add_archival(conn: AsyncConnection[Any], schema: str) -> None:
     async with conn.transaction():
         await lock_realm_schema(conn, schema)
         await conn.execute(archival_ddl(schema))
+
+
+async def add_entity_belief(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before entity attributes were kept in belief time its
+    ``entity_sources`` and ``entity_history``, seeded from what it holds.
+
+    The earlier layout kept no record of which chunk taught which description, so each
+    live mention is seeded as a contribution of the entity's present type and description:
+    the entity keeps them while any chunk that mentioned it before the upgrade is live, and
+    derivation is exact for everything written afterwards (a replay makes it exact
+    throughout). The history opens one interval per entity at its creation with its
+    present attributes: what earlier belief instants held was never recorded. Under the
+    realm's write lock, re-checked there, so two services meeting the realm seed it once.
+    """
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relkind = 'r'",
+            (schema, list(ENTITY_BELIEF_TABLES)),
+        )
+        row = await cur.fetchone()
+        if row is not None and int(row[0]) == len(ENTITY_BELIEF_TABLES):
+            return
+        await conn.execute(entity_belief_ddl(schema))
+        tables = {
+            n: sql.Identifier(schema, n)
+            for n in ("entities", "mentions", "entity_sources", "entity_history")
+        }
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {entity_sources} (entity_id, chunk_id, type, description)"
+                " SELECT e.id, m.chunk_id,"
+                " CASE WHEN e.type = '' OR lower(e.type) = 'concept' THEN NULL ELSE e.type END,"
+                " e.description FROM {mentions} m JOIN {entities} e ON e.id = m.entity_id"
+            ).format(**tables)
+        )
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {entity_history} (entity_id, name, type, description, aliases,"
+                " t_created) SELECT id, name, type, description, aliases, created_at"
+                " FROM {entities}"
+            ).format(**tables)
+        )
 
 
 async def add_superseded_via(conn: AsyncConnection[Any], schema: str) -> None:

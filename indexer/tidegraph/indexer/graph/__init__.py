@@ -1,5 +1,7 @@
-"""The graph's pure rules: gates, normalisation, resolution, corroboration, supersession."""
+"""The graph's pure rules: gates, normalisation, resolution, entity attributes,
+corroboration, supersession."""
 
+from tidegraph.indexer.graph.attributes import Attributes, Contribution, derive_attributes
 from tidegraph.indexer.graph.corroboration import Corroboration, corroborate, edge_key
 from tidegraph.indexer.graph.gates import Gate, GateConfig, apply_gates
 from tidegraph.indexer.graph.predicates import Vocabulary, normalize_predicate
@@ -11,6 +13,8 @@ from tidegraph.indexer.graph.validity import normalize_date, normalize_period, v
 
 __all__ = [
     "Assertion",
+    "Attributes",
+    "Contribution",
     "Corroboration",
     "EntityRecord",
     "Gate",
@@ -19,6 +23,7 @@ __all__ = [
     "Vocabulary",
     "apply_gates",
     "corroborate",
+    "derive_attributes",
     "desired_relation_states",
     "edge_key",
     "normalize_date",

@@ -39,6 +39,8 @@ __all__ = [
     "Resolution",
     "Resolved",
     "merge_records",
+    "pick_description",
+    "pick_type",
     "resolve_chunk",
     "surface_forms",
 ]
@@ -65,6 +67,19 @@ def _description_key(description: str) -> tuple[int, str]:
 
 def _is_concept(entity_type: str) -> bool:
     return not entity_type or entity_type.lower() == CONCEPT.lower()
+
+
+def pick_type(types: Iterable[str]) -> str:
+    """The type a set of statements settles on: the alphabetically first specific one (an
+    order-free choice), ``Concept`` when none is specific."""
+    specific = sorted(t for t in types if not _is_concept(t))
+    return specific[0] if specific else CONCEPT
+
+
+def pick_description(descriptions: Iterable[str]) -> str:
+    """The description a set of statements settles on: the longest, equal lengths the
+    smallest in code-point order; empty when there is none."""
+    return min(descriptions, key=_description_key, default="")
 
 
 @dataclass(frozen=True)
@@ -131,11 +146,10 @@ def merge_records(records: Iterable[EntityRecord]) -> EntityRecord:
             if best is None or _spelling_key(form) < _spelling_key(best):
                 spellings[key] = form
     canonical = min((r.name.lower() for r in items), key=_canonical_key)
-    specific = sorted(r.type for r in items if not _is_concept(r.type))
     return EntityRecord(
         name=spellings[canonical],
-        type=specific[0] if specific else CONCEPT,
-        description=min((r.description for r in items), key=_description_key),
+        type=pick_type(r.type for r in items),
+        description=pick_description(r.description for r in items),
         aliases=tuple(s for k, s in spellings.items() if k != canonical),
     )
 

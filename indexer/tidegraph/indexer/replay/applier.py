@@ -60,6 +60,8 @@ GROWING_TABLES = (
     "relations",
     "relation_sources",
     "relation_history",
+    "entity_sources",
+    "entity_history",
 )
 """Tables a write looks rows up in."""
 

@@ -11,7 +11,8 @@ same query serves ``tidegraph diff`` and the replay swap (which must compute wha
 rebuild changed while the live realm is held, so it has to be cheap). ``ref`` carries what
 a change-feed entry needs (ids, display names) and is never compared.
 
-``history=True`` adds the belief record: every ``relation_history`` interval and every
+``history=True`` adds the belief record: every ``relation_history`` and ``entity_history``
+interval (an entity's keyed by its present name) and every
 chunk's ``t_created``/``t_expired`` (chunks keyed with their document version's hash: two
 versions logged in the same millisecond share a belief instant), plus the belief stamps on
 entities and documents. A
@@ -47,7 +48,7 @@ __all__ = [
 
 KINDS: tuple[str, ...] = ("document", "entity", "relation")
 """What ``diff_schemas`` compares by default, in report order."""
-HISTORY_KINDS: tuple[str, ...] = ("relation_history", "chunk")
+HISTORY_KINDS: tuple[str, ...] = ("relation_history", "entity_history", "chunk")
 """Added with ``history=True``."""
 
 _REALM = re.compile(REALM_PATTERN)
@@ -58,7 +59,8 @@ class Difference:
     """One object that is not the same on both sides."""
 
     kind: str
-    """``document``, ``entity``, ``relation``, ``relation_history`` or ``chunk``."""
+    """``document``, ``entity``, ``relation``, ``relation_history``, ``entity_history`` or
+    ``chunk``."""
     key: tuple[str, ...]
     """The object's identity by names (see the module docstring)."""
     left: dict[str, Any] | None
@@ -188,6 +190,19 @@ JOIN {s}.entities eo ON eo.id = r.object_id
 WHERE %(space)s::text IS NULL OR r.space = %(space)s
 """
 
+_ENTITY_HISTORY: LiteralString = """
+SELECT ARRAY[e.space, e.name_key, h.t_created::text] AS k,
+       jsonb_build_object('name', h.name, 'type', h.type, 'description', h.description,
+         'aliases', (SELECT coalesce(jsonb_agg(a ORDER BY a), '[]') FROM unnest(h.aliases) a),
+         't_expired', h.t_expired) AS v,
+       jsonb_build_object('id', e.id::text) AS ref
+"""
+_ENTITY_HISTORY_ALL: LiteralString = """
+FROM {s}.entity_history h
+JOIN {s}.entities e ON e.id = h.entity_id
+WHERE %(space)s::text IS NULL OR e.space = %(space)s
+"""
+
 _CHUNKS: LiteralString = """
 SELECT ARRAY[c.space, c.doc_key, c.ordinal::text, c.t_created::text, c.content_hash] AS k,
        jsonb_build_object('text_md5', md5(c.text), 't_expired', c.t_expired) AS v,
@@ -202,6 +217,7 @@ _PROJECTIONS: dict[str, tuple[LiteralString, LiteralString, LiteralString | None
     "entity": (_ENTITIES, _ENTITIES_ALL, _ENTITIES_KEYED),
     "relation": (_RELATIONS, _RELATIONS_ALL, _RELATIONS_KEYED),
     "relation_history": (_RELATION_HISTORY, _RELATION_HISTORY_ALL, None),
+    "entity_history": (_ENTITY_HISTORY, _ENTITY_HISTORY_ALL, None),
     "chunk": (_CHUNKS, _CHUNKS_ALL, None),
 }
 
@@ -355,6 +371,8 @@ def _describe_key(d: Difference) -> str:
         neg = " NOT" if k[4] == "true" else ""
         text = f"relation {k[0]}: {subject}{neg} {k[2]} {obj}"
         return text + (f" @ {k[5]}" if d.kind == "relation_history" else "")
+    if d.kind == "entity_history":
+        return f"entity {k[0]}/{side.get('name', k[1])} @ {k[2]}"
     return f"chunk {k[0]}/{k[1]}#{k[2]} @ {k[3]} ({k[4]})"
 
 

@@ -62,6 +62,19 @@ class ChangeSet:
     def add(self, kind: ChangeKind, space: str | None = None, **payload: Any) -> None:
         self.items.append((kind, space or self.space, payload))
 
+    def restate_entity(self, space: str, entity: dict[str, Any]) -> None:
+        """Report an entity's final attributes once per transaction: they replace those of
+        the ``entity_added`` or ``entity_updated`` already reported for it, else a new
+        ``entity_updated`` carries them."""
+        for i, (kind, sp, payload) in enumerate(self.items):
+            if (
+                kind in (ChangeKind.ENTITY_ADDED, ChangeKind.ENTITY_UPDATED)
+                and payload.get("entity", {}).get("id") == entity["id"]
+            ):
+                self.items[i] = (kind, sp, {**payload, "entity": entity})
+                return
+        self.add(ChangeKind.ENTITY_UPDATED, space, entity=entity)
+
 
 @dataclass
 class WriteContext:
@@ -75,6 +88,8 @@ class WriteContext:
     """Rendered text → embedding: computed by the prepare phase, completed on demand."""
     touched_relations: set[int] = field(default_factory=set)
     """Relations re-pointed or emptied by an entity merge: reconciled with the rest."""
+    absorbed: set[int] = field(default_factory=set)
+    """Entities merged into another by this transaction: their attribute history closes."""
     names: dict[int, str] = field(default_factory=dict)
     """Entity id → name as this transaction leaves it, for the entities it resolved."""
     offset: int = 0

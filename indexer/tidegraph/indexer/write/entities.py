@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.graph.resolution import merge_records
 from tidegraph.indexer.graph.rules import EntityRecord, merge_entity, render_entity, render_relation
+from tidegraph.indexer.write.attributes import kept_attributes, move_sources
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
@@ -110,6 +111,8 @@ async def resolve_entities(
                     absorbed[other] = entity_id
                     pending.pop(other, None)
                     updated.pop(other, None)
+        if entity_id > 0:
+            merged = kept_attributes(merged, stored[entity_id])
         if entity_id < 0:
             pending[entity_id] = merged
         elif merged != stored[entity_id]:
@@ -138,6 +141,8 @@ async def resolve_entities(
     ids = {k: real.get(v, v) for k, v in ids.items()}
     moves = {x: survivor(x) for x in absorbed if x > 0}
     if moves:
+        ctx.absorbed.update(moves)
+        await move_sources(ctx, moves)
         await _absorb(ctx, doc.space, moves, bt)
     return ids
 

@@ -5,12 +5,13 @@ inside a transaction (and pipeline) its caller owns, under a :class:`Stamp` its 
 sequencer drew, and does, in order:
 
 1. withdraw the document's previous contribution (unless the realm never held it): expire
-   its chunks, drop their mentions and relation provenance;
+   its chunks, drop their mentions, entity contributions and relation provenance;
 2. write the new version's chunks, resolve its entities (``entities``), attach its
    relations (``relations``);
 3. reconcile every touched relation (weight, order, retraction, supersession) and every
    touched entity (dormancy, revival, and restoring an archived entity the version
-   mentions) against belief time;
+   mentions; type and description derived from the live chunks, attribute history)
+   against belief time;
 4. upsert the document state, with the highest ``source_version`` the decision folded;
 5. append the changes to the outbox under the stamp's sequence number.
 
@@ -31,6 +32,11 @@ from psycopg.types.json import Jsonb
 from tidegraph.indexer.decide.fold import DocState
 from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.write.attributes import (
+    attribute_states,
+    record_sources,
+    settle_attributes,
+)
 from tidegraph.indexer.write.context import (
     ChangeSet,
     WriteContext,
@@ -142,11 +148,14 @@ async def apply_version(
             doc_key=doc_key,
         )
         new_entities, new_pairs = await _write_contribution(ctx, doc, bt)
-    # The relations' reconciliation changes no mention: the entities' states are
-    # asked for now, to travel with its first statements.
-    states = await mention_states(ctx, old_entities | new_entities, new_entities)
+    # The relations' reconciliation changes no mention nor contribution: the entities'
+    # states are asked for now, to travel with its first statements.
+    touched = old_entities | new_entities
+    states = await mention_states(ctx, touched, new_entities)
+    attributes = await attribute_states(ctx, touched | ctx.absorbed)
     await reconcile_relations(ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs)
     await reconcile_entities(ctx, states, bt)
+    await settle_attributes(ctx, attributes, touched | ctx.absorbed, bt)
     if stamp.communities_stale:
         changes.add(ChangeKind.COMMUNITIES_STALE)
     error = doc.notice if doc is not None else None
@@ -220,7 +229,8 @@ async def _withdraw(ctx: WriteContext, space: str, doc_key: str, bt: datetime) -
         " mentioned AS (DELETE FROM {mentions} WHERE chunk_id IN (SELECT id FROM expired)"
         "  RETURNING entity_id),"
         " sourced AS (DELETE FROM {relation_sources}"
-        "  WHERE chunk_id IN (SELECT id FROM expired) RETURNING relation_id)"
+        "  WHERE chunk_id IN (SELECT id FROM expired) RETURNING relation_id),"
+        " described AS (DELETE FROM {entity_sources} WHERE chunk_id IN (SELECT id FROM expired))"
         " SELECT true, entity_id FROM mentioned"
         " UNION ALL SELECT false, relation_id FROM sourced",
         {"space": space, "key": doc_key, "bt": bt},
@@ -271,6 +281,7 @@ async def _write_contribution(
             + [n for r in c.relations for n in (r.subject, r.object)]
         }
     )
+    await record_sources(ctx, doc, chunk_id, ids)
     relation_pairs = await attach_relations(ctx, doc, chunk_id, ids, bt, mentions=mention_pairs)
     return {p[1] for p in mention_pairs}, relation_pairs
 
