@@ -34,6 +34,8 @@ EXPECTED = [
     "load_settings",
     "parse_embedder",
     "preset",
+    "problems_from",
+    "render_facts",
     "topic_specs",
     "validate_realm",
     "validate_space",
