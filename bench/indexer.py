@@ -4,7 +4,8 @@ Streams 5,000 documents of about 9 KB (5 chunks each at the default chunk size, 
 entities and four relations per chunk) through a real `tidegraph indexer` process, with
 broker and database on this machine, hashing embeddings of 384 dimensions. Prints:
 
-- documents/s, chunks/s and relations/s applied (backlog drained from a cold start);
+- documents/s, chunks/s and relations/s applied (backlog drained from a cold start), and
+  the CPU the indexer process and PostgreSQL spent per document meanwhile (``cpu``);
 - publish-to-applied latency p50/p99 for documents published at a quarter of that rate;
 - no-op throughput when all 5,000 are re-sent unchanged (published while the indexer is
   held with SIGSTOP, then drained);
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import psycopg
 from aiokafka import AIOKafkaProducer
+from cpu import postgres_cpu, postmaster_pid, process_cpu
 from progress import wait_applied
 
 from tidegraph.connectors.topics import ensure_topic_specs
@@ -224,6 +226,8 @@ async def main() -> None:
         TIDEGRAPH_TOPIC_PREFIX=prefix,
         TIDEGRAPH_EMBEDDER="hashing:384",
     )
+    postmaster = await postmaster_pid(dsn)
+    pg_before = postgres_cpu(postmaster)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -242,6 +246,7 @@ async def main() -> None:
     )
     try:
         elapsed = await wait_applied(dsn, group, topic, len(docs))
+        indexer_cpu, pg_cpu = process_cpu(proc.pid), postgres_cpu(postmaster) - pg_before
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             chunks = relations = 0
             for realm in realms:
@@ -256,6 +261,14 @@ async def main() -> None:
             f"{chunks / len(docs):.1f} chunks and {relations / chunks:.1f} relation "
             "contributions per chunk)"
         )
+        if postmaster is not None:
+            per_doc = 1000 / len(docs)
+            print(
+                f"CPU while draining: indexer {indexer_cpu * per_doc:.1f} ms/document, "
+                f"PostgreSQL {pg_cpu * per_doc:.1f} ms/document "
+                f"({indexer_cpu / (indexer_cpu + pg_cpu):.0%} : "
+                f"{pg_cpu / (indexer_cpu + pg_cpu):.0%})"
+            )
 
         fresh = [
             _document(rng, realms[i % len(realms)], args.documents + i) for i in range(args.fresh)

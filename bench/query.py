@@ -72,6 +72,7 @@ from typing import Any
 import httpx
 import psycopg
 from answers import answer_recall, make_answer_corpus
+from cpu import postgres_cpu, postmaster_pid, process_cpu
 from pgvector import Vector
 from pgvector.psycopg import register_vector, register_vector_async
 from psycopg import sql
@@ -1066,51 +1067,11 @@ async def serve_and_measure(
         print(f"  change feed: {count:,} changes published at {rate:,.0f} changes/s", flush=True)
 
 
-def _cpu(pid: int) -> float:
-    """User + system CPU seconds of one process (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
 def cpu_split(server: int, postmaster: int | None) -> tuple[float, float, float]:
     """CPU seconds so far of this process (the HTTP client), of ``tidegraph serve`` and of
-    PostgreSQL (the postmaster and its live children: backends, workers); PostgreSQL's is
-    0 for a server on another machine."""
+    PostgreSQL (``cpu.postgres_cpu``)."""
     t = os.times()
-    pg = 0.0
-    if postmaster is not None:
-        pg = _cpu(postmaster) + sum(_cpu(c) for c in _children(postmaster))
-    return t.user + t.system, _cpu(server), pg
-
-
-async def postmaster_pid(dsn: str) -> int | None:
-    """The local server's postmaster (the parent of a backend), or ``None`` when it is not
-    on this machine."""
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        cur = await conn.execute("SELECT pg_backend_pid()")
-        row = await cur.fetchone()
-    assert row is not None
-    try:
-        stat = Path(f"/proc/{row[0]}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(stat[1])
+    return t.user + t.system, process_cpu(server), postgres_cpu(postmaster)
 
 
 def main() -> None:
