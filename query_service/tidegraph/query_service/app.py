@@ -379,8 +379,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         """A page of the change feed, by commit sequence or by belief time."""
         if after_seq is not None and since is not None:
             raise InvalidRequest("give either after_seq or since, not both")
-        if limit > settings.max_page:
-            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        _page(limit, settings.max_page)
         meta = await lookup(realm, auth, copy)
         page = await gate.run(
             lambda conn: reads.changes_page(
@@ -430,8 +429,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             if text is not None:
                 _text(field, text)
         _space(space, wildcard=True)
-        if limit > settings.max_page:
-            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        _page(limit, settings.max_page)
         scope = channels.Scope(space, _valid_days(as_of), as_believed_at, include_superseded, None)
         meta = await lookup(realm, auth, copy)
         rows = await gate.run(
@@ -471,8 +469,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         if name is not None:
             _text("name", name)
         _space(space, wildcard=True)
-        if limit > settings.max_page:
-            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        _page(limit, settings.max_page)
         meta = await lookup(realm, auth, copy)
         rows = await gate.run(
             lambda conn: reads.list_entities(
@@ -502,8 +499,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         """The nested topic tree (paper §6.1): communities with their level, parent and
         children, as the last community build stored them."""
         _space(space, wildcard=True)
-        if limit > settings.max_page:
-            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        _page(limit, settings.max_page)
         meta = await lookup(realm, auth)
         page = await gate.run(
             lambda conn: topics.community_tree(
@@ -531,8 +527,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     ) -> Response:
         """The current communities recorded queries reached least (paper §6.1)."""
         _space(space, wildcard=True)
-        if limit > settings.max_page:
-            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        _page(limit, settings.max_page)
         meta = await coverage_meta(realm, auth)
 
         async def read(conn: AsyncConnection[Any]) -> dict[str, Any]:
@@ -555,8 +550,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     ) -> Response:
         """Live entities no recorded query has touched (paper §6.1), by id."""
         _space(space, wildcard=True)
-        if limit > settings.max_page:
-            raise InvalidRequest(f"limit {limit} exceeds the page limit {settings.max_page}")
+        _page(limit, settings.max_page)
         meta = await coverage_meta(realm, auth)
 
         async def read(conn: AsyncConnection[Any]) -> tuple[list[dict[str, Any]], Any]:
@@ -578,6 +572,12 @@ def _text(field: str, value: str) -> None:
         no_nul(value)
     except ValueError as exc:
         raise InvalidRequest(f"{field}: {exc}") from None
+
+
+def _page(limit: int, max_page: int) -> None:
+    """The service's page limit (a setting) beside the OpenAPI one, which is fixed."""
+    if limit > max_page:
+        raise InvalidRequest(f"limit {limit} exceeds the page limit {max_page}")
 
 
 def _space(space: str, *, wildcard: bool) -> None:
