@@ -20,6 +20,7 @@ from tidegraph.indexer.extraction.prepared import (
 )
 from tidegraph.indexer.graph.rules import render_entity, render_relation
 from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.indexer.write.contradictions import Judge, answering
 from tidegraph.indexer.write.sequencer import Sequencer
 from tidegraph.indexer.write.units import RecordUnit
 from tidegraph.indexer.write.writer import UNKNOWN, Version, WriteResult, apply_version
@@ -59,6 +60,8 @@ class GraphHarness:
     offset: int = 0
     clock: datetime = T0
     embedder: HashingEmbedder = field(default_factory=HashEmbedder)
+    judge: Judge | None = None
+    """Asked about the residue, as the units ask it (``contradictions.answering``)."""
 
     @property
     def topic(self) -> str:
@@ -116,11 +119,15 @@ class GraphHarness:
         self.clock = at if at is not None else self.clock + timedelta(seconds=1)
         version = Version(space, doc_key, doc, None, UNKNOWN, self.offset)
         unit = RecordUnit(self.claim)
-        async with unit.transaction(
-            self.conn, self.info, self.offset, Position(self.offset + 1)
-        ) as live:
-            stamp = await (sequencer or live).draw(self.conn, self.clock)
-            result = await apply_version(self.conn, self.info, self.embedder, version, stamp)
+
+        async def attempt() -> WriteResult:
+            async with unit.transaction(
+                self.conn, self.info, self.offset, Position(self.offset + 1)
+            ) as live:
+                stamp = await (sequencer or live).draw(self.conn, self.clock)
+                return await apply_version(self.conn, self.info, self.embedder, version, stamp)
+
+        result = await answering(self.conn, self.info, self.judge, attempt)
         self.offset += 1
         return result
 

@@ -24,6 +24,11 @@ Observation: ``calls`` per path, ``chunk_calls`` per fixture match, ``gleaning_c
 ``max_concurrent`` requests, and every request body in ``requests``; over HTTP, the
 counters at ``GET /v1/_scripted/stats``.
 
+- Contradiction questions (``tidegraph.indexer.extraction.contradiction_prompt``,
+  recognised by its system prompt): ``{"contradicts": true}`` when a rule added with
+  :meth:`add_contradiction` matches both statements (one substring each, either way
+  round), else ``false``; each question is counted in ``contradiction_calls`` and kept in
+  ``contradiction_questions``.
 - Synthesis (the query service's ``/query``, recognised by its system prompt): a short
   answer in prose that cites the first passage of the evidence, e.g. ``From the passages:
   Ada Lovelace worked with Charles Babbage [1].``
@@ -147,6 +152,11 @@ def fake_embedding(text: str, dim: int) -> list[float]:
     return values[:dim]
 
 
+def _between(text: str, start: str, end: str) -> str:
+    head, _, rest = text.partition(start)
+    return rest.partition(end)[0]
+
+
 def _chunk_of(prompt: str) -> str:
     start = prompt.find("<chunk>\n")
     end = prompt.rfind("\n</chunk>")
@@ -171,6 +181,8 @@ class ScriptedLLMServer:
         port: int = 0,
     ) -> None:
         self.fixtures = list(fixtures)
+        self.contradiction_rules: list[tuple[str, str]] = []
+        """(substring of one statement, substring of the other) that contradict."""
         self.requested_port = port
         """Port to bind; 0 takes a free one."""
         self.embed_dim = embed_dim
@@ -236,6 +248,8 @@ class ScriptedLLMServer:
             self.calls: Counter[str] = Counter()
             self.chunk_calls: Counter[str] = Counter()
             self.gleaning_calls = 0
+            self.contradiction_calls = 0
+            self.contradiction_questions: list[tuple[str, str]] = []
             self.unmatched_chunks: list[str] = []
             self.requests: list[tuple[Route, dict[str, Any]]] = []
             self.in_flight = 0
@@ -263,6 +277,16 @@ class ScriptedLLMServer:
         self, match: str, output: dict[str, Any], glean: dict[str, Any] | None = None
     ) -> None:
         self.fixtures.append(ExtractionFixture(match, output, glean or dict(EMPTY_OUTPUT)))
+
+    def add_contradiction(self, one: str, other: str) -> None:
+        """Answer yes to a question whose statements contain ``one`` and ``other``."""
+        self.contradiction_rules.append((one, other))
+
+    def _contradicts(self, first: str, second: str) -> bool:
+        return any(
+            (a in first and b in second) or (a in second and b in first)
+            for a, b in self.contradiction_rules
+        )
 
     def calls_for(self, match: str) -> int:
         """Chat requests (first passes and gleaning) whose chunk matched ``match``."""
@@ -293,6 +317,7 @@ class ScriptedLLMServer:
             return {
                 "calls": dict(self.calls),
                 "gleaning_calls": self.gleaning_calls,
+                "contradiction_calls": self.contradiction_calls,
                 "max_concurrent": self.max_concurrent,
                 "unmatched_chunks": len(self.unmatched_chunks),
             }
@@ -309,6 +334,14 @@ class ScriptedLLMServer:
             content = synthesis_answer(prompt)
             all_text = "".join(str(m.get("content", "")) for m in messages)
             return content, _tokens(all_text), _tokens(content)
+        if system.startswith(CONTRADICTION_MARK):
+            first = _between(prompt, "<first>", "</first>")
+            second = _between(prompt, "<second>", "</second>")
+            with self._lock:
+                self.contradiction_calls += 1
+                self.contradiction_questions.append((first, second))
+            content = json.dumps({"contradicts": self._contradicts(first, second)})
+            return content, _tokens(system + prompt), _tokens(content)
         chunk = _chunk_of(prompt)
         gleaning = "<already_extracted>" in prompt
         hits = [f for f in self.fixtures if f.match in chunk]
@@ -467,6 +500,7 @@ def _completion(model: str, content: str, prompt_tokens: int, completion_tokens:
 
 
 SYNTHESIS_MARK = "You answer questions from the evidence"
+CONTRADICTION_MARK = "You decide whether two statements from a knowledge graph contradict"
 """How the query service's synthesis system prompt begins."""
 _PASSAGE = re.compile(r"^\[(\d+)\] \([^)]*\)\n(.+?)(?:\n\n|\n## |\Z)", re.M | re.S)
 

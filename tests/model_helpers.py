@@ -183,7 +183,7 @@ async def running_model_indexer(
         attempts.append(PrepareAttempt(record.doc_key, started, time.monotonic() - started, None))
         return doc
 
-    indexer = Indexer(config, prepare, registry.embedder_for, pool)
+    indexer = Indexer(config, prepare, registry.embedder_for, pool, judge_for=registry.judge_for)
     task = asyncio.create_task(indexer.run())
     try:
         yield ModelIndexer(indexer, registry, attempts)

@@ -3,7 +3,10 @@
 A realm's pinned ids decide (DESIGN invariant 10): ``hashing:<dim>`` is the offline
 embedder, ``llm:<model>:<dim>`` an OpenAI-compatible endpoint; ``rules`` the offline
 extractor, ``llm`` the model-backed one behind the realm's extraction cache. A realm pinned
-to a model with no endpoint configured fails loudly; it never falls back to offline.
+to a model with no endpoint configured fails loudly; it never falls back to offline. A
+realm with ``contradiction_model`` gets the model as the judge of its residue questions,
+behind the caches a replay reads through; with no endpoint it has none, and its first
+question stops the realm with a configuration error.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from tidegraph.indexer.extraction.cache import PgExtractionCache
 from tidegraph.indexer.extraction.interfaces import Embedder, Extractor
 from tidegraph.indexer.extraction.rules import RulesExtractor
 from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.indexer.write.contradictions import CachedJudge, Judge
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.store.realms import RealmInfo
@@ -35,6 +39,7 @@ class ModelRegistry:
     """Gleaning passes of the model extractor."""
     read_through: tuple[str, ...] = ()
     """Extra cache schemas to read (a replay shadow reads the live realm's cache)."""
+    _judges: dict[str, Judge] = field(default_factory=dict)
     _embedders: dict[tuple[str, str], Embedder] = field(default_factory=dict)
     _extractors: dict[tuple[str, str], Extractor] = field(default_factory=dict)
     # Keyed by schema *and* pinned id: a replay may swap in a realm with another embedder
@@ -79,3 +84,19 @@ class ModelRegistry:
                 extractor = CachingExtractor(inner, cache)
             self._extractors[(info.schema, info.extractor)] = extractor
         return extractor
+
+    def judge_for(self, info: RealmInfo) -> Judge | None:
+        """The model, asked about a realm's residue (``None``: no endpoint configured)."""
+        if self.llm is None or not info.config.contradiction_model:
+            return None
+        judge = self._judges.get(info.schema)
+        if judge is None:
+            from tidegraph.indexer.extraction.judge import LLMJudge
+
+            inner = LLMJudge(self.llm, realm=info.realm)
+            if self.pool is not None and self.read_through:
+                judge = CachedJudge(inner, self.pool, self.read_through)
+            else:
+                judge = inner
+            self._judges[info.schema] = judge
+        return judge

@@ -229,10 +229,11 @@ class RelationOut(BaseModel):
         description="How the relation was superseded, when it is: `negation` (a later "
         "statement of the same predicate on the same pair with the opposite negation), "
         "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
-        "same pair) or `functional` (a later value of a predicate the realm declares "
+        "same pair), `functional` (a later value of a predicate the realm declares "
         "functional: another object for the same subject, or another subject for the same "
-        "object). Null for a current relation, and for one superseded before realms "
-        "recorded it.",
+        "object) or `model` (a later object for the same subject and predicate that the "
+        "model said contradicts it). Null for a current relation, and for one superseded "
+        "before realms recorded it.",
     )
 
 
@@ -351,10 +352,11 @@ class RelationListed(BaseModel):
         description="How the relation was superseded, when it is: `negation` (a later "
         "statement of the same predicate on the same pair with the opposite negation), "
         "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
-        "same pair) or `functional` (a later value of a predicate the realm declares "
+        "same pair), `functional` (a later value of a predicate the realm declares "
         "functional: another object for the same subject, or another subject for the same "
-        "object). Null for a current relation, and for one superseded before realms "
-        "recorded it.",
+        "object) or `model` (a later object for the same subject and predicate that the "
+        "model said contradicts it). Null for a current relation, and for one superseded "
+        "before realms recorded it.",
     )
     weight: int
     doc_keys: list[str]

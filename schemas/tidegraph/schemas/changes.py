@@ -174,13 +174,15 @@ class GraphChange(BaseModel):
     entity: EntityRef | None = None
     relation: RelationRef | None = None
     superseded_by: str | None = Field(None, description="Id of the superseding relation.")
-    superseded_via: Literal["negation", "exclusive_group", "functional"] | None = Field(
+    superseded_via: Literal["negation", "exclusive_group", "functional", "model"] | None = Field(
         None,
         description="On `relation_superseded`: the rule that made the relation superseded —"
         " `negation` (the same predicate on the pair, denied or asserted later),"
         " `exclusive_group` (a later predicate of one exclusive group on the pair) or"
         " `functional` (a later value of a functional predicate: another object for the"
-        " subject, or another subject for the object). Absent on changes written before it"
+        " subject, or another subject for the object) or `model` (a later relation with the"
+        " same subject and predicate and another object that the model said contradicts"
+        " it, in a realm with `contradiction_model`). Absent on changes written before it"
         " was recorded.",
     )
     error: str | None = Field(None, description="Why a document failed (document_failed).")

@@ -115,6 +115,17 @@ class RealmConfig(BaseModel):
         "only ever supersedes the assertion it denies. A symmetric predicate cannot be "
         "functional. Fixed at realm creation; each preset names its own.",
     )
+    contradiction_model: bool = Field(
+        False,
+        description="Ask the model about the residue the declared rules cannot see: two "
+        "asserted relations with one subject and one predicate (neither functional nor "
+        "symmetric) and different objects, e.g. `lives_in Paris` and `lives_in Berlin` "
+        "when `lives_in` is not declared functional. A yes makes the later one by "
+        "`order_key` supersede the earlier (mechanism `model`). Answers are cached in the "
+        "realm by the two rendered relations and the prompt version, so a replay asks "
+        "nothing again; a model outage pauses the realm, never guesses. Needs a model "
+        "endpoint; fixed at realm creation. Off by default.",
+    )
     coverage_telemetry: bool = Field(
         False,
         description="Record, per query, a hash of the query text (never the text), the "
@@ -221,7 +232,7 @@ class RealmConfig(BaseModel):
             mine = {f"{p}:{side}" for p, side in self.functional_predicates.items()}
             theirs = {f"{p}:{side}" for p, side in other.functional_predicates.items()}
             found.append(_set_change("functional_predicates", mine, theirs))
-        for name in ("extractor", "embedder"):
+        for name in ("contradiction_model", "extractor", "embedder"):
             if getattr(self, name) != getattr(other, name):
                 found.append(f"{name} {getattr(self, name)!r} → {getattr(other, name)!r}")
         return found

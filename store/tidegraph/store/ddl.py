@@ -316,7 +316,26 @@ def entity_belief_ddl(schema: str) -> sql.Composed:
     return sql.SQL(_ENTITY_BELIEF).format(schema=sql.Identifier(schema))
 
 
-_REALM = _REALM_TABLES + _ENTITY_BELIEF + _TELEMETRY
+_CONTRADICTION_ANSWERS = """
+CREATE TABLE IF NOT EXISTS {schema}.contradiction_answers (
+    key             text PRIMARY KEY,
+    first_text      text NOT NULL,
+    second_text     text NOT NULL,
+    prompt_version  text NOT NULL,
+    contradicts     boolean NOT NULL,
+    model           text NOT NULL,
+    answered_at     timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+def contradiction_answers_ddl(schema: str) -> sql.Composed:
+    """The model's cached answers about the residue: whether two rendered relations
+    contradict each other, keyed by both texts and the prompt version (idempotent)."""
+    return sql.SQL(_CONTRADICTION_ANSWERS).format(schema=sql.Identifier(schema))
+
+
+_REALM = _REALM_TABLES + _ENTITY_BELIEF + _TELEMETRY + _CONTRADICTION_ANSWERS
 
 _NAME_SEARCH_INDEXES = """
 CREATE INDEX IF NOT EXISTS entities_name_words ON {schema}.entities

@@ -25,6 +25,7 @@ from tidegraph.store.positions import replay_group
 from tidegraph.store.upgrades import (
     NameKeyConflict,
     add_archival,
+    add_contradiction_answers,
     add_entity_belief,
     add_name_keys,
     add_name_search,
@@ -242,6 +243,8 @@ async def open_realm(
         await add_entity_belief(conn, schema)
     if ("relations", "rendered") in types and ("relations", "superseded_via") not in types:
         await add_superseded_via(conn, schema)
+    if ("relations", "rendered") in types and ("contradiction_answers", "key") not in types:
+        await add_contradiction_answers(conn, schema)
     verify_embedding_columns(info, types)
     return info
 

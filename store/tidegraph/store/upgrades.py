@@ -21,6 +21,7 @@ from tidegraph.store.ddl import (
     POSITIONS_AHEAD_DDL,
     TELEMETRY_TABLE,
     archival_ddl,
+    contradiction_answers_ddl,
     entity_belief_ddl,
     name_search_ddl,
     superseded_via_ddl,
@@ -188,6 +189,14 @@ async def add_entity_belief(conn: AsyncConnection[Any], schema: str) -> None:
                 " FROM {entities}"
             ).format(**tables)
         )
+
+
+async def add_contradiction_answers(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before the model was asked about the residue its answer
+    cache (idempotent; under the realm's write lock)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(contradiction_answers_ddl(schema))
 
 
 async def add_superseded_via(conn: AsyncConnection[Any], schema: str) -> None:

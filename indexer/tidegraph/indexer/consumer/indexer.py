@@ -47,6 +47,7 @@ from tidegraph.indexer.decide.planner import Decision, Logged, Planner
 from tidegraph.indexer.extraction.ahead import PrepareAhead
 from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.write.contradictions import Judge, JudgeFor
 from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
 from tidegraph.indexer.write.units import BatchUnit, Outcome, RecordUnit
 from tidegraph.schemas.documents import DocumentVersion
@@ -180,10 +181,12 @@ class Indexer:
         prepare: Prepare,
         embedder_for: EmbedderFor,
         pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None,
+        judge_for: JudgeFor | None = None,
     ) -> None:
         self.config = config
         self._prepare = prepare
         self._embedder_for = embedder_for
+        self._judge_for: JudgeFor = judge_for or _no_judge
         self._backoff = Backoff(config.backoff_initial, config.backoff_max)
         self._owned: dict[TopicPartition, _Owned] = {}
         self._lock = asyncio.Lock()
@@ -539,7 +542,13 @@ class Indexer:
             assert first.info is not None
             decisions = [it.decision for it in items if it.decision is not None]
             prepared_docs = {d.offset: await outcome_of(d) for d in decisions if d.writes}
-            batch = BatchUnit(first.info, self._embedder_for(first.info), owned.claim, refused)
+            batch = BatchUnit(
+                first.info,
+                self._embedder_for(first.info),
+                owned.claim,
+                refused,
+                judge=self._judge_for(first.info),
+            )
             async with self.pool.connection() as conn:
                 await batch.write(conn, first.msg.offset, now, decisions, prepared_docs)
                 await self._cleared(conn, tp, owned, items)
@@ -575,7 +584,7 @@ class Indexer:
             ]
         else:
             assert first.decision is not None and first.info is not None
-            unit = RecordUnit(owned.claim, refused)
+            unit = RecordUnit(owned.claim, refused, self._judge_for(first.info))
             prepared = await outcome_of(first.decision)
             async with self.pool.connection() as conn:
                 result = await unit.apply(
@@ -808,6 +817,10 @@ class Indexer:
 _SAID = ("applied", "noop", "stale", "failed")
 """Outcomes a batch line always counts; others (deleted, dead-lettered, unstorable) when
 they happened."""
+
+
+def _no_judge(info: RealmInfo) -> Judge | None:
+    return None
 
 
 def _counts(counts: Counter[str]) -> str:

@@ -67,6 +67,7 @@ __all__ = [
     "LLMExtractor",
     "cache_key",
     "merge_outputs",
+    "outermost_object",
     "parse_extraction",
 ]
 
@@ -110,13 +111,13 @@ def cache_key(
 
 def parse_extraction(text: str) -> ExtractionOutput:
     """The extraction in a model's answer, or :class:`InvalidOutput` saying why not."""
-    obj = _outermost_object(text)
+    obj = outermost_object(text)
     entities = _items(obj, "entities", CandidateEntity)
     relations = _items(obj, "relations", CandidateRelation)
     return ExtractionOutput(entities=entities, relations=relations)
 
 
-def _outermost_object(text: str) -> dict[str, Any]:
+def outermost_object(text: str) -> dict[str, Any]:
     """The first JSON object that decodes from some ``{`` on: skips fences, prose, junk."""
     decoder = json.JSONDecoder()
     start = text.find("{")

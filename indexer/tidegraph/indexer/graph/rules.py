@@ -6,12 +6,20 @@ validity), shaped for what the writer holds: database ids and rows.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from datetime import date
+from typing import NamedTuple
 
 from tidegraph.indexer.graph.corroboration import Contribution, corroborate
 from tidegraph.indexer.graph.resolution import EntityRecord, merge_records
-from tidegraph.indexer.graph.supersession import Assertion, Mechanism, resolve_supersession
+from tidegraph.indexer.graph.supersession import (
+    Assertion,
+    Mechanism,
+    Question,
+    Residue,
+    residue_questions,
+    resolve_supersession,
+)
 from tidegraph.indexer.graph.symmetry import pair_of
 from tidegraph.indexer.graph.validity import period_end, period_start
 from tidegraph.schemas.realm_config import FunctionalSide
@@ -23,6 +31,7 @@ __all__ = [
     "RelationState",
     "desired_relation_states",
     "merge_entity",
+    "relation_questions",
     "merge_relation_attrs",
     "period_bounds",
     "render_entity",
@@ -57,40 +66,81 @@ def period_bounds(valid_from: str | None, valid_to: str | None) -> tuple[date | 
     )
 
 
-LiveRelation = tuple[int, tuple[str, int, int], str, bool, str | None, str]
-"""(relation id, (space, subject id, object id), predicate, negated, latest source order,
-the ends' names)."""
+class LiveRelation(NamedTuple):
+    """A relation with a contributing chunk, as supersession needs it."""
+
+    id: int
+    pair: tuple[str, int, int]
+    """(space, subject id, object id) as stored."""
+    predicate: str
+    negated: bool
+    order_key: str | None
+    """``order_key`` of the latest live document asserting it."""
+    names: str
+    """The ends' names (a tie-break every arrival order agrees on)."""
+    text: str = ""
+    """The relation rendered (read only when the realm asks the model about the residue)."""
+
+
 RelationState = tuple[str, int | None, Mechanism | None]
 """Belief state, the relation superseding it and by which mechanism."""
+
+
+def _assertions(live: Iterable[LiveRelation], symmetric: Container[str]) -> list[Assertion]:
+    """Supersession's view: ends qualified by space, a symmetric pair in one order."""
+    out = []
+    for r in live:
+        space, s, o = r.pair
+        first, second = pair_of(s, r.predicate, o, symmetric)
+        out.append(
+            Assertion(
+                str(r.id),
+                f"{space}\x00{first}",
+                f"{space}\x00{second}",
+                r.predicate,
+                r.negated,
+                r.order_key or "",
+                r.names,
+                r.text,
+            )
+        )
+    return out
+
+
+def relation_questions(
+    live: Iterable[LiveRelation],
+    symmetric: Collection[str],
+    functional: Mapping[str, FunctionalSide],
+    decided: Collection[int],
+) -> set[Question]:
+    """What the model must have answered before the ``decided`` relations' states can be
+    decided in a realm that asks it about the residue."""
+    return residue_questions(
+        _assertions(live, symmetric), functional, symmetric, {str(i) for i in decided}
+    )
 
 
 def desired_relation_states(
     live: Iterable[LiveRelation],
     groups: Sequence[frozenset[str]],
-    symmetric: Container[str],
+    symmetric: Collection[str],
     functional: Mapping[str, FunctionalSide] | None = None,
+    answers: Mapping[Question, bool] | None = None,
+    decided: Collection[int] | None = None,
 ) -> dict[int, RelationState]:
-    """``current`` or ``superseded`` (by which relation, how) for every live relation; a
-    ``symmetric`` predicate's relations compete on their unordered pair (``symmetry``).
+    """``current`` or ``superseded`` (by which relation, how) for every live relation, or
+    each of ``decided``; a ``symmetric`` predicate's relations compete on their unordered
+    pair (``symmetry``). ``answers`` are the model's about the residue, for a realm that
+    asks it (:func:`relation_questions`).
 
     Spaces never interact: a relation's ends are qualified by its space.
     """
-    assertions = []
-    for relation_id, (space, s, o), predicate, negated, order_key, names in live:
-        first, second = pair_of(s, predicate, o, symmetric)
-        assertions.append(
-            Assertion(
-                str(relation_id),
-                f"{space}\x00{first}",
-                f"{space}\x00{second}",
-                predicate,
-                negated,
-                order_key or "",
-                names,
-            )
-        )
+    residue = None if answers is None else Residue(answers, frozenset(symmetric))
+    wanted = None if decided is None else {str(i) for i in decided}
     out: dict[int, RelationState] = {}
-    for rid, by in resolve_supersession(assertions, groups, functional).items():
+    for rid, by in resolve_supersession(
+        _assertions(live, symmetric), groups, functional, residue, wanted
+    ).items():
         out[int(rid)] = (
             ("current", None, None) if by is None else ("superseded", int(by.by), by.mechanism)
         )

@@ -44,6 +44,7 @@ from tidegraph.indexer.extraction.ahead import PrepareAhead
 from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.replay.log import Message, decode_for_realm, log_time
+from tidegraph.indexer.write.contradictions import Judge
 from tidegraph.indexer.write.units import BatchUnit
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.store.positions import Claim, Position
@@ -109,6 +110,7 @@ class ShadowApplier:
         embedder_for: EmbedderFor,
         *,
         concurrency: int = 8,
+        judge: Judge | None = None,
     ) -> None:
         self.conn = conn
         self.info = info
@@ -119,7 +121,9 @@ class ShadowApplier:
         self._prepare = prepare
         self._running = asyncio.Semaphore(concurrency)
         self._planner = Planner(info.schema)
-        self._unit = BatchUnit(info, embedder_for(info), claim, after_write=self._written)
+        self._unit = BatchUnit(
+            info, embedder_for(info), claim, after_write=self._written, judge=judge
+        )
         self._analysed_at = 0
         """``counters.written`` when the shadow's statistics were last refreshed."""
 

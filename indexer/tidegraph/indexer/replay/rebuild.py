@@ -81,6 +81,7 @@ from tidegraph.indexer.replay.swap import (
     premerge_retention,
     swap_in,
 )
+from tidegraph.indexer.write.contradictions import JudgeFor
 from tidegraph.indexer.write.failures import (
     Backoff,
     RecordFailed,
@@ -253,9 +254,11 @@ async def replay_realm(
     embedder_for: EmbedderFor,
     *,
     on_progress: OnProgress | None = None,
+    judge_for: JudgeFor | None = None,
 ) -> ReplayResult:
-    """Run a replay as described in the module docstring."""
-    return await _Replay(options, prepare, embedder_for, on_progress).run()
+    """Run a replay as described in the module docstring (``judge_for``: who answers the
+    residue questions of a realm asking the model that the caches do not answer)."""
+    return await _Replay(options, prepare, embedder_for, on_progress, judge_for).run()
 
 
 class _Replay:
@@ -265,10 +268,12 @@ class _Replay:
         prepare: Prepare,
         embedder_for: EmbedderFor,
         on_progress: OnProgress | None,
+        judge_for: JudgeFor | None,
     ) -> None:
         self.o = options
         self.prepare = prepare
         self.embedder_for = embedder_for
+        self.judge_for = judge_for
         self.on_progress = on_progress
         self.started = time.perf_counter()
         self.live = realm_schema(validate_realm(options.realm))
@@ -333,6 +338,7 @@ class _Replay:
             self.prepare,
             self.embedder_for,
             concurrency=o.prepare_concurrency,
+            judge=self.judge_for(info) if self.judge_for is not None else None,
         )
         log.info(
             "replaying realm %s from %s/%d into %s", o.realm, o.topic, tp.partition, info.schema

@@ -13,15 +13,16 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
 5. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
    a comparison made before the lock (:func:`baseline`), with the objects either side
    changed since — the change feeds name them — compared again through the indexes;
-6. hand the old realm's change feed and extraction cache to the shadow: both tables move
-   (``ALTER TABLE … SET SCHEMA``, no copy), the shadow's extraction results are merged into
-   the moved cache first, the shadow's own outbox (the history of building it) is dropped;
+6. hand the old realm's change feed and model caches (extraction results, contradiction
+   answers) to the shadow: the tables move (``ALTER TABLE … SET SCHEMA``, no copy), the
+   shadow's cached answers are merged into the moved caches first, the shadow's own outbox
+   (the history of building it) is dropped;
 7. append one commit to the moved outbox under the next sequence number after the old
    head: ``communities_stale`` first (its payload carries a ``rebuild`` object), then the
    changes of step 5 in feed form; the shadow's ``meta.seq`` continues from there;
 8. mark the old ``meta`` swapped out, rename the old schema to its retired name and the
-   shadow to ``realm_<realm>``; give the retired schema empty ``outbox`` and
-   ``extraction_cache`` tables so it stays a complete realm for inspection;
+   shadow to ``realm_<realm>``; give the retired schema empty ``outbox`` and cache
+   tables so it stays a complete realm for inspection;
 9. drop the replay's position row, record the realm in ``tidegraph.realms``; commit.
 
 Why the feed stays gap-free (DESIGN invariant 7): the outbox a reader or the publisher pages
@@ -94,6 +95,7 @@ from tidegraph.indexer.replay.diff import (
 )
 from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
 from tidegraph.store import positions
+from tidegraph.store.ddl import contradiction_answers_ddl
 from tidegraph.store.locks import lock_realm_schema
 from tidegraph.store.positions import Position
 from tidegraph.store.realms import realm_exists
@@ -323,7 +325,7 @@ async def _swap(
         )
     )
     if live_exists:
-        for table in ("outbox", "extraction_cache"):
+        for table in ("outbox", *CACHES):
             await conn.execute(
                 sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
                     _t(plan.retired, table), _t(plan.live, table)
@@ -457,29 +459,52 @@ async def _has_column(conn: AsyncConnection[Any], schema: str, table: str, colum
     return await cur.fetchone() is not None
 
 
+CACHES: dict[str, tuple[str, ...]] = {
+    "extraction_cache": ("key", "output", "created_at"),
+    "contradiction_answers": (
+        "key",
+        "first_text",
+        "second_text",
+        "prompt_version",
+        "contradicts",
+        "model",
+        "answered_at",
+    ),
+}
+"""The model caches a swap hands over, with their columns (keyed by ``key``)."""
+
+
+def _merge_cache(table: str, into: str, source: str, *, moving: bool) -> sql.Composed:
+    """Copy (or move) ``source``'s cached answers into ``into``'s; a kept key stays."""
+    columns = sql.SQL(", ").join(map(sql.Identifier, CACHES[table]))
+    if moving:
+        return sql.SQL(
+            "WITH moved AS (DELETE FROM {src} RETURNING {cols})"
+            " INSERT INTO {dst} ({cols}) SELECT * FROM moved ON CONFLICT (key) DO NOTHING"
+        ).format(src=_t(source, table), dst=_t(into, table), cols=columns)
+    return sql.SQL(
+        "INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} ON CONFLICT (key) DO NOTHING"
+    ).format(src=_t(source, table), dst=_t(into, table), cols=columns)
+
+
 async def premerge_cache(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
-    """Move the shadow's extraction results into the live cache ahead of the swap, so the
-    merge under the lock (step 6) only has what was extracted since. The shadow still
-    reads them there (its cache reads fall through to the live realm's)."""
-    cur = await conn.execute(
-        sql.SQL(
-            "WITH moved AS (DELETE FROM {} RETURNING key, output, created_at)"
-            " INSERT INTO {} (key, output, created_at) SELECT * FROM moved"
-            " ON CONFLICT (key) DO NOTHING"
-        ).format(_t(shadow, "extraction_cache"), _t(live, "extraction_cache"))
-    )
-    return cur.rowcount
+    """Move the shadow's cached model answers into the live caches ahead of the swap, so
+    the merge under the lock (step 6) only has what was asked since. The shadow still reads
+    them there (its cache reads fall through to the live realm's)."""
+    await conn.execute(contradiction_answers_ddl(live))  # a live realm not opened since
+    moved = 0
+    for table in CACHES:
+        cur = await conn.execute(_merge_cache(table, live, shadow, moving=True))
+        moved += cur.rowcount
+    return moved
 
 
 async def _hand_over(conn: AsyncConnection[Any], plan: SwapPlan) -> None:
-    """Step 6: the old feed and cache move to the shadow; the shadow's results merge in."""
-    await conn.execute(
-        sql.SQL(
-            "INSERT INTO {} (key, output, created_at) SELECT key, output, created_at FROM {}"
-            " ON CONFLICT (key) DO NOTHING"
-        ).format(_t(plan.live, "extraction_cache"), _t(plan.shadow, "extraction_cache"))
-    )
-    for table in ("extraction_cache", "outbox"):
+    """Step 6: the old feed and caches move to the shadow; the shadow's answers merge in."""
+    await conn.execute(contradiction_answers_ddl(plan.live))
+    for table in CACHES:
+        await conn.execute(_merge_cache(table, plan.live, plan.shadow, moving=False))
+    for table in (*CACHES, "outbox"):
         await conn.execute(sql.SQL("DROP TABLE {}").format(_t(plan.shadow, table)))
         await conn.execute(
             sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(

@@ -1,9 +1,11 @@
-"""The functional scopes a reconciliation must see beyond its pairs.
+"""The competing scopes a reconciliation must see beyond its pairs.
 
 Reconciliation decides supersession per ordered pair; a functional predicate adds rivals on
 other pairs: every relation with that predicate sharing its functional end (paper §5.2
-extended; :mod:`tidegraph.indexer.graph.supersession`). For the touched pairs' relations
-with a functional predicate this loads, in the same round trip as the pairs themselves:
+extended; :mod:`tidegraph.indexer.graph.supersession`). So does every other predicate in a
+realm that asks the model about the residue (``residue``): the relations sharing its
+subject and predicate, except for symmetric predicates. For the touched pairs' relations
+with such a predicate this loads, in the same round trip as the pairs themselves:
 
 - the **scope**: every relation with that predicate and that end — their states may
   change, and each has all its rivals loaded (its pair's relations, below, and the scope);
@@ -11,13 +13,14 @@ with a functional predicate this loads, in the same round trip as the pairs them
   rivals (a denial, an exclusive group) count. Their own states are not decided here.
 
 These rows' provenance is not touched by the write (it would have put their pairs among
-the touched ones), so their stored weight and order are current: no provenance is read.
-A realm without functional predicates sends nothing.
+the touched ones), so their stored weight, order and period are current: no provenance is
+read. A realm without functional predicates that does not ask the model sends nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -86,21 +89,28 @@ async def send_functional_scope(
     pairs: str,
     params: Sequence[Any],
     functional: Mapping[str, FunctionalSide],
+    residue: AbstractSet[str] | None = None,
 ) -> PendingScope:
     """Send the query for the scopes of the relations on ``pairs`` (a ``WITH pairs AS (…)``
     clause of (space, subject_id, object_id) taking ``params``), leaving out those
-    relations themselves (the caller also drops any row it loaded otherwise)."""
-    if not functional:
+    relations themselves (the caller also drops any row it loaded otherwise).
+
+    ``residue`` is ``None`` unless the realm asks the model; then it names the predicates
+    that stay out of the residue (the symmetric ones) and every other non-functional
+    predicate competes by subject."""
+    if not functional and residue is None:
         return PendingScope(None)
     by_subject = sorted(p for p, side in functional.items() if side == "subject")
     by_object = sorted(p for p, side in functional.items() if side == "object")
+    excluded = sorted({*functional, *(residue or ())})
     cursor = await ctx.send(
         pairs + ", touched AS (SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id"
         "  FROM {relations} r JOIN pairs USING (space, subject_id, object_id)"
         "  WHERE NOT r.negated),"
         " scope AS (SELECT r.id, r.space, r.subject_id, r.object_id FROM {relations} r"
         "  JOIN (SELECT DISTINCT space, subject_id, predicate FROM touched"
-        "   WHERE predicate = ANY(%s)) k USING (space, subject_id, predicate)"
+        "   WHERE predicate = ANY(%s) OR (%s AND predicate <> ALL(%s)))"
+        "   k USING (space, subject_id, predicate)"
         "  WHERE NOT r.negated"
         "  UNION SELECT r.id, r.space, r.subject_id, r.object_id FROM {relations} r"
         "  JOIN (SELECT DISTINCT space, object_id, predicate FROM touched"
@@ -116,6 +126,6 @@ async def send_functional_scope(
         " WHERE NOT EXISTS (SELECT 1 FROM pairs x WHERE x.space = r.space"
         "  AND x.subject_id = r.subject_id AND x.object_id = r.object_id)"
         " ORDER BY r.id",
-        (*params, by_subject, by_object),
+        (*params, by_subject, residue is not None, excluded, by_object),
     )
     return PendingScope(cursor)

@@ -20,11 +20,13 @@ from tidegraph.indexer.graph.rules import (
     desired_relation_states,
     merge_relation_attrs,
     period_bounds,
+    relation_questions,
     render_relation,
 )
 from tidegraph.indexer.graph.supersession import Mechanism
 from tidegraph.indexer.graph.symmetry import orient
 from tidegraph.indexer.write.context import WriteContext
+from tidegraph.indexer.write.contradictions import known_answers
 from tidegraph.indexer.write.functional import send_functional_scope
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
@@ -260,14 +262,17 @@ async def reconcile_relations(
         " FROM hit JOIN {relation_sources} s ON s.relation_id = hit.id",
         params,
     )
-    functional = ctx.info.config.functional_predicates
-    scoped = await send_functional_scope(ctx, pairs, params, functional)
+    config = ctx.info.config
+    functional, sym = config.functional_predicates, config.symmetric_predicates
+    residue = sym if config.contradiction_model else None
+    scoped = await send_functional_scope(ctx, pairs, params, functional, residue)
     rows = await ctx.fetch(edges)
     contributions: dict[int, list[tuple[str, RelationAttrs]]] = {}
     orders: dict[int, str] = {}
     for rid, cid, order_key, d, c, vf, vt in await ctx.fetch(sources):
         contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
         orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
+    merged = {rid: merge_relation_attrs(mine) for rid, mine in contributions.items()}
     loaded = {int(r[0]) for r in rows}
     around = [a for a in await scoped.rows(ctx) if a.id not in loaded]
     names = await ctx.entity_names(
@@ -275,32 +280,49 @@ async def reconcile_relations(
         | {int(r[4]) for r in rows}
         | {e for r in around for e in (r.subject_id, r.object_id)}
     )
-    live: list[LiveRelation] = [
-        (
+
+    def rendered(
+        s: int, p: str, o: int, negated: bool, valid: tuple[str | None, str | None]
+    ) -> str:
+        """What the model is asked about (only a realm asking it renders anything)."""
+        if residue is None:
+            return ""
+        return render_relation(names[s], p, names[o], negated, *valid)
+
+    live = [
+        LiveRelation(
             int(r[0]),
             (str(r[1]), int(r[2]), int(r[4])),
             str(r[3]),
             bool(r[5]),
             orders.get(int(r[0])),
             f"{names[int(r[2])]}\x00{names[int(r[4])]}",
+            rendered(int(r[2]), str(r[3]), int(r[4]), bool(r[5]), merged[int(r[0])][2:]),
         )
         for r in rows
         if int(r[0]) in contributions
     ]
     live += [
-        (
-            r.id,
-            (r.space, r.subject_id, r.object_id),
-            r.predicate,
-            r.negated,
-            r.order_key,
-            f"{names[r.subject_id]}\x00{names[r.object_id]}",
+        LiveRelation(
+            a.id,
+            (a.space, a.subject_id, a.object_id),
+            a.predicate,
+            a.negated,
+            a.order_key,
+            f"{names[a.subject_id]}\x00{names[a.object_id]}",
+            rendered(a.subject_id, a.predicate, a.object_id, a.negated, a.valid),
         )
-        for r in around
-        if r.live
+        for a in around
+        if a.live
     ]
+    # Scope rows that are context only have rivals not loaded here: not decided.
+    decided = {r.id for r in live} - {a.id for a in around if not a.in_scope}
+    answers = None
+    if residue is not None:
+        asked = relation_questions(live, sym, functional, decided)
+        answers = await known_answers(ctx, asked)
     desired = desired_relation_states(
-        live, ctx.info.exclusive_groups, ctx.info.config.symmetric_predicates, functional
+        live, ctx.info.exclusive_groups, sym, functional, answers, decided
     )
     attr_updates: list[tuple[Any, ...]] = []
     text_updates: list[tuple[int, str]] = []
@@ -313,7 +335,7 @@ async def reconcile_relations(
         mine = contributions.get(rid)
         if mine:
             weight, order_key = len(mine), orders[rid]
-            attrs = merge_relation_attrs(mine)
+            attrs = merged[rid]
             stored = (int(r[6]), r[7], r[8], float(r[9]), r[10], r[11])
             if (weight, order_key, *attrs) != stored:
                 lo, hi = period_bounds(attrs[2], attrs[3])

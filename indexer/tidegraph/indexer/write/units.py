@@ -7,6 +7,10 @@
   and one pipeline for many records, stamps drawn in memory (:class:`BatchSequencer`);
   when PostgreSQL refuses anything, the batch is written again one savepoint per record.
 
+A write that needs the model's answers about the residue (``contradictions``) is rolled
+back, the unit asks its judge outside any transaction, and the record (or batch) is
+written again.
+
 Both move the consumer position in the transaction that writes, and both turn a value
 PostgreSQL refuses into the recorded failure through :func:`_write_guarded`: the refusal is
 reported (``on_refused``: the live indexer dead-letters the record) and a ``failed``
@@ -28,6 +32,7 @@ from tidegraph.indexer.decide.fold import Action
 from tidegraph.indexer.decide.planner import Decision
 from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.write.contradictions import AnswersNeeded, Judge, answering
 from tidegraph.indexer.write.failures import RecordFailed
 from tidegraph.indexer.write.sequencer import BatchSequencer, LiveSequencer, Sequencer
 from tidegraph.indexer.write.writer import (
@@ -119,7 +124,7 @@ async def _write_guarded(
 def _failed(claim: Claim, decision: Decision, exc: BaseException) -> BaseException:
     """``exc`` with the record's position as typed fields (fencing and swaps pass as they
     are: they concern the partition or the realm, not the record)."""
-    if isinstance(exc, Fenced | RealmSwapped | RecordFailed):
+    if isinstance(exc, Fenced | RealmSwapped | RecordFailed | AnswersNeeded):
         return exc
     rec = decision.record
     return RecordFailed(rec.realm, claim.topic, claim.partition, decision.offset, rec.doc_key, exc)
@@ -136,6 +141,8 @@ class RecordUnit:
 
     claim: Claim
     on_refused: OnRefused = _no_refusal
+    judge: Judge | None = None
+    """Asked about the residue when the record's realm asks the model (``contradictions``)."""
 
     @contextlib.asynccontextmanager
     async def transaction(
@@ -177,10 +184,13 @@ class RecordUnit:
         def scope() -> contextlib.AbstractAsyncContextManager[Sequencer]:
             return self.transaction(conn, info, decision.offset, now)
 
-        try:
-            result = await _write_guarded(
+        async def attempt() -> WriteResult | None:
+            return await _write_guarded(
                 conn, info, embedder, decision, outcome, scope, self.on_refused
             )
+
+        try:
+            result = await answering(conn, info, self.judge, attempt)
             if result is None:
                 await self.settle(conn, decision.offset, now, [(info, decision)])
         except BaseException as exc:
@@ -199,6 +209,8 @@ class BatchUnit:
     after_write: Callable[[AsyncConnection[Any], int], Awaitable[None]] | None = None
     """Called after each written record with how many the batch wrote so far, in its
     transaction (the replay refreshes the statistics of a fast-growing schema there)."""
+    judge: Judge | None = None
+    """Asked about the residue when the realm asks the model (``contradictions``)."""
 
     async def write(
         self,
@@ -213,14 +225,19 @@ class BatchUnit:
 
         First as one pipeline without a savepoint per record, so a record's last statements
         travel with the next record's first ones; when PostgreSQL refuses anything in it,
-        the batch rolls back and is written again one savepoint per record.
+        the batch rolls back and is written again one savepoint per record. A batch that
+        needs the model's answers is rolled back, and written again once they are in.
         """
-        if not any(isinstance(o, BaseException) for o in outcomes.values()):
-            with contextlib.suppress(psycopg.Error):
-                async with conn.transaction(), conn.pipeline():
-                    return await self._write(conn, at, now, decisions, outcomes, guarded=False)
-        async with conn.transaction():
-            return await self._write(conn, at, now, decisions, outcomes, guarded=True)
+
+        async def attempt() -> int:
+            if not any(isinstance(o, BaseException) for o in outcomes.values()):
+                with contextlib.suppress(psycopg.Error):
+                    async with conn.transaction(), conn.pipeline():
+                        return await self._write(conn, at, now, decisions, outcomes, guarded=False)
+            async with conn.transaction():
+                return await self._write(conn, at, now, decisions, outcomes, guarded=True)
+
+        return await answering(conn, self.info, self.judge, attempt)
 
     async def _write(
         self,

@@ -101,7 +101,9 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
     pool = make_pool(config)
     registry = ModelRegistry(pool=pool, llm=llm_client_if_configured())
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for)
-    indexer = Indexer(config, pipeline.prepare, registry.embedder_for, pool)
+    indexer = Indexer(
+        config, pipeline.prepare, registry.embedder_for, pool, judge_for=registry.judge_for
+    )
     indexing = asyncio.create_task(indexer.run(), name="indexer")
     serve_args = argparse.Namespace(
         host=args.host,

@@ -82,7 +82,9 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
     pool = make_pool(config)
     registry = ModelRegistry(pool=pool, llm=llm_client_if_configured())
     pipeline = Pipeline(registry.extractor_for, registry.embedder_for, PipelineConfig())
-    indexer = Indexer(config, pipeline.prepare, registry.embedder_for, pool)
+    indexer = Indexer(
+        config, pipeline.prepare, registry.embedder_for, pool, judge_for=registry.judge_for
+    )
     stopping = False
 
     def stop() -> None:

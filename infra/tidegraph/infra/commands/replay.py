@@ -207,7 +207,11 @@ async def _main(args: argparse.Namespace, settings: Settings, options: ReplayOpt
         pipeline = Pipeline(registry.extractor_for, registry.embedder_for, PipelineConfig())
         display = ProgressLine(options.realm, enabled=not args.no_progress)
         result = await replay_realm(
-            options, pipeline.prepare, registry.embedder_for, on_progress=display.update
+            options,
+            pipeline.prepare,
+            registry.embedder_for,
+            on_progress=display.update,
+            judge_for=registry.judge_for,
         )
         display.finish()
         if llm is not None:
