@@ -25,12 +25,14 @@ from tidegraph.store.positions import replay_group
 from tidegraph.store.upgrades import (
     NameKeyConflict,
     add_archival,
+    add_attribute_indexes,
     add_entity_belief,
     add_name_keys,
     add_name_search,
     add_positions_ahead,
     add_superseded_via,
     add_telemetry,
+    has_attribute_indexes,
     has_name_search,
     has_telemetry,
 )
@@ -242,6 +244,8 @@ async def open_realm(
         await add_entity_belief(conn, schema)
     if ("relations", "rendered") in types and ("relations", "superseded_via") not in types:
         await add_superseded_via(conn, schema)
+    if ("entity_sources", "entity_id") in types and not await has_attribute_indexes(conn, schema):
+        await add_attribute_indexes(conn, schema)
     verify_embedding_columns(info, types)
     return info
 
