@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -12,7 +13,13 @@ import pytest
 from tidegraph.infra.cli import main
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions
-from tidegraph.store.ddl import FOREIGN_KEYS, HNSW_OPTIONS, drop_foreign_keys_ddl, foreign_keys_ddl
+from tidegraph.store.ddl import (
+    ATTRIBUTE_INDEXES,
+    FOREIGN_KEYS,
+    HNSW_OPTIONS,
+    drop_foreign_keys_ddl,
+    foreign_keys_ddl,
+)
 from tidegraph.store.errors import EmbedderMismatch, RealmSchemaError
 from tidegraph.store.realms import check_embedder, create_realm, ensure_control, open_realm
 from tidegraph.store.upgrades import vector_indexes_outdated
@@ -190,6 +197,36 @@ async def test_realm_from_before_retention_gets_archival_on_open(
         [(indexdef,)] = await cur.fetchall()
         assert "WHERE (archived_since IS NOT NULL)" in indexdef
         await open_realm(conn, realm)  # once upgraded, opening changes nothing
+
+
+async def test_realm_from_before_the_attribute_indexes_gets_them_on_open(
+    pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """Every write derives its touched entities' attributes from their contributions
+    through these indexes; a realm created before them gets them when opened, once."""
+    realm = unique_name("r")
+    schema = f"realm_{realm}"
+
+    async def indexes(conn: psycopg.AsyncConnection[Any]) -> dict[str, str]:
+        cur = await conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s"
+            " AND indexname = ANY(%s)",
+            (schema, list(ATTRIBUTE_INDEXES)),
+        )
+        return {str(n): str(d) for n, d in await cur.fetchall()}
+
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await ensure_control(conn)
+        await create_realm(conn, realm, RealmConfig(embedder="hashing:4"))
+        assert set(await indexes(conn)) == set(ATTRIBUTE_INDEXES)
+        for index in ATTRIBUTE_INDEXES:
+            await conn.execute(f"DROP INDEX {schema}.{index}")
+        await open_realm(conn, realm)
+        built = await indexes(conn)
+        assert "(entity_id, type) WHERE (type IS NOT NULL)" in built["entity_sources_typed"]
+        assert "WHERE (description <> ''::text)" in built["entity_sources_described"]
+        await open_realm(conn, realm)  # once upgraded, opening changes nothing
+        assert await indexes(conn) == built
 
 
 def test_realm_telemetry_command_turns_recording_on_and_off(

@@ -25,6 +25,7 @@ from tidegraph.store.positions import replay_group
 from tidegraph.store.upgrades import (
     NameKeyConflict,
     add_archival,
+    add_attribute_indexes,
     add_contradiction_answers,
     add_entity_belief,
     add_name_keys,
@@ -32,6 +33,7 @@ from tidegraph.store.upgrades import (
     add_positions_ahead,
     add_superseded_via,
     add_telemetry,
+    has_attribute_indexes,
     has_name_search,
     has_telemetry,
 )
@@ -245,6 +247,8 @@ async def open_realm(
         await add_superseded_via(conn, schema)
     if ("relations", "rendered") in types and ("contradiction_answers", "key") not in types:
         await add_contradiction_answers(conn, schema)
+    if ("entity_sources", "entity_id") in types and not await has_attribute_indexes(conn, schema):
+        await add_attribute_indexes(conn, schema)
     verify_embedding_columns(info, types)
     return info
 

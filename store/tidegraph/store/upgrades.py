@@ -15,12 +15,14 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.schemas.names import name_key
 from tidegraph.store.ddl import (
+    ATTRIBUTE_INDEXES,
     ENTITY_BELIEF_TABLES,
     HNSW_OPTIONS,
     NAME_SEARCH_INDEXES,
     POSITIONS_AHEAD_DDL,
     TELEMETRY_TABLE,
     archival_ddl,
+    attribute_index_ddl,
     contradiction_answers_ddl,
     entity_belief_ddl,
     name_search_ddl,
@@ -197,6 +199,26 @@ async def add_contradiction_answers(conn: AsyncConnection[Any], schema: str) -> 
     async with conn.transaction():
         await lock_realm_schema(conn, schema)
         await conn.execute(contradiction_answers_ddl(schema))
+
+
+async def has_attribute_indexes(conn: AsyncConnection[Any], schema: str) -> bool:
+    """Whether the realm has every index the attribute derivation reads (catalogue only)."""
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relkind = 'i'",
+        (schema, list(ATTRIBUTE_INDEXES)),
+    )
+    row = await cur.fetchone()
+    return row is not None and int(row[0]) == len(ATTRIBUTE_INDEXES)
+
+
+async def add_attribute_indexes(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before them the attribute derivation's indexes (idempotent;
+    under the realm's write lock, so two services meeting the realm build them once; the
+    realm's writes wait for the build, once)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        await conn.execute(attribute_index_ddl(schema))
 
 
 async def add_superseded_via(conn: AsyncConnection[Any], schema: str) -> None:
