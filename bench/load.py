@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from query import _drop, load_writer, make_corpus, make_queries, start_server
+from query import _drop, load_writer, make_corpus, make_queries, service_ef, start_server
+from shapes import Shape
 
 from tidegraph.infra import services
 from tidegraph.query_service.config import QuerySettings
@@ -134,11 +135,15 @@ async def run(args: argparse.Namespace) -> int:
     proc, url = start_server(
         args.dsn,
         args.bootstrap,
-        {
-            "entities": ef.ef_search,
-            "relations": ef.ef_search_relations,
-            "chunks": ef.ef_search_chunks,
-        },
+        service_ef(
+            {
+                "entities": ef.ef_search,
+                "relations": ef.ef_search_relations,
+                "chunks": ef.ef_search_chunks,
+            },
+            ef.ef_search_hashing_relations,
+            Shape("hashing", 384),
+        ),
         "bl",
     )
     feeders = round(args.clients * args.feed_share)

@@ -594,7 +594,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def service_ef(ef: dict[str, int], hashing_relations: int, shape: Shape) -> dict[str, int]:
+    """The ``ef_search`` the service uses on a realm of ``shape``: a hashing realm's
+    relations get the wider list (``ef_search_hashing_relations``). Every bench realm is
+    pinned to the hashing embedder, so a clustered one is served as a model's would be."""
+    if shape.kind != "hashing":
+        return dict(ef)
+    return {**ef, "relations": max(ef["relations"], hashing_relations)}
+
+
 def start_server(dsn: str, bootstrap: str, ef: dict[str, int], prefix: str) -> tuple[Any, str]:
+    """``tidegraph serve`` searching with ``ef`` (as :func:`service_ef` gives it)."""
     port = _free_port()
     env = {
         **os.environ,
@@ -602,6 +612,7 @@ def start_server(dsn: str, bootstrap: str, ef: dict[str, int], prefix: str) -> t
         "TIDEGRAPH_KAFKA_BOOTSTRAP": bootstrap,
         "TIDEGRAPH_EF_SEARCH": str(ef["entities"]),
         "TIDEGRAPH_EF_SEARCH_RELATIONS": str(ef["relations"]),
+        "TIDEGRAPH_EF_SEARCH_HASHING_RELATIONS": str(ef["relations"]),
         "TIDEGRAPH_EF_SEARCH_CHUNKS": str(ef["chunks"]),
     }
     env.pop("TIDEGRAPH_API_KEYS", None)
@@ -1002,7 +1013,8 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
     for shape in args.vectors:
         print(f" -- vectors: {shape.name}", flush=True)
         realm = await build_realm(args, size, shape, docs)
-        rec = await recall(dsn, realm, queries, args.ef, shape)
+        ef = service_ef(args.ef, args.ef_hashing_relations, shape)
+        rec = await recall(dsn, realm, queries, ef, shape)
         print(
             "  recall@10 vs exact search, by hnsw.ef_search (median ms per search);"
             " * = the service's setting",
@@ -1010,24 +1022,29 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
         )
         for tbl, curve in rec.items():
             cells = "  ".join(
-                f"{'*' if w == args.ef[tbl] else ' '}{w:>3}: {r:.3f} ({ms:.1f} ms)"
-                for w, r, ms in curve
+                f"{'*' if w == ef[tbl] else ' '}{w:>3}: {r:.3f} ({ms:.1f} ms)" for w, r, ms in curve
             )
             print(f"    {tbl:<10}{cells}", flush=True)
         if shape.name in args.latency_shapes:
-            await serve_and_measure(args, size, realm, queries, first=shape == args.vectors[0])
+            await serve_and_measure(args, size, realm, queries, ef, first=shape == args.vectors[0])
         if not args.cache and not args.keep and not args.reuse:
             await _drop(dsn, realm)
     del bootstrap
 
 
 async def serve_and_measure(
-    args: argparse.Namespace, size: int, realm: str, queries: list[str], *, first: bool
+    args: argparse.Namespace,
+    size: int,
+    realm: str,
+    queries: list[str],
+    ef: dict[str, int],
+    *,
+    first: bool,
 ) -> None:
     """Latency per mode and client count against ``tidegraph serve``, with the CPU each
     side spent; then the mechanisms, freshness and the change feed (first shape only)."""
     dsn, bootstrap = args.dsn, args.bootstrap
-    proc, url = start_server(dsn, bootstrap, args.ef, "bq")
+    proc, url = start_server(dsn, bootstrap, ef, "bq")
     try:
         postmaster = await postmaster_pid(dsn)
         print(
@@ -1084,6 +1101,7 @@ def main() -> None:
     p.add_argument("--ef-entities", type=int, default=defaults.ef_search)
     p.add_argument("--ef-relations", type=int, default=defaults.ef_search_relations)
     p.add_argument("--ef-chunks", type=int, default=defaults.ef_search_chunks)
+    p.add_argument("--ef-hashing-relations", type=int, default=defaults.ef_search_hashing_relations)
     p.add_argument("--load", choices=["writer", "copy"], help="force one loading path")
     p.add_argument("--no-freshness", dest="freshness", action="store_false")
     p.add_argument("--keep", action="store_true", help="keep the bench realms")

@@ -378,7 +378,10 @@ async def test_zombie_member_is_fenced(
             "TIDEGRAPH_TOPIC_PREFIX": topics.prefix,
             "TIDEGRAPH_EMBEDDER": "hashing:64",
         }
-        zombie = cli("indexer", "--group", group, env=env, name=f"zombie-{group}")
+        # record by record, so the position climbs in ones and the stop lands mid-stream
+        zombie = cli(
+            "indexer", "--group", group, "--catch-up-run", "0", env=env, name=f"zombie-{group}"
+        )
         survivor = None
         async with running_publisher(topics, pg_dsn, realms):
             try:

@@ -155,6 +155,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         settings.rrf_k,
         settings.community_weights,
         (settings.ef_search, settings.ef_search_relations, settings.ef_search_chunks),
+        settings.ef_search_hashing_relations,
         settings.entity_similarity_floor,
     )
     embedders: dict[tuple[str, str], QueryEmbedder] = {}

@@ -68,6 +68,7 @@ from tidegraph.query_service.keywords import (
 )
 from tidegraph.query_service.rerank import rerank_groups
 from tidegraph.schemas.names import name_key
+from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.store.realms import RealmInfo
 
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
@@ -134,6 +135,18 @@ class RetrievalLimits:
     """Similarity, rating, size."""
     ef_search: tuple[int, int, int] = (100, 400, 64)
     """HNSW ``ef_search`` for entities (and communities), relations, chunks."""
+    ef_search_hashing_relations: int = 1000
+    """Relations' ``ef_search`` in a realm with the offline hashing embedder: its
+    near-orthogonal vectors need a wider search of the sparse relation graph (m = 8) for
+    the recall a model's embeddings reach at ``ef_search[1]``."""
+
+    def ef_search_for(self, embedder: str) -> tuple[int, int, int]:
+        """``ef_search`` for a realm pinned to ``embedder``."""
+        entities, relations, chunks = self.ef_search
+        if parse_embedder(embedder).kind == "hashing":
+            relations = max(relations, self.ef_search_hashing_relations)
+        return entities, relations, chunks
+
     entity_floor: float = 0.1
     """Least cosine similarity of an entity matched by vector: below it the nearest
     entities are noise (a negative similarity points away from the question), and are
@@ -338,7 +351,7 @@ async def search(
     async with conn.pipeline():
         cur_name = cur_vec = cur_sim = cur_fts = cur_chunks = cur_rank = cur_rank_fts = None
         cur_comm = cur_last = cur_focus = None
-        ef_entities, ef_relations, ef_chunks = limits.ef_search
+        ef_entities, ef_relations, ef_chunks = limits.ef_search_for(realm.embedder)
         if walk:
             cur_name = await conn.execute(channels.entities_by_name(s, scope), p)
             await conn.execute(channels.set_ef_search(ef_entities))

@@ -394,7 +394,8 @@ transaction, which made it the largest part of the database's work per document 
 the query service's relation ``ef_search`` of 400 keeps recall@10 on the clustered
 vectors at 0.998 (a build list of 32 would save another 5 ms but lost recall: 0.962).
 Hashing vectors pay for it: their relation recall@10 at 10,000 entities falls from 0.950 to
-0.895 at that ``ef_search`` (0.972 at 1000) (README, "Indexer throughput").
+0.895 at that ``ef_search``, so the query service searches a hashing realm's relations at
+1000 (0.972) (README, "Indexer throughput").
 
 A realm's indexes are built with the options in force when it was created (or last
 rebuilt: :func:`tidegraph.store.upgrades.rebuild_vector_index`); changing them here changes
