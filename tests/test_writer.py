@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store.errors import Fenced
@@ -110,6 +111,68 @@ async def test_supersession_by_order_key_whatever_the_arrival(graph: GraphHarnes
     assert ("Arthur", "ally_of", "Mordred", False, "superseded") in await graph.relations(
         include_superseded=True
     )
+
+
+async def _relation_writes(graph: GraphHarness, write: Callable[[], Any]) -> tuple[int, int]:
+    """(rows inserted, row versions updated) in ``relations`` by one write, as the server
+    counts them for the transaction the write runs in (the view also holds counts of this
+    session's earlier transactions not yet flushed, hence the difference)."""
+
+    async def counts() -> tuple[int, int]:
+        cur = await graph.conn.execute(
+            "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables"
+            " WHERE schemaname = %s AND relname = 'relations'",
+            (graph.info.schema,),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    async with graph.conn.transaction():
+        before = await counts()
+        await write()
+        after = await counts()
+    return after[0] - before[0], after[1] - before[1]
+
+
+async def test_a_new_edge_is_written_once_and_still_announced(graph: GraphHarness) -> None:
+    """A new edge is born current: no second version of its row in the same transaction
+    (each would spend the page's free space and push a later update off the heap-only
+    path, re-inserting the embedding into the vector index), yet the feed reports it."""
+    people = [ent("Ada Lovelace"), ent("Charles Babbage"), ent("Mary Somerville")]
+    facts = [
+        rel("Ada Lovelace", "worked_with", "Charles Babbage"),
+        rel("Ada Lovelace", "studied_with", "Mary Somerville"),
+        rel("Mary Somerville", "ally_of", "Charles Babbage"),
+    ]
+    written = await _relation_writes(
+        graph, lambda: graph.upsert("a", [(people, facts)], order_key="2")
+    )
+    assert written == (3, 0)
+    added = [k for _, _, k in await graph.changes()].count("relation_added")
+    assert added == 3
+    # Superseded at birth by an edge of a later document: one move, told as added then
+    # superseded, and the belief history holds only the superseded interval.
+    late = [rel("Mary Somerville", "enemy_of", "Charles Babbage")]
+    assert await _relation_writes(
+        graph, lambda: graph.upsert("b", [(people, late)], order_key="1")
+    ) == (1, 1)
+    changes = await graph.changes()
+    last = [k for seq, _, k in changes if seq == changes[-1][0] and k.startswith("relation_")]
+    assert last == ["relation_added", "relation_superseded"]
+    assert ("Mary Somerville", "enemy_of", "Charles Babbage", False, "superseded") in (
+        await graph.relations(include_superseded=True)
+    )
+    cur = await graph.conn.execute(
+        sql.SQL(
+            "SELECT h.state, count(*) FROM {} h JOIN {} r ON r.id = h.relation_id"
+            " WHERE r.predicate = 'enemy_of' GROUP BY h.state"
+        ).format(
+            sql.Identifier(graph.info.schema, "relation_history"),
+            sql.Identifier(graph.info.schema, "relations"),
+        )
+    )
+    assert dict(await cur.fetchall()) == {"superseded": 1}
 
 
 async def test_reassertion_after_supersession_and_restoration(graph: GraphHarness) -> None:

@@ -88,6 +88,9 @@ class WriteContext:
     """Rendered text → embedding: computed by the prepare phase, completed on demand."""
     touched_relations: set[int] = field(default_factory=set)
     """Relations re-pointed or emptied by an entity merge: reconciled with the rest."""
+    unannounced: set[int] = field(default_factory=set)
+    """Relations this transaction inserted (born current) whose birth reconciliation has
+    not yet put on the feed: it treats them as coming from retracted."""
     absorbed: set[int] = field(default_factory=set)
     """Entities merged into another by this transaction: their attribute history closes."""
     names: dict[int, str] = field(default_factory=dict)

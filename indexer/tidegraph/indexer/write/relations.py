@@ -1,9 +1,13 @@
 """Relation statements of a write: edges and provenance, then belief-time reconciliation.
 
-An edge row is written with everything its first contributions say (weight, order,
-attributes), so reconciliation normally only moves its belief state; that update touches
-no indexed column, and the table keeps free space on each page (``fillfactor``), so it
-stays a heap-only update that never re-inserts the embedding into the vector index.
+An edge row is born with everything its first contributions say (weight, order,
+attributes) and believed current from the write's instant, which is what reconciliation
+decides for nearly every new edge: it then writes nothing more to that row. Any later move
+of its belief state touches no indexed column, and the table keeps free space on each page
+(``fillfactor``), so it stays a heap-only update that never re-inserts the embedding into
+the vector index — as long as the page's free space is not spent on extra versions of the
+same rows within one transaction, which is why a new edge is not born in one state and
+moved to another.
 """
 
 from __future__ import annotations
@@ -168,11 +172,13 @@ async def _insert_fresh(
     said: dict[RelationKey, dict[int, RelationAttrs]],
     bt: datetime,
 ) -> None:
-    """New edges, born retracted (no belief interval yet) with their final attributes.
+    """New edges with their final attributes, born current with a belief interval opened
+    at ``bt`` (:attr:`WriteContext.unannounced` until reconciliation reports them).
 
     Weight, order and attributes are what reconciliation computes from the provenance
-    written next — the distinct chunks of this document, its order key — so it finds
-    nothing to update but the belief state.
+    written next — the distinct chunks of this document, its order key — and current is
+    what it decides unless a rival supersedes the edge at once, so it usually finds
+    nothing to update.
     """
     names = await ctx.entity_names({k[0] for k in fresh} | {k[2] for k in fresh})
     attrs = [merge_relation_attrs((str(c), a) for c, a in said[k].items()) for k in fresh]
@@ -182,20 +188,23 @@ async def _insert_fresh(
     ]
     vecs = await ctx.embeddings(texts)
     bounds = [period_bounds(a[2], a[3]) for a in attrs]
+    new_ids = ctx.new_ids(len(fresh))
     await ctx.run(
-        "INSERT INTO {relations} (id, space, subject_id, predicate, object_id, negated,"
-        " description, confidence, valid_from, valid_to, valid_from_d,"
-        " valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
-        " SELECT i, %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'retracted', %s,"
-        " r, e FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::bigint[],"
-        " %b::bool[], %b::text[], %b::real[], %b::text[], %b::text[], %b::date[],"
-        " %b::date[], %b::int[], %b::text[], %b::vector[])"
-        " AS u(i, s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
+        "WITH born AS (INSERT INTO {relations} (id, space, subject_id, predicate, object_id,"
+        "  negated, description, confidence, valid_from, valid_to, valid_from_d,"
+        "  valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
+        "  SELECT i, %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'current', %s,"
+        "  r, e FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::bigint[],"
+        "  %b::bool[], %b::text[], %b::real[], %b::text[], %b::text[], %b::date[],"
+        "  %b::date[], %b::int[], %b::text[], %b::vector[])"
+        "  AS u(i, s, p, o, n, d, c, vf, vt, lo, hi, w, r, e) RETURNING id, t_created)"
+        " INSERT INTO {relation_history} (relation_id, state, t_created)"
+        " SELECT id, 'current', t_created FROM born",
         (
             doc.space,
             doc.order_key or "",
             bt,
-            ctx.new_ids(len(fresh)),
+            new_ids,
             [k[0] for k in fresh],
             [k[1] for k in fresh],
             [k[2] for k in fresh],
@@ -211,6 +220,7 @@ async def _insert_fresh(
             vecs,
         ),
     )
+    ctx.unannounced.update(new_ids)
 
 
 async def reconcile_relations(
@@ -349,9 +359,11 @@ async def reconcile_relations(
             if int(r[6]) != 0:
                 zeroed.append(rid)
         have, want = _state(r[12], r[13], r[16]), desired.get(rid, RETRACTED)
-        if want != have:
+        told = RETRACTED if rid in ctx.unannounced else have
+        if want != have or want != told:
             ref = _ref(rid, int(r[2]), int(r[4]), names, predicate, negated, valid_from, valid_to)
-            _move(ctx, moves, space, ref, have, want, r[14])
+            _move(ctx, moves, space, ref, have, want, r[14], told)
+    ctx.unannounced.difference_update(int(r[0]) for r in rows)
     for a in around:
         if not a.in_scope:
             continue  # context only: not every rival of it is loaded
@@ -359,7 +371,7 @@ async def reconcile_relations(
         want = desired.get(a.id, RETRACTED)
         if want != have:
             ref = _ref(a.id, a.subject_id, a.object_id, names, a.predicate, a.negated, *a.valid)
-            _move(ctx, moves, a.space, ref, have, want, a.open_since)
+            _move(ctx, moves, a.space, ref, have, want, a.open_since, have)
     if attr_updates:
         await ctx.run(
             "UPDATE {relations} r SET weight = u.w, order_key = u.k, description = u.d,"
@@ -423,10 +435,15 @@ def _move(
     have: State,
     want: State,
     open_since: datetime | None,
+    told: State,
 ) -> None:
-    """Record a relation's change of state, with its changes on the feed."""
-    moves.append(_Move(int(ref["id"]), have, want, open_since))
-    for kind, by, via in _transition_kinds(have, want):
+    """Record a relation's change of state (``have`` as stored), with its changes on the
+    feed (from ``told``, what the feed last said: retracted for an edge born here)."""
+    if want != have:
+        moves.append(_Move(int(ref["id"]), have, want, open_since))
+    if want == told:
+        return
+    for kind, by, via in _transition_kinds(told, want):
         extra = {"superseded_by": str(by), "superseded_via": via} if by is not None else {}
         ctx.changes.add(kind, space, relation=ref, **extra)
 

@@ -154,6 +154,8 @@ async def apply_version(
     states = await mention_states(ctx, touched, new_entities)
     attributes = await attribute_states(ctx, touched | ctx.absorbed)
     await reconcile_relations(ctx, old_relations | ctx.touched_relations, bt, pairs_of=new_pairs)
+    if ctx.unannounced:  # the feed would never tell of these edges
+        raise RuntimeError(f"relations born unreconciled: {sorted(ctx.unannounced)}")
     await reconcile_entities(ctx, states, bt)
     await settle_attributes(ctx, attributes, touched | ctx.absorbed, bt)
     if stamp.communities_stale:
