@@ -151,8 +151,8 @@ async def test_a_new_edge_is_written_once_and_still_announced(graph: GraphHarnes
     assert written == (3, 0)
     added = [k for _, _, k in await graph.changes()].count("relation_added")
     assert added == 3
-    # Superseded at birth by an edge of a later document: one move, told as added then
-    # superseded, and the belief history holds only the superseded interval.
+    # Written second but earlier in document order, the rival is superseded at birth: one
+    # move, told as added then superseded; its history holds only the superseded interval.
     late = [rel("Mary Somerville", "enemy_of", "Charles Babbage")]
     assert await _relation_writes(
         graph, lambda: graph.upsert("b", [(people, late)], order_key="1")
