@@ -31,18 +31,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 from prometheus_client import CollectorRegistry
+from scripted import ScriptedServer
 
 from tidegraph.indexer.extraction.interfaces import Chunk, DocumentContext
 from tidegraph.indexer.extraction.llm import CachingExtractor, LLMExtractor
@@ -74,36 +69,6 @@ OUTPUT = {
         }
     ],
 }
-
-
-class ServerProcess:
-    """``tests/llm_server.py`` as a child process with one catch-all fixture."""
-
-    def __init__(self, latency: float, fixtures: Path) -> None:
-        (fixtures / "bench.json").write_text(
-            json.dumps({"match": "bench-doc", "output": OUTPUT, "glean": OUTPUT})
-        )
-        script = Path(__file__).resolve().parent.parent / "tests" / "llm_server.py"
-        self._proc = subprocess.Popen(
-            [sys.executable, str(script), "--latency", str(latency), "--fixtures", str(fixtures)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self._proc.stdout is not None
-        self.base_url = self._proc.stdout.readline().strip()
-        if not self.base_url.startswith("http"):
-            self.stop()
-            raise RuntimeError("the scripted server did not start")
-
-    def chat_calls(self) -> int:
-        stats = httpx.get(f"{self.base_url}/_scripted/stats").json()
-        return int(stats["calls"].get("chat", 0))
-
-    def stop(self) -> None:
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        self._proc.wait(timeout=10)
 
 
 class MemoryCache:
@@ -150,7 +115,9 @@ class Run:
     cpu_ms: float
 
 
-async def timed_run(server: ServerProcess, extractor: LLMExtractor, docs: list[list[Chunk]]) -> Run:
+async def timed_run(
+    server: ScriptedServer, extractor: LLMExtractor, docs: list[list[Chunk]]
+) -> Run:
     before = server.chat_calls()
     cpu = time.process_time()
     seconds = await extract_all(extractor, docs)
@@ -159,8 +126,9 @@ async def timed_run(server: ServerProcess, extractor: LLMExtractor, docs: list[l
 
 
 async def run(args: argparse.Namespace) -> int:
-    tmp = tempfile.TemporaryDirectory()
-    server = ServerProcess(args.latency, Path(tmp.name))
+    server = ScriptedServer(
+        args.latency, [{"match": "bench-doc", "output": OUTPUT, "glean": OUTPUT}]
+    )
     metrics = ModelMetrics(CollectorRegistry())
     clients: list[LLMClient] = []
     failures = 0
@@ -227,7 +195,6 @@ async def run(args: argparse.Namespace) -> int:
         for client in clients:
             await client.aclose()
         server.stop()
-        tmp.cleanup()
     print(f"target: every ratio >= {TARGET:.0%}: {'met' if not failures else 'NOT met'}")
     return 1 if failures else 0
 

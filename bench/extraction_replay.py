@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -52,6 +51,7 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from progress import wait_applied
 from prometheus_client.parser import text_string_to_metric_families
+from scripted import ScriptedServer
 
 from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.indexer.extraction.chunking import chunk_document
@@ -124,33 +124,6 @@ def fixture(d: int) -> dict[str, Any]:
         ],
     }  # fmt: skip
     return {"match": _tag(d), "output": output}
-
-
-class ScriptedServer:
-    """``tests/llm_server.py`` in its own process, one fixture per document."""
-
-    def __init__(self, latency: float, fixtures: Path, count: int) -> None:
-        for d in range(count):
-            (fixtures / f"{_tag(d)}.json").write_text(json.dumps(fixture(d)))
-        script = REPO / "tests" / "llm_server.py"
-        self._proc = subprocess.Popen(
-            [sys.executable, str(script), "--latency", str(latency), "--fixtures",
-             str(fixtures), "--embed-dim", str(EMBED_DIM)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self._proc.stdout is not None
-        self.base_url = self._proc.stdout.readline().strip()
-        if not self.base_url.startswith("http"):
-            self.stop()
-            raise RuntimeError("the scripted server did not start")
-
-    def stats(self) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.base_url}/_scripted/stats").json())
-
-    def stop(self) -> None:
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        self._proc.wait(timeout=10)
 
 
 def _free_port() -> int:
@@ -250,7 +223,7 @@ async def run(args: argparse.Namespace) -> int:
     topic = f"{prefix}.documents"
     await ensure_topic_specs(bootstrap, topic_specs(prefix, partitions=1))
     tmp = tempfile.TemporaryDirectory()
-    server = ScriptedServer(args.latency, Path(tmp.name), n + 1)
+    server = ScriptedServer(args.latency, [fixture(d) for d in range(n + 1)], embed_dim=EMBED_DIM)
     metrics_port = _free_port()
     env = dict(
         os.environ, TIDEGRAPH_KAFKA_BOOTSTRAP=bootstrap, TIDEGRAPH_PG_DSN=dsn,

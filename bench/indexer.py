@@ -15,6 +15,15 @@ broker and database on this machine, hashing embeddings of 384 dimensions. Print
 functional in the subject, so every write also loads and resolves their functional scopes
 (the corpus moves people between organisations); compare with a run without it.
 
+``--model-latency S`` puts a model endpoint in the path: the realms extract with the
+``llm`` extractor (a first pass and one gleaning pass per chunk, in order within a
+document) against the scripted OpenAI-compatible server in its own process, which answers
+each chunk after ``S`` seconds with what the offline extractor finds in it, so the graph
+written is the same. The endpoint allows ``--model-in-flight`` calls at once, so the ideal
+is ``in-flight / S`` calls/s; the run prints the rate reached as a share of it (the model,
+not tidegraph, should be the bottleneck: at least 80%). ``--size 1400`` gives one-chunk
+documents.
+
 Services: ``TIDEGRAPH_KAFKA_BOOTSTRAP`` / ``TIDEGRAPH_PG_DSN`` when set, else the ones
 ``tidegraph up`` runs (started if needed). Run: ``.venv/bin/python bench/indexer.py``.
 """
@@ -38,8 +47,12 @@ import psycopg
 from aiokafka import AIOKafkaProducer
 from cpu import postgres_cpu, postmaster_pid, process_cpu
 from progress import wait_applied
+from scripted import ScriptedServer
 
 from tidegraph.connectors.topics import ensure_topic_specs
+from tidegraph.indexer.extraction.chunking import build_context, chunk_document
+from tidegraph.indexer.extraction.pipeline import PipelineConfig
+from tidegraph.indexer.extraction.rules import RulesExtractor
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.hashing import content_hash
@@ -111,7 +124,7 @@ def _person(rng: random.Random) -> str:
     return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
 
 
-def _document(rng: random.Random, realm: str, i: int, size: int = 9000) -> DocumentVersion:
+def _document(rng: random.Random, realm: str, i: int, size: int) -> DocumentVersion:
     paragraphs: list[str] = []
     total = 0
     while total < size:
@@ -172,6 +185,21 @@ async def _publish(
     return sent
 
 
+def _scripted_answers(docs: list[DocumentVersion]) -> list[dict[str, object]]:
+    """One fixture per chunk, matched by the chunk's whole text: what the offline
+    extractor finds in it, given the names of the document's earlier chunks."""
+    config, rules = PipelineConfig(), RulesExtractor()
+    fixtures: list[dict[str, object]] = []
+    for doc in docs:
+        known: dict[str, None] = {}
+        for chunk in chunk_document(doc.content or "", config.chunk_chars, config.overlap_chars):
+            context = build_context(doc.title, doc.source, tuple(known), cap=config.context_names)
+            output = rules.extract_text(chunk.text, context)
+            known.update(dict.fromkeys(e.name for e in output.entities))
+            fixtures.append({"match": chunk.text, "output": output.model_dump(mode="json")})
+    return fixtures
+
+
 def _rss_peak_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -196,6 +224,17 @@ async def main() -> None:
         action="store_true",
         help="create the realms with works_at and married_to functional in the subject",
     )
+    parser.add_argument("--size", type=int, default=9000, help="characters per document")
+    parser.add_argument(
+        "--model-latency",
+        type=float,
+        default=None,
+        help="extract through the scripted model endpoint, this many seconds per call",
+    )
+    parser.add_argument(
+        "--model-in-flight", type=int, default=16, help="calls the endpoint allows at once"
+    )
+    parser.add_argument("--concurrency", type=int, default=None, help="the indexer's --concurrency")
     args = parser.parse_args()
 
     bootstrap, dsn = services.given_or_up()
@@ -204,9 +243,11 @@ async def main() -> None:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.documents"
     await ensure_topic_specs(bootstrap, topic_specs(prefix, partitions=4))
+    extractor = "rules" if args.model_latency is None else "llm"
     if args.functional:
         config = RealmConfig(
             embedder="hashing:384",
+            extractor=extractor,
             functional_predicates={"works_at": "subject", "married_to": "subject"},
         )
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -214,10 +255,13 @@ async def main() -> None:
             for realm in realms:
                 await create_realm(conn, realm, config)
     rng = random.Random(42)
-    docs = [_document(rng, realms[i % len(realms)], i) for i in range(args.documents)]
+    docs = [_document(rng, realms[i % len(realms)], i, args.size) for i in range(args.documents)]
+    fresh = [
+        _document(rng, realms[i % len(realms)], args.documents + i, args.size)
+        for i in range(args.fresh)
+    ]
     size = sum(len(d.content or "") for d in docs)
     print(f"corpus: {len(docs)} documents, {size / len(docs) / 1000:.1f} KB each on average")
-    await _publish(bootstrap, topic, docs)
 
     env = dict(
         os.environ,
@@ -225,7 +269,22 @@ async def main() -> None:
         TIDEGRAPH_PG_DSN=dsn,
         TIDEGRAPH_TOPIC_PREFIX=prefix,
         TIDEGRAPH_EMBEDDER="hashing:384",
+        TIDEGRAPH_EXTRACTOR=extractor,
     )
+    model: ScriptedServer | None = None
+    if args.model_latency is not None:
+        model = ScriptedServer(args.model_latency, _scripted_answers(docs + fresh))
+        env.update(
+            TIDEGRAPH_LLM_BASE_URL=model.base_url,
+            TIDEGRAPH_LLM_MODEL="bench-chat",
+            OPENAI_API_KEY="bench",
+            TIDEGRAPH_LLM_MAX_IN_FLIGHT=str(args.model_in_flight),
+        )
+        print(
+            f"model: scripted endpoint, {args.model_latency * 1000:.0f} ms per call, "
+            f"{args.model_in_flight} calls in flight"
+        )
+    await _publish(bootstrap, topic, docs)
     postmaster = await postmaster_pid(dsn)
     pg_before = postgres_cpu(postmaster)
     proc = subprocess.Popen(
@@ -240,6 +299,7 @@ async def main() -> None:
             "WARNING",
             "--catch-up-run",
             str(args.catch_up_run),
+            *(["--concurrency", str(args.concurrency)] if args.concurrency else []),
         ],
         env=env,
         cwd=REPO,
@@ -249,17 +309,28 @@ async def main() -> None:
         indexer_cpu, pg_cpu = process_cpu(proc.pid), postgres_cpu(postmaster) - pg_before
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             chunks = relations = 0
+            first, last = float("inf"), 0.0
             for realm in realms:
                 cur = await conn.execute(f"SELECT count(*) FROM realm_{realm}.chunks")  # noqa: S608
                 chunks += (await cur.fetchone() or (0,))[0]
                 cur = await conn.execute(f"SELECT count(*) FROM realm_{realm}.relation_sources")  # noqa: S608
                 relations += (await cur.fetchone() or (0,))[0]
+                cur = await conn.execute(
+                    "SELECT extract(epoch FROM min(applied_at)),"
+                    f" extract(epoch FROM max(applied_at)) FROM realm_{realm}.documents"  # noqa: S608
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                first, last = min(first, float(row[0])), max(last, float(row[1]))
         rate = len(docs) / elapsed
+        steady = (len(docs) - 1) / (last - first)
         print(
             f"applied: {rate:.0f} documents/s, {chunks / elapsed:.0f} chunks/s, "
             f"{relations / elapsed:.0f} relations/s ({elapsed:.1f} s for {len(docs)} docs, "
             f"{chunks / len(docs):.1f} chunks and {relations / chunks:.1f} relation "
-            "contributions per chunk)"
+            "contributions per chunk); from the first document applied to the last "
+            f"{steady:.1f} documents/s ({last - first:.1f} s; the rest is the indexer starting "
+            "and preparing its first documents)"
         )
         if postmaster is not None:
             per_doc = 1000 / len(docs)
@@ -270,9 +341,17 @@ async def main() -> None:
                 f"{pg_cpu / (indexer_cpu + pg_cpu):.0%})"
             )
 
-        fresh = [
-            _document(rng, realms[i % len(realms)], args.documents + i) for i in range(args.fresh)
-        ]
+        if model is not None:
+            stats = model.stats()
+            calls = stats["calls"].get("chat", 0)
+            ideal = args.model_in_flight / args.model_latency / (calls / len(docs))
+            print(
+                f"model-bound: {calls} calls ({calls / len(docs):.1f} a document, at most "
+                f"{stats['max_concurrent']} at once, {stats['unmatched_chunks']} unscripted); "
+                f"ideal {ideal:.1f} documents/s, reached {rate / ideal:.0%}, "
+                f"{steady / ideal:.0%} from the first document applied (target 80%)"
+            )
+
         sent = await _publish(bootstrap, topic, fresh, rate=rate / 4)
         await wait_applied(dsn, group, topic, len(docs) + len(fresh))
         latencies: list[float] = []
@@ -306,6 +385,8 @@ async def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+        if model is not None:
+            model.stop()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -163,13 +163,21 @@ def indexer_log(group: str) -> Path:
     return log_dir / f"indexer-{group}.log"
 
 
-def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.update(
+def spawn_indexer(
+    topics: Topics,
+    pg_dsn: str,
+    group: str,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """A ``tidegraph indexer`` process of ``group``; ``env`` adds to its environment."""
+    environ = dict(os.environ)
+    environ.update(
         TIDEGRAPH_KAFKA_BOOTSTRAP=topics.bootstrap,
         TIDEGRAPH_PG_DSN=pg_dsn,
         TIDEGRAPH_TOPIC_PREFIX=topics.prefix,
         TIDEGRAPH_EMBEDDER="hashing:64",
+        **(env or {}),
     )
     with open(indexer_log(group), "ab") as log:
         return subprocess.Popen(
@@ -184,7 +192,7 @@ def spawn_indexer(topics: Topics, pg_dsn: str, group: str, *extra: str) -> subpr
                 "INFO",
                 *extra,
             ],
-            env=env,
+            env=environ,
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=log,

@@ -126,18 +126,20 @@ class ExtractionFixture:
 
 
 def load_fixtures(directory: Path = FIXTURES_DIR / "extractions") -> list[ExtractionFixture]:
-    """Every ``*.json`` extraction fixture under ``directory`` (recursively)."""
+    """Every ``*.json`` extraction fixture under ``directory`` (recursively); a file holds
+    one fixture, or a list of them."""
     fixtures = []
     for path in sorted(directory.rglob("*.json")):
         raw = json.loads(path.read_text(encoding="utf-8"))
-        fixtures.append(
-            ExtractionFixture(
-                match=raw["match"],
-                output=raw["output"],
-                glean=raw.get("glean", dict(EMPTY_OUTPUT)),
-                doc_key=raw.get("doc_key", ""),
+        for one in raw if isinstance(raw, list) else [raw]:
+            fixtures.append(
+                ExtractionFixture(
+                    match=one["match"],
+                    output=one["output"],
+                    glean=one.get("glean", dict(EMPTY_OUTPUT)),
+                    doc_key=one.get("doc_key", ""),
+                )
             )
-        )
     return fixtures
 
 
@@ -180,7 +182,12 @@ class ScriptedLLMServer:
         latency: float = 0.0,
         port: int = 0,
     ) -> None:
-        self.fixtures = list(fixtures)
+        self.fixtures: list[ExtractionFixture] = []
+        self._whole: dict[str, ExtractionFixture] = {}
+        """Fixtures by ``match``: one that is a chunk's whole text is its longest match, found
+        without scanning every fixture (a benchmark scripts one per chunk, thousands)."""
+        for fixture in fixtures:
+            self._add(fixture)
         self.contradiction_rules: list[tuple[str, str]] = []
         """(substring of one statement, substring of the other) that contradict."""
         self.requested_port = port
@@ -276,7 +283,11 @@ class ScriptedLLMServer:
     def add_fixture(
         self, match: str, output: dict[str, Any], glean: dict[str, Any] | None = None
     ) -> None:
-        self.fixtures.append(ExtractionFixture(match, output, glean or dict(EMPTY_OUTPUT)))
+        self._add(ExtractionFixture(match, output, glean or dict(EMPTY_OUTPUT)))
+
+    def _add(self, fixture: ExtractionFixture) -> None:
+        self.fixtures.append(fixture)
+        self._whole.setdefault(fixture.match, fixture)
 
     def add_contradiction(self, one: str, other: str) -> None:
         """Answer yes to a question whose statements contain ``one`` and ``other``."""
@@ -344,8 +355,10 @@ class ScriptedLLMServer:
             return content, _tokens(system + prompt), _tokens(content)
         chunk = _chunk_of(prompt)
         gleaning = "<already_extracted>" in prompt
-        hits = [f for f in self.fixtures if f.match in chunk]
-        fixture = max(hits, key=lambda f: len(f.match)) if hits else None
+        fixture = self._whole.get(chunk)
+        if fixture is None:
+            hits = [f for f in self.fixtures if f.match in chunk]
+            fixture = max(hits, key=lambda f: len(f.match)) if hits else None
         with self._lock:
             if gleaning:
                 self.gleaning_calls += 1

@@ -55,13 +55,31 @@ def read_realm_config(path: Path) -> RealmConfig:
         raise ConfigError(f"--config {path}: {exc} — correct the file") from None
 
 
+def _endpoint_configured() -> bool:
+    return bool(os.environ.get("TIDEGRAPH_LLM_BASE_URL") or os.environ.get("OPENAI_API_KEY"))
+
+
 def llm_client_if_configured() -> Any:
     """An ``LLMClient`` when ``TIDEGRAPH_LLM_BASE_URL`` or ``OPENAI_API_KEY`` is set, else None."""
-    if not (os.environ.get("TIDEGRAPH_LLM_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
+    if not _endpoint_configured():
         return None
     from tidegraph.indexer.models.client import LLMClient, load_llm_settings
 
     return LLMClient(load_llm_settings())
+
+
+def documents_prepared_at_once(requested: int | None) -> int:
+    """``--concurrency`` when given, else enough documents to keep the configured model
+    endpoint's ``TIDEGRAPH_LLM_MAX_IN_FLIGHT`` calls busy
+    (:func:`tidegraph.indexer.extraction.ahead.documents_at_once`)."""
+    from tidegraph.indexer.extraction.ahead import documents_at_once
+
+    calls = None
+    if _endpoint_configured():
+        from tidegraph.indexer.models.client import load_llm_settings
+
+        calls = load_llm_settings().max_in_flight
+    return documents_at_once(requested, calls)
 
 
 def on_termination(stop: Callable[[], None]) -> None:

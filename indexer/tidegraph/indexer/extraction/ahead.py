@@ -17,6 +17,25 @@ from tidegraph.indexer.decide.fold import Action
 from tidegraph.indexer.decide.planner import Decision
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 
+DOCUMENTS_AT_ONCE = 8
+"""Documents prepared at once when nothing asks for more."""
+
+
+def documents_at_once(requested: int | None, model_calls: int | None) -> int:
+    """How many documents a process prepares at once: ``requested`` when given, else
+    enough to keep a model endpoint that allows ``model_calls`` calls at once busy.
+
+    A document's chunks are extracted in order, each seeing the names found before it, so
+    a document has one call in flight at a time. With only as many documents as the
+    endpoint allows calls, a call slot idles whenever its document is between calls
+    (checking an answer, embedding, waiting for the writer), and tidegraph rather than the
+    model bounds the rate; half as many documents again keep the slots filled.
+    """
+    if requested is not None:
+        return requested
+    return max(DOCUMENTS_AT_ONCE, (model_calls or 0) * 3 // 2)
+
+
 Outcome = PreparedDocument | BaseException
 """A prepared document, or what preparing it raised."""
 Prepare = Callable[[Decision], Awaitable[PreparedDocument]]

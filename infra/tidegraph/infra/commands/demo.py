@@ -28,7 +28,12 @@ from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.commands import serve as serve_command
 from tidegraph.infra.composition import ModelRegistry
-from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
+from tidegraph.infra.runtime import (
+    default_realm_config,
+    documents_prepared_at_once,
+    llm_client_if_configured,
+    on_termination,
+)
 from tidegraph.query_service.config import load_query_settings
 from tidegraph.schemas.errors import TidegraphError
 from tidegraph.schemas.names import realm_schema, validate_realm
@@ -97,6 +102,7 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
         dlq_topic=settings.dlq_topic,
         group_id="tidegraph-demo",
         default_realm=default_realm_config(),
+        prepare_concurrency=documents_prepared_at_once(None),
     )
     pool = make_pool(config)
     registry = ModelRegistry(pool=pool, llm=llm_client_if_configured())

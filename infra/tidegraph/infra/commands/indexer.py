@@ -16,7 +16,12 @@ from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.reach import kafka_unreachable, until_stopped, wait_for_kafka, wait_for_pg
-from tidegraph.infra.runtime import default_realm_config, llm_client_if_configured, on_termination
+from tidegraph.infra.runtime import (
+    default_realm_config,
+    documents_prepared_at_once,
+    llm_client_if_configured,
+    on_termination,
+)
 from tidegraph.schemas.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -33,7 +38,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     p.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
     p.add_argument("--group", default="tidegraph-indexer", help="consumer group id")
-    p.add_argument("--concurrency", type=int, default=8, help="documents prepared at once")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="documents prepared at once (default: 8, or 1.5 × TIDEGRAPH_LLM_MAX_IN_FLIGHT when a"
+        " model endpoint is configured and that is more)",
+    )
     p.add_argument("--max-poll-records", type=int, default=256)
     p.add_argument(
         "--catch-up-run",
@@ -75,7 +86,7 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
         dlq_topic=settings.dlq_topic,
         group_id=args.group,
         default_realm=default_realm_config(),
-        prepare_concurrency=args.concurrency,
+        prepare_concurrency=documents_prepared_at_once(args.concurrency),
         max_poll_records=args.max_poll_records,
         catch_up_run=args.catch_up_run,
     )

@@ -38,6 +38,7 @@ from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.infra.reach import check_pg, connect_pg, kafka_unreachable
 from tidegraph.infra.runtime import (
     default_realm_config,
+    documents_prepared_at_once,
     llm_client_if_configured,
     read_realm_config,
 )
@@ -103,7 +104,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="tidegraph-indexer",
         help="the live indexer's consumer group (default: tidegraph-indexer)",
     )
-    p.add_argument("--concurrency", type=int, default=8, help="documents prepared at once")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="documents prepared at once (default: 8, or 1.5 × TIDEGRAPH_LLM_MAX_IN_FLIGHT when a"
+        " model endpoint is configured and that is more)",
+    )
     p.add_argument(
         "--fetch-records", type=int, default=500, help="records per fetch and per write transaction"
     )
@@ -176,7 +183,7 @@ def build_options(args: argparse.Namespace, settings: Settings) -> ReplayOptions
         embedder=embedder,
         default_config=default_realm_config(),
         fetch_records=args.fetch_records,
-        prepare_concurrency=args.concurrency,
+        prepare_concurrency=documents_prepared_at_once(args.concurrency),
         lock_timeout=args.lock_timeout,
     )
 

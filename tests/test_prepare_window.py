@@ -1,0 +1,72 @@
+"""Documents prepared at once follow the model endpoint's bound, so that with a slow model
+the endpoint, not the indexer, sets the rate (issue: performance at scale)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tidegraph.indexer.extraction.ahead import DOCUMENTS_AT_ONCE, documents_at_once
+
+from indexer_helpers import make_topics, publish, spawn_indexer, stored_position, upsert, wait_for
+from llm_server import ScriptedLLMServer
+
+
+def test_an_explicit_concurrency_wins() -> None:
+    assert documents_at_once(5, 16) == 5
+    assert documents_at_once(40, None) == 40
+
+
+def test_without_a_model_the_default_holds() -> None:
+    assert documents_at_once(None, None) == DOCUMENTS_AT_ONCE
+
+
+def test_a_model_bound_raises_it_with_room_for_documents_between_calls() -> None:
+    assert documents_at_once(None, 16) == 24
+    assert documents_at_once(None, 12) == 18
+    assert documents_at_once(None, 2) == DOCUMENTS_AT_ONCE
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+async def test_the_indexer_keeps_every_call_slot_of_a_slow_model_busy(
+    kafka_bootstrap: str,
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+    llm_server: ScriptedLLMServer,
+) -> None:
+    """One chunk a document, so a document holds one call at a time: with the old fixed
+    eight documents at once the endpoint never saw more than eight calls."""
+    slots = 12
+    llm_server.latency = 0.3
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    group, realm = unique_name("g"), unique_name("r")
+    records = [
+        upsert(realm, f"note-{i}.md", f"Note {i}: Ada Lovelace worked with Charles Babbage.")
+        for i in range(3 * slots)
+    ]
+    await publish(topics, records)
+    proc = spawn_indexer(
+        topics,
+        pg_dsn,
+        group,
+        env={
+            "TIDEGRAPH_EXTRACTOR": "llm",
+            "TIDEGRAPH_LLM_BASE_URL": llm_server.base_url,
+            "TIDEGRAPH_LLM_MODEL": "scripted-chat",
+            "OPENAI_API_KEY": "sk-scripted",
+            "TIDEGRAPH_LLM_MAX_IN_FLIGHT": str(slots),
+        },
+    )
+    try:
+
+        async def applied() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
+        await wait_for(applied, 90, "every note applied")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert llm_server.calls["chat"] >= len(records)
+    assert llm_server.max_concurrent == slots
