@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -66,6 +67,17 @@ def llm_client_if_configured() -> Any:
     from tidegraph.indexer.models.client import LLMClient, load_llm_settings
 
     return LLMClient(load_llm_settings())
+
+
+def add_concurrency_option(parser: argparse.ArgumentParser) -> None:
+    """``--concurrency``, read through :func:`documents_prepared_at_once`."""
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="documents prepared at once (default: 8, or 1.5 × TIDEGRAPH_LLM_MAX_IN_FLIGHT when a"
+        " model endpoint is configured and that is more)",
+    )
 
 
 def documents_prepared_at_once(requested: int | None) -> int:

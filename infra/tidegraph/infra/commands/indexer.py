@@ -17,6 +17,7 @@ from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.reach import kafka_unreachable, until_stopped, wait_for_kafka, wait_for_pg
 from tidegraph.infra.runtime import (
+    add_concurrency_option,
     default_realm_config,
     documents_prepared_at_once,
     llm_client_if_configured,
@@ -38,13 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     p.add_argument("--topic-prefix", help="topic prefix (TIDEGRAPH_TOPIC_PREFIX)")
     p.add_argument("--group", default="tidegraph-indexer", help="consumer group id")
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=None,
-        help="documents prepared at once (default: 8, or 1.5 × TIDEGRAPH_LLM_MAX_IN_FLIGHT when a"
-        " model endpoint is configured and that is more)",
-    )
+    add_concurrency_option(p)
     p.add_argument("--max-poll-records", type=int, default=256)
     p.add_argument(
         "--catch-up-run",

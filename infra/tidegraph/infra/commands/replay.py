@@ -37,6 +37,7 @@ from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.infra.reach import check_pg, connect_pg, kafka_unreachable
 from tidegraph.infra.runtime import (
+    add_concurrency_option,
     default_realm_config,
     documents_prepared_at_once,
     llm_client_if_configured,
@@ -104,13 +105,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="tidegraph-indexer",
         help="the live indexer's consumer group (default: tidegraph-indexer)",
     )
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=None,
-        help="documents prepared at once (default: 8, or 1.5 × TIDEGRAPH_LLM_MAX_IN_FLIGHT when a"
-        " model endpoint is configured and that is more)",
-    )
+    add_concurrency_option(p)
     p.add_argument(
         "--fetch-records", type=int, default=500, help="records per fetch and per write transaction"
     )
