@@ -203,7 +203,9 @@ def test_the_documentation_is_found() -> None:
 
 def test_slugs_follow_github() -> None:
     cases = {
-        "Local services: `tidegraph up`, `status`, `down`": "local-services-tidegraph-up-status-down",
+        "Local services: `tidegraph up`, `status`, `down`": (
+            "local-services-tidegraph-up-status-down"
+        ),
         "Functional predicates and how a relation was superseded": (
             "functional-predicates-and-how-a-relation-was-superseded"
         ),
