@@ -30,7 +30,7 @@ from tidegraph.indexer.retention.archive import archive
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service.reads import change_from_row
 from tidegraph.schemas.realm_config import RealmConfig, preset
-from tidegraph.store import positions
+from tidegraph.store import positions, realm_positions
 from tidegraph.store.errors import Fenced
 from tidegraph.store.realms import (
     create_realm,
@@ -68,7 +68,6 @@ def options(topics: Topics, pg_dsn: str, realm: str, group: str, **kw: Any) -> R
         bootstrap=topics.bootstrap,
         pg_dsn=pg_dsn,
         topic=topics.documents,
-        live_group=group,
         **kw,
     )
 
@@ -186,7 +185,9 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
 
     kept = await replay(topics, pg_dsn, realm, group, swap=False, label="inspect")
     assert kept.schema == f"{live}__shadow_inspect" and not kept.swapped
-    assert kept.written == 6 and kept.realm_records == 6 and kept.records_read == 10
+    # Up to the live realm's own position: past its last record, before the other
+    # realm's record that follows it.
+    assert kept.written == 6 and kept.realm_records == 6 and kept.records_read == 9
     assert await schema_diff(pg_dsn, live, kept.schema) == []
     # Loaded without them, the shadow ends with the live realm's indexes and foreign keys.
     assert await schema_layout(pg_dsn, kept.schema) == await schema_layout(pg_dsn, live)
@@ -487,8 +488,6 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
         "replay",
         "--realm",
         realm,
-        "--group",
-        group,
         "--no-swap",
         "--shadow-name",
         "cli",
@@ -662,28 +661,31 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
 async def test_a_second_claim_fences_the_replays_batch_and_its_position_stays(
     pg_dsn: str, unique_name: Callable[[str], str]
 ) -> None:
-    """DESIGN invariant 2 for the replay: a batch moves the position once, by
-    compare-and-set under the epoch it claimed; after another claim it commits nothing."""
+    """DESIGN invariant 2 for the replay: a batch moves the shadow's position once, by
+    compare-and-set, under the epoch it claimed; after another claim it commits nothing."""
     realm, group, topic = unique_name("r"), unique_name("g"), unique_name("t")
     async with await AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await ensure_control(conn)
         info = await create_realm(conn, realm, RealmConfig(embedder="hashing:32"))
         claim, start = await positions.claim(conn, group, topic, 0, 0)
+        await realm_positions.ensure(conn, info.schema, realm, topic, 0)
         registry = ModelRegistry()
         applier = ShadowApplier(
             conn,
             info,
             claim,
-            start.next_offset,
+            start,
             Pipeline(registry.extractor_for, registry.embedder_for).prepare,
             registry.embedder_for,
         )
         await applier.write(await applier.plan(0, 5, []))
         assert await stored_position(pg_dsn, group, topic) == 5
+        assert await realm_positions.stand(conn, info.schema, topic, 0) == 5
         await positions.claim(conn, group, topic, 0, 0)  # another replay into the schema
         with pytest.raises(Fenced):
             await applier.write(await applier.plan(5, 9, []))
         assert await stored_position(pg_dsn, group, topic) == 5
+        assert await realm_positions.stand(conn, info.schema, topic, 0) == 5
 
 
 async def _retention_state(

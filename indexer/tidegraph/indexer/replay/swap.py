@@ -5,8 +5,9 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
 1. take the live realm's lock — the ``meta`` row, ``FOR UPDATE`` — which is the lock every
    write of the realm takes first (``writer.begin``), so from here on no record of the
    realm is applied to the old schema; the hold is timed from this step;
-2. read the live consumer group's stored position for the realm's partition: every record
-   the live realm reflects lies below it, because positions commit with the graph;
+2. read the live realm's own position on its partition: every record the live realm
+   reflects lies below it, because the position commits with the graph (and every settle
+   of the realm takes the lock held in step 1 first);
 3. let the replay apply the shadow up to exactly that position (on its own connection);
 4. carry the retention state over (:func:`carry_retention`): the archived flags of the
    old realm's entities and its coverage telemetry, mapped by entity id;
@@ -23,7 +24,9 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
 8. mark the old ``meta`` swapped out, rename the old schema to its retired name and the
    shadow to ``realm_<realm>``; give the retired schema empty ``outbox`` and cache
    tables so it stays a complete realm for inspection;
-9. drop the replay's position row, record the realm in ``tidegraph.realms``; commit.
+9. drop the replay's claim, record the realm in ``tidegraph.realms``; commit. The
+   shadow's own position, equal to the live one, is renamed with it: readers of the log
+   go on from there.
 
 Why the feed stays gap-free (DESIGN invariant 7): the outbox a reader or the publisher pages
 through is the same table before and after, and the rebuild commit becomes visible
@@ -77,7 +80,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
 import psycopg
@@ -94,10 +96,9 @@ from tidegraph.indexer.replay.diff import (
     patch,
 )
 from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
-from tidegraph.store import positions
+from tidegraph.store import positions, realm_positions
 from tidegraph.store.ddl import contradiction_answers_ddl
 from tidegraph.store.locks import lock_realm_schema
-from tidegraph.store.positions import Position
 from tidegraph.store.realms import realm_exists
 from tidegraph.store.upgrades import has_telemetry
 
@@ -113,10 +114,8 @@ class SwapPlan:
     """The caught-up shadow."""
     retired: str
     """Name the live schema is given."""
-    live_group: str
-    """The live indexer's consumer group."""
     replay_group: str
-    """The replay's own position row, dropped at the swap."""
+    """The replay's claim, dropped at the swap."""
     topic: str
     partition: int
     lock_timeout: float = 5.0
@@ -248,15 +247,18 @@ async def _swap(
             )
         old_seq, old_last = int(row[0]), row[1]
 
-    live = await positions.read(conn, plan.live_group, plan.topic, plan.partition)
-    live_position = live.of(plan.realm) if live is not None else None
+    live_position = (
+        await realm_positions.stand(conn, plan.live, plan.topic, plan.partition)
+        if live_exists
+        else None
+    )
     caught_from = time.perf_counter()
     shadow_position, caught = await catch_up(live_position)
     catch_up_seconds = time.perf_counter() - caught_from
     if live_position is not None and shadow_position != live_position:
         raise SwapRefused(
             f"realm {plan.realm!r}: the shadow stands at offset {shadow_position} but the "
-            f"live group {plan.live_group!r} at {live_position}; refusing to swap"
+            f"live realm at {live_position}; refusing to swap"
         )
 
     carried = await carry_retention(conn, plan.live, plan.shadow) if live_exists else (0, 0)
@@ -351,17 +353,6 @@ async def _swap(
             "INSERT INTO tidegraph.publisher_positions (realm, published_seq) VALUES (%s, %s)"
             " ON CONFLICT (realm) DO NOTHING",
             (plan.realm, seq - 1),
-        )
-    if live_position is None:
-        # No live indexer has consumed the partition yet: for this realm it starts where
-        # the rebuild ends, rather than from the beginning, which would apply every record
-        # again; the partition's other realms start from the beginning.
-        await positions.place(
-            conn,
-            plan.live_group,
-            plan.topic,
-            plan.partition,
-            Position(0, MappingProxyType({plan.realm: shadow_position})),
         )
     cur = await conn.execute("SELECT clock_timestamp()")
     clock = await cur.fetchone()
