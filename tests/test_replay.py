@@ -18,6 +18,7 @@ import pytest
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.indexer.communities.store import build_communities
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.hashing import HashingEmbedder
@@ -60,6 +61,11 @@ from query_helpers import api_client, open_pool, query_data
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
 NARRATIVE = preset("narrative", embedder="hashing:64")
+CORPUS = [
+    (p.name, p.read_text())
+    for p in sorted((Path(__file__).resolve().parents[1] / "examples" / "corpus").glob("*.md"))
+]
+"""The sample corpus (file name, text): enough of a graph to make communities of."""
 
 
 def options(topics: Topics, pg_dsn: str, realm: str, group: str, **kw: Any) -> ReplayOptions:
@@ -784,3 +790,62 @@ async def test_a_swap_keeps_archival_and_coverage_telemetry(
     async with open_pool(pg_dsn) as pool, api_client(pool, embedder=HashingEmbedder(64)) as client:
         found = await query_data(client, realm, query="Who is an enemy of Mordred?", mode="local")
     assert "Mordred" not in {x for r in found["relations"] for x in (r["subject"], r["object"])}
+
+
+async def _community_answers(
+    pool: AsyncConnectionPool[AsyncConnection[Any]], realm: str, at: datetime | None = None
+) -> tuple[Any, Any]:
+    """The communities endpoint and a ``global`` answer (ids included: a rebuild of the
+    same log and configuration keeps them)."""
+    async with api_client(pool, embedder=HashingEmbedder(64)) as client:
+        listed = (await client.get(f"/v1/realms/{realm}/communities")).json()
+        body: dict[str, Any] = {"query": "Arthur and his allies", "mode": "global"}
+        if at is not None:
+            body["as_believed_at"] = at.isoformat()
+        answer = await query_data(client, realm, **body)
+    reports = [{k: v for k, v in c.items() if k != "score"} for c in answer["communities"]]
+    return listed, (reports, answer["stats"]["warnings"])
+
+
+async def test_a_replay_keeps_the_realms_community_builds(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """Communities are not in the log: the swap carries every build the realm kept, so the
+    communities endpoint and ``global`` answers — now and as believed before the latest
+    build — are the same after the replay; `tidegraph diff` compares them."""
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    records = [upsert(realm, name, text, order_key=str(i)) for i, (name, text) in enumerate(CORPUS)]
+    await publish(topics, records)
+    async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE):
+
+        async def applied() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
+        await wait_for(applied, 60, "the corpus applied")
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        info = await open_realm(conn, realm)
+        first = await build_communities(conn, info, HashingEmbedder(64))
+        assert first is not None
+        between = datetime.now(UTC)
+        await asyncio.sleep(0.05)
+        second = await build_communities(conn, info, HashingEmbedder(64))
+        assert second is not None
+    async with open_pool(pg_dsn) as pool:
+        before = await _community_answers(pool, realm)
+        before_at = await _community_answers(pool, realm, between)
+        assert before[0]["communities"] and before[1][0], before
+        assert before_at[1][0] and before_at[1][0] != before[1][0]  # the earlier build
+
+        # A shadow holds no communities until the swap: diff says where they differ.
+        kept = await replay(topics, pg_dsn, realm, group, swap=False, label="nocomm")
+        differences = await schema_diff(pg_dsn, live, kept.schema, history=False)
+        assert differences and {d.kind for d in differences} == {"community"}
+
+        swapped = await replay(topics, pg_dsn, realm, group)
+        assert swapped.swap is not None and swapped.swap.communities_carried > 0
+        assert await _community_answers(pool, realm) == before
+        assert await _community_answers(pool, realm, between) == before_at
+    assert swapped.retired is not None
+    assert await schema_diff(pg_dsn, swapped.retired, live, history=False) == []

@@ -387,13 +387,19 @@ def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
 
 
 def last_write(schema: str, scope: Scope) -> sql.Composed:
-    """When the realm's graph last changed (for the stale-communities warning): now, or as
-    known at the belief instant (its latest commit by then)."""
-    if scope.believed_at is None:
-        return sql.SQL("SELECT last_write_at FROM {}").format(table(schema, "meta"))
-    return sql.SQL("SELECT max(belief_time) FROM {} WHERE belief_time <= %(believed)s").format(
-        table(schema, "outbox")
+    """When the realm's graph last changed (for the stale-communities warning): the latest
+    commit that changed more than the communities themselves (a build, or the notice of a
+    rebuild that changed nothing, is no reason to call the reports stale), as known now or
+    at the belief instant."""
+    until = (
+        sql.SQL("AND belief_time <= %(believed)s")
+        if scope.believed_at is not None
+        else sql.SQL("")
     )
+    return sql.SQL(
+        "SELECT belief_time FROM {} WHERE kind <> ALL(ARRAY['communities_built',"
+        " 'communities_stale']) {} ORDER BY belief_time DESC LIMIT 1"
+    ).format(table(schema, "outbox"), until)
 
 
 def relation_distances(schema: str, scope: Scope, bound: int) -> sql.Composed:

@@ -9,8 +9,9 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
    reflects lies below it, because the position commits with the graph (and every settle
    of the realm takes the lock held in step 1 first);
 3. let the replay apply the shadow up to exactly that position (on its own connection);
-4. carry the retention state over (:func:`carry_retention`): the archived flags of the
-   old realm's entities and its coverage telemetry, mapped by entity id;
+4. carry over what is not in the log: the retention state (:func:`carry_retention`), the
+   archived flags of the old realm's entities and its coverage telemetry, mapped by entity
+   id; and its community builds (:func:`carry_communities`);
 5. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
    a comparison made before the lock (:func:`baseline`), with the objects either side
    changed since — the change feeds name them — compared again through the indexes;
@@ -36,14 +37,19 @@ just below the rebuild notice, so the rebuilt history is not published a second 
 consumers saw the original) but the notice is.
 
 What a feed consumer sees is that one commit, ``seq = head + 1``, stamped with the later of
-the two sides' latest belief instants (no wall clock, so the feed stays reproducible):
+the two sides' latest belief instants — the last record's, or the last community build's —
+and never the swap's clock: a record applied after the swap is then stamped as a rebuild of
+the whole log stamps it, so the realm's history stays what the log makes it (DESIGN
+invariant 6):
 
-* ``communities_stale`` at index 0 — the rebuild notice. Communities are not carried over
-  (their members are entity ids of the old schema), so they are stale in the plainest
-  sense. Its outbox payload holds ``rebuild``: the retired schema, the log position the
-  rebuild reflects and the number of differences; ``GraphChange`` v1 has no field for it,
-  so on the changes topic the notice is a ``communities_stale`` heading a commit that names
-  no document first (a writer's commit always starts with its document's change);
+* ``communities_stale`` at index 0 — the rebuild notice, under the kind consumers already
+  rebuild their own derived views on. The old realm's community builds are carried over
+  (:func:`carry_communities`) when the embedder is the same; under another they are stale
+  in the plainest sense. Its outbox payload holds ``rebuild``: the retired schema, the log
+  position the rebuild reflects and the number of differences (``GraphChange`` carries it
+  as its ``rebuild`` field); on the changes topic the notice is a ``communities_stale``
+  heading a commit that names no document first (a writer's commit always starts with
+  its document's change);
 * then, for every object whose feed-visible state differs: ``document_indexed`` /
   ``_replaced`` / ``_failed`` / ``_deleted``; ``entity_added`` / ``_dormant`` /
   ``_revived``; ``relation_added`` / ``_superseded`` / ``_retracted`` / ``_restored`` —
@@ -148,6 +154,8 @@ class SwapOutcome:
     """Archived entities the rebuilt realm holds, carried from the old one."""
     retrievals_carried: int = 0
     """Coverage telemetry rows the rebuilt realm holds, carried from the old one."""
+    communities_carried: int = 0
+    """Communities (of every build the old realm kept) carried into the rebuilt realm."""
 
 
 @dataclass(frozen=True)
@@ -262,6 +270,7 @@ async def _swap(
         )
 
     carried = await carry_retention(conn, plan.live, plan.shadow) if live_exists else (0, 0)
+    communities = await carry_communities(conn, plan.live, plan.shadow) if live_exists else 0
     cur = await conn.execute(
         sql.SQL("SELECT seq, last_write_at FROM {}").format(_t(plan.shadow, "meta"))
     )
@@ -369,6 +378,7 @@ async def _swap(
         diff_seconds,
         clock[0],
         *carried,
+        communities,
     )
 
 
@@ -432,6 +442,63 @@ async def carry_retention(conn: AsyncConnection[Any], live: str, shadow: str) ->
     row = await cur.fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+async def carry_communities(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
+    """Step 4 too: the old realm's community builds — every build it kept, with its belief
+    interval, so global answers now and ``as_believed_at`` an earlier instant read the same
+    reports — and the build state of its ``meta`` row. A member is kept where the rebuilt
+    realm has the same entity (same id, space and name); returns the communities carried.
+
+    Communities are not in the log, so a rebuild cannot make them: rebuilding them would
+    ask a model for reports again and could cluster differently. Under another embedder
+    (another vector dimension) the reports cannot be carried: the rebuild notice says the
+    communities are stale, and `tidegraph communities` builds them anew.
+    """
+    cur = await conn.execute(
+        sql.SQL("SELECT (SELECT dimension FROM {}) = (SELECT dimension FROM {})").format(
+            _t(live, "meta"), _t(shadow, "meta")
+        )
+    )
+    row = await cur.fetchone()
+    if not (row and row[0]):
+        return 0
+    columns = sql.SQL(
+        "id, space, level, parent_id, title, summary, findings, rating, size, built_at,"
+        " t_created, t_expired, embedding"
+    )
+    cur = await conn.execute(
+        sql.SQL("INSERT INTO {s} ({c}) SELECT {c} FROM {l}").format(
+            s=_t(shadow, "communities"), l=_t(live, "communities"), c=columns
+        )
+    )
+    carried = cur.rowcount
+    await conn.execute(
+        sql.SQL(
+            "INSERT INTO {sm} (community_id, entity_id) SELECT m.community_id, m.entity_id"
+            " FROM {lm} m JOIN {le} l ON l.id = m.entity_id"
+            " JOIN {se} s ON s.id = l.id AND s.space = l.space AND s.name_key = l.name_key"
+        ).format(
+            sm=_t(shadow, "community_members"),
+            lm=_t(live, "community_members"),
+            le=_t(live, "entities"),
+            se=_t(shadow, "entities"),
+        )
+    )
+    await conn.execute(
+        sql.SQL(
+            "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {}"
+            " HAVING max(id) IS NOT NULL"
+        ).format(_t(shadow, "communities")),
+        (sql.Identifier(shadow, "communities").as_string(conn),),
+    )
+    await conn.execute(
+        sql.SQL(
+            "UPDATE {s} SET communities_built_at = l.communities_built_at,"
+            " communities_stale = l.communities_stale FROM {l} l"
+        ).format(s=_t(shadow, "meta"), l=_t(live, "meta"))
+    )
+    return carried
 
 
 async def premerge_retention(conn: AsyncConnection[Any], live: str, shadow: str) -> None:

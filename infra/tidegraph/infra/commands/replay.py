@@ -304,6 +304,7 @@ def summary_json(r: ReplayResult) -> dict[str, Any]:
             "committed_at": r.swap.committed_at.isoformat(),
             "archived_carried": r.swap.archived_carried,
             "retrievals_carried": r.swap.retrievals_carried,
+            "communities_carried": r.swap.communities_carried,
         }
     return body
 
