@@ -12,8 +12,8 @@ from tidegraph.connectors import pgoutput
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
-from tidegraph.connectors.postgres_facts import load_facts_mapping
 from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.connectors.row_mapping import load_row_mapping
 from tidegraph.connectors.textfiles import TEXT_GLOBS
 from tidegraph.infra import services as local_services
 from tidegraph.infra._proc import ensure_port_free
@@ -267,12 +267,12 @@ def run_postgres(args: argparse.Namespace) -> int:
 
 def capture_spec(args: argparse.Namespace) -> CaptureSpec:
     """The capture the flags describe: a text column, or facts per a mapping file."""
-    facts = load_facts_mapping(args.facts) if args.facts is not None else None
+    facts = load_row_mapping(args.facts) if args.facts is not None else None
     if facts is None and (args.content_column is None or args.key_column is None):
         raise ConfigError("connect postgres needs --key-column and --content-column, or --facts")
     if facts is not None and args.content_column is not None:
         raise ConfigError("give --content-column or --facts, not both")
-    key = args.key_column or (facts.table(args.table).key if facts is not None else None)
+    key = args.key_column or (facts.facts_table(args.table).key if facts is not None else None)
     assert key is not None
     return CaptureSpec(
         table=args.table,
