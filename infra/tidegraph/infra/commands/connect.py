@@ -1,4 +1,4 @@
-"""`tidegraph connect fs|http|postgres`: the long-running source connectors."""
+"""`tidegraph connect fs|http|postgres|debezium`: the long-running source connectors."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tidegraph.infra.commands._connector_args import (
     prepare_topics,
     settings_from,
 )
+from tidegraph.infra.commands._debezium import register_debezium
 from tidegraph.infra.logs import set_service_level
 from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
@@ -45,13 +46,14 @@ def _stop_on_signals() -> asyncio.Event:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "connect",
-        help="run a source connector (files, HTTP ingest, PostgreSQL table)",
+        help="run a source connector (files, HTTP ingest, PostgreSQL table, Debezium topics)",
         description="Run a connector that turns upstream changes into document versions.",
     )
     kinds = parser.add_subparsers(dest="connector", metavar="SOURCE", required=True)
     _register_fs(kinds)
     _register_http(kinds)
     _register_postgres(kinds)
+    register_debezium(kinds)
 
 
 # ------------------------------------------------------------------------------------ fs
