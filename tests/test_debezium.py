@@ -313,7 +313,9 @@ async def test_facts_through_debezium_equal_the_join_after_each_phase(
             await run("INSERT INTO {s}.employments VALUES (121, 121, 3, '2024-07-01', NULL)")
             await agrees("inserts")
             await run("UPDATE {s}.employments SET company_id = 5 WHERE id <= 20")  # foreign keys
-            await run("UPDATE {s}.employments SET ended_on = '2024-06-30' WHERE id BETWEEN 101 AND 120")
+            await run(
+                "UPDATE {s}.employments SET ended_on = '2024-06-30' WHERE id BETWEEN 101 AND 120"
+            )
             await run("UPDATE {s}.people SET bio = 'Chief engineer' WHERE id = 1")  # text
             await agrees("updates")
             await run("DELETE FROM {s}.employments WHERE id % 3 = 0")
