@@ -313,30 +313,13 @@ async def _build(
         )
     lap("detect")
     for space, (hierarchy, views) in detected.items():
-        shown = time.monotonic()
-
-        def tick(finished: int, total: int, space: str = space) -> None:
-            nonlocal shown
-            if time.monotonic() - shown >= 2.0 and finished < total:
-                shown = time.monotonic()
-                say(f"{space}: {finished}/{total} reports")
-
-        reports = await make_reports(views, reporter, concurrency=concurrency, progress=tick)
-        say(f"{space}: {len(reports)}/{len(views)} reports")
+        reports = await _reports(space, views, reporter, concurrency, say)
         planned.append(
             _Planned(space, hierarchy, tuple(views), reports, len(snap.spaces[space][1]))
         )
     lap("reports")
     rows = _rows(planned)
-    vectors: list[list[float]] = []
-    texts = [r[3].text() for r in rows]
-    for start in range(0, len(texts), _EMBED_BATCH):
-        vectors.extend(await embedder.embed(texts[start : start + _EMBED_BATCH]))
-    if any(len(v) != info.dimension for v in vectors):
-        raise ConfigError(
-            f"embedder {embedder.id} returned vectors of another width than the realm's "
-            f"{info.dimension}"
-        )
+    vectors = await _embed(info, embedder, [r[3].text() for r in rows])
     lap("embed")
     seq, built_at, moved = await _write(conn, info, snap, planned, rows, vectors)
     lap("write")
@@ -361,6 +344,40 @@ async def _build(
         moved,
         tuple(timings),
     )
+
+
+async def _reports(
+    space: str,
+    views: Sequence[ClusterView],
+    reporter: Reporter,
+    concurrency: int,
+    say: Callable[[str], None],
+) -> Mapping[tuple[int, int], Report]:
+    """One space's reports, saying how far it got every two seconds."""
+    shown = time.monotonic()
+
+    def tick(finished: int, total: int) -> None:
+        nonlocal shown
+        if time.monotonic() - shown >= 2.0 and finished < total:
+            shown = time.monotonic()
+            say(f"{space}: {finished}/{total} reports")
+
+    reports = await make_reports(views, reporter, concurrency=concurrency, progress=tick)
+    say(f"{space}: {len(reports)}/{len(views)} reports")
+    return reports
+
+
+async def _embed(info: RealmInfo, embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    """The reports' vectors, refused when their width is not the realm's."""
+    vectors: list[list[float]] = []
+    for start in range(0, len(texts), _EMBED_BATCH):
+        vectors.extend(await embedder.embed(texts[start : start + _EMBED_BATCH]))
+    if any(len(v) != info.dimension for v in vectors):
+        raise ConfigError(
+            f"embedder {embedder.id} returned vectors of another width than the realm's "
+            f"{info.dimension}"
+        )
+    return vectors
 
 
 def _detect(
@@ -409,22 +426,7 @@ async def _write(
     s = info.schema
     await ensure_vector_types(conn)
     async with conn.transaction():
-        cur = await conn.execute(
-            _q(
-                "UPDATE {meta} m SET seq = m.seq + 1,"
-                " last_write_at = greatest(coalesce(m.last_write_at, now()), now())"
-                " FROM (SELECT seq FROM {meta} FOR UPDATE) old"
-                " RETURNING m.seq, m.last_write_at, old.seq <> %s, m.swapped_out",
-                s,
-                meta="meta",
-            ),
-            (snap.seq,),
-        )
-        row = await cur.fetchone()
-        assert row is not None
-        seq, bt, moved, swapped_out = int(row[0]), row[1], bool(row[2]), bool(row[3])
-        if swapped_out:
-            raise RealmSwapped(info.realm)
+        seq, bt, moved = await _stamp(conn, info, snap)
         built_at = snap.taken_at if moved else bt
         await conn.execute(
             _q(
@@ -442,80 +444,127 @@ async def _write(
             ),
             (bt, [p.space for p in planned]),
         )
-        ids: list[int] = []
-        if rows:
-            cur = await conn.execute(
-                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                (_t(s, "communities").as_string(conn), len(rows)),
-            )
-            ids = [int(r[0]) for r in await cur.fetchall()]
-        id_of = {(sp, v.cluster.key): i for (sp, v, _, _), i in zip(rows, ids, strict=True)}
-        await conn.execute(
-            _q(
-                "INSERT INTO {c} (id, space, level, parent_id, title, summary, findings,"
-                " rating, size, built_at, t_created, embedding)"
-                " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, %s, e"
-                " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[],"
-                " %s::text[], %s::jsonb[], %s::real[], %s::int[], %b::vector[])"
-                " AS u(i, sp, lv, pa, ti, su, fi, ra, sz, e)",
-                s,
-                c="communities",
-            ),
-            (
-                built_at,
-                bt,
-                ids,
-                [sp for sp, _, _, _ in rows],
-                [v.cluster.level for _, v, _, _ in rows],
-                [id_of[(sp, pk)] if pk is not None else None for sp, _, pk, _ in rows],
-                [r.title for _, _, _, r in rows],
-                [r.summary for _, _, _, r in rows],
-                [Jsonb([f.to_json() for f in r.findings]) for _, _, _, r in rows],
-                [r.rating for _, _, _, r in rows],
-                [len(v.cluster.members) for _, v, _, _ in rows],
-                [vec_param(x) for x in vectors],
-            ),
-        )
-        members = [
-            (i, m) for (_, v, _, _), i in zip(rows, ids, strict=True) for m in v.cluster.members
-        ]
-        if members:
-            await conn.execute(
-                _q(
-                    "INSERT INTO {m} (community_id, entity_id)"
-                    " SELECT * FROM unnest(%s::bigint[], %s::bigint[])",
-                    s,
-                    m="community_members",
-                ),
-                ([a for a, _ in members], [b for _, b in members]),
-            )
-        kinds, spaces, payloads = [], [], []
-        for p in planned:
-            kinds.append("communities_built")
-            spaces.append(p.space)
-            payloads.append(
-                Jsonb(
-                    {
-                        "communities": sum(1 for sp, *_ in rows if sp == p.space),
-                        "levels": len(p.hierarchy.levels),
-                    }
-                )
-            )
-            if moved:
-                kinds.append("communities_stale")
-                spaces.append(p.space)
-                payloads.append(Jsonb({}))
-        await conn.execute(
-            _q(
-                "INSERT INTO {o} (seq, idx, kind, space, belief_time, payload)"
-                " SELECT %s, i - 1, k, sp, %s, p FROM unnest(%s::text[], %s::text[],"
-                " %s::jsonb[]) WITH ORDINALITY AS u(k, sp, p, i)",
-                s,
-                o="outbox",
-            ),
-            (seq, bt, kinds, spaces, payloads),
-        )
+        await _insert(conn, s, rows, vectors, built_at, bt)
+        await _announce(conn, s, planned, rows, seq, bt, moved)
     return seq, built_at, moved
+
+
+async def _stamp(
+    conn: AsyncConnection[Any], info: RealmInfo, snap: Snapshot
+) -> tuple[int, datetime, bool]:
+    """The build's commit sequence and belief instant, under the realm lock the writer
+    takes; and whether the graph moved since the snapshot."""
+    cur = await conn.execute(
+        _q(
+            "UPDATE {meta} m SET seq = m.seq + 1,"
+            " last_write_at = greatest(coalesce(m.last_write_at, now()), now())"
+            " FROM (SELECT seq FROM {meta} FOR UPDATE) old"
+            " RETURNING m.seq, m.last_write_at, old.seq <> %s, m.swapped_out",
+            info.schema,
+            meta="meta",
+        ),
+        (snap.seq,),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    if row[3]:
+        raise RealmSwapped(info.realm)
+    return int(row[0]), row[1], bool(row[2])
+
+
+async def _insert(
+    conn: AsyncConnection[Any],
+    s: str,
+    rows: Sequence[_Row],
+    vectors: Sequence[list[float]],
+    built_at: datetime,
+    bt: datetime,
+) -> None:
+    """The new communities, believed from ``bt``, and their members."""
+    ids: list[int] = []
+    if rows:
+        cur = await conn.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            (_t(s, "communities").as_string(conn), len(rows)),
+        )
+        ids = [int(r[0]) for r in await cur.fetchall()]
+    id_of = {(sp, v.cluster.key): i for (sp, v, _, _), i in zip(rows, ids, strict=True)}
+    await conn.execute(
+        _q(
+            "INSERT INTO {c} (id, space, level, parent_id, title, summary, findings,"
+            " rating, size, built_at, t_created, embedding)"
+            " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, %s, e"
+            " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[],"
+            " %s::text[], %s::jsonb[], %s::real[], %s::int[], %b::vector[])"
+            " AS u(i, sp, lv, pa, ti, su, fi, ra, sz, e)",
+            s,
+            c="communities",
+        ),
+        (
+            built_at,
+            bt,
+            ids,
+            [sp for sp, _, _, _ in rows],
+            [v.cluster.level for _, v, _, _ in rows],
+            [id_of[(sp, pk)] if pk is not None else None for sp, _, pk, _ in rows],
+            [r.title for _, _, _, r in rows],
+            [r.summary for _, _, _, r in rows],
+            [Jsonb([f.to_json() for f in r.findings]) for _, _, _, r in rows],
+            [r.rating for _, _, _, r in rows],
+            [len(v.cluster.members) for _, v, _, _ in rows],
+            [vec_param(x) for x in vectors],
+        ),
+    )
+    members = [(i, m) for (_, v, _, _), i in zip(rows, ids, strict=True) for m in v.cluster.members]
+    if members:
+        await conn.execute(
+            _q(
+                "INSERT INTO {m} (community_id, entity_id)"
+                " SELECT * FROM unnest(%s::bigint[], %s::bigint[])",
+                s,
+                m="community_members",
+            ),
+            ([a for a, _ in members], [b for _, b in members]),
+        )
+
+
+async def _announce(
+    conn: AsyncConnection[Any],
+    s: str,
+    planned: Sequence[_Planned],
+    rows: Sequence[_Row],
+    seq: int,
+    bt: datetime,
+    moved: bool,
+) -> None:
+    """One ``communities_built`` per space (and ``communities_stale`` when the graph moved
+    during the build) under the build's sequence."""
+    kinds, spaces, payloads = [], [], []
+    for p in planned:
+        kinds.append("communities_built")
+        spaces.append(p.space)
+        payloads.append(
+            Jsonb(
+                {
+                    "communities": sum(1 for sp, *_ in rows if sp == p.space),
+                    "levels": len(p.hierarchy.levels),
+                }
+            )
+        )
+        if moved:
+            kinds.append("communities_stale")
+            spaces.append(p.space)
+            payloads.append(Jsonb({}))
+    await conn.execute(
+        _q(
+            "INSERT INTO {o} (seq, idx, kind, space, belief_time, payload)"
+            " SELECT %s, i - 1, k, sp, %s, p FROM unnest(%s::text[], %s::text[],"
+            " %s::jsonb[]) WITH ORDINALITY AS u(k, sp, p, i)",
+            s,
+            o="outbox",
+        ),
+        (seq, bt, kinds, spaces, payloads),
+    )
 
 
 # --------------------------------------------------------------------------- automatic
