@@ -55,6 +55,9 @@ async def attach_relations(
     Attributes of an existing edge are not touched here: reconciliation recomputes them
     from every live contribution, this document's included. Provenance finds its edge by
     key, so nothing waits for the ids of the edges inserted here.
+
+    One function on purpose: its statements are sent in one pipeline round trip in the
+    order the edges need (mentions and lookup, new edges, provenance).
     """
     grouped: dict[RelationKey, dict[int, list[RelationAttrs]]] = {}
     sym = ctx.info.config.symmetric_predicates
