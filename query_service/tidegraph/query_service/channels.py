@@ -392,9 +392,7 @@ def last_write(schema: str, scope: Scope) -> sql.Composed:
     rebuild that changed nothing, is no reason to call the reports stale), as known now or
     at the belief instant."""
     until = (
-        sql.SQL("AND belief_time <= %(believed)s")
-        if scope.believed_at is not None
-        else sql.SQL("")
+        sql.SQL("AND belief_time <= %(believed)s") if scope.believed_at is not None else sql.SQL("")
     )
     return sql.SQL(
         "SELECT belief_time FROM {} WHERE kind <> ALL(ARRAY['communities_built',"

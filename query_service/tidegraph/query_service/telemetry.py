@@ -18,14 +18,14 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.db import table
-from tidegraph.query_service.retrieval import RetrievalResult
+from tidegraph.schemas.api import QueryDataResponse
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import ANY_SPACE
 from tidegraph.store.realms import RealmInfo
 
 
 async def record(
-    conn: AsyncConnection[Any], meta: RealmInfo, query: str, mode: str, result: RetrievalResult
+    conn: AsyncConnection[Any], meta: RealmInfo, query: str, mode: str, result: QueryDataResponse
 ) -> None:
     """Append one ``retrievals`` row for an answered query (raises on failure)."""
     s = meta.schema
