@@ -156,15 +156,15 @@ async def _demo(
     )
     on_termination(stop.set)
     try:
-        await _wait_indexed(dsn, args.realm, expected, args.timeout, indexing)
-        _say(f"{len(expected)} documents indexed")
+        failed = await _wait_indexed(dsn, args.realm, expected, args.timeout, indexing)
+        _report_indexed(expected, failed, corpus)
         base = f"http://{args.host}:{args.port}"
         answer = await _ask(base, args.realm, indexing, serving)
         print(json.dumps(answer, indent=2, default=str))
         if not answer["relations"]:
             raise DemoError(
-                f"the question found no relation in the {len(expected)} documents indexed "
-                f"from {corpus}: the extractor ({info.extractor}) wrote none it could reach"
+                f"the question found no relation in what was indexed from {corpus} "
+                f"(extractor {info.extractor})"
             )
         _say(f"query service answering at {base} (POST /v1/realms/{args.realm}/query_data)")
         if not args.once:
@@ -185,24 +185,36 @@ async def _wait_indexed(
     expected: dict[str, str | None],
     limit: float,
     indexing: asyncio.Task[None],
-) -> None:
+) -> dict[str, str]:
+    """Waits until every document of ``expected`` is applied; returns the reason of each
+    one the indexer stored as ``failed``."""
     deadline = time.monotonic() + limit
-    query = sql.SQL("SELECT doc_key, content_hash, status FROM {} WHERE doc_key = ANY(%s)").format(
-        sql.Identifier(realm_schema(realm), "documents")
-    )
+    query = sql.SQL(
+        "SELECT doc_key, content_hash, status, error FROM {} WHERE doc_key = ANY(%s)"
+    ).format(sql.Identifier(realm_schema(realm), "documents"))
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         while True:
             if indexing.done():
                 indexing.result()
                 raise TidegraphError("the indexer stopped before the corpus was indexed")
             cur = await conn.execute(query, (list(expected),))
-            done = {k: h for k, h, status in await cur.fetchall() if status != "deleted"}
+            rows = [row for row in await cur.fetchall() if row[2] != "deleted"]
+            done = {key: digest for key, digest, _, _ in rows}
             if all(done.get(k) == h for k, h in expected.items()):
-                return
+                return {key: str(error) for key, _, status, error in rows if status == "failed"}
             if time.monotonic() > deadline:
                 missing = sorted(k for k, h in expected.items() if done.get(k) != h)
                 raise TidegraphError(f"not indexed within {limit:g}s: {', '.join(missing)}")
             await asyncio.sleep(0.2)
+
+
+def _report_indexed(expected: dict[str, str | None], failed: dict[str, str], corpus: Path) -> None:
+    """Says how many documents were indexed; none at all is an error, not a demo."""
+    _say(f"{len(expected) - len(failed)} documents indexed, {len(failed)} failed")
+    for key, reason in sorted(failed.items()):
+        _say(f"  failed {key}: {reason}")
+    if len(failed) == len(expected):
+        raise DemoError(f"indexed nothing: every document of {corpus} failed")
 
 
 async def _ask(base: str, realm: str, *tasks: asyncio.Task[None]) -> dict[str, Any]:
