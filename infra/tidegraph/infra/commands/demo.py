@@ -5,8 +5,8 @@ reversal supersedes), publishes the sample corpus shipped in the package (or ``-
 through the bulk connector, runs an indexer until every document is applied, starts
 ``serve`` (query API + change publisher) and asks it one question. It keeps serving until
 interrupted, or exits with ``--once``. A demo that would show nothing fails instead: a
-corpus that cannot be read in full, holds no document, or answers the question with no
-relation is an error (exit 1) saying which.
+corpus that cannot be read in full, holds no document, has none indexed, or answers the
+question with no relation is an error (exit 1) saying which.
 """
 
 from __future__ import annotations
