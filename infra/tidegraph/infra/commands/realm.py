@@ -13,7 +13,13 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from tidegraph.infra.reach import check_kafka, check_pg, connect_pg, kafka_unreachable
+from tidegraph.infra.reach import (
+    check_kafka,
+    check_pg,
+    connect_pg,
+    kafka_unreachable,
+    log_ends,
+)
 from tidegraph.infra.realm_status import DataStatus, data_status
 from tidegraph.infra.runtime import read_realm_config
 from tidegraph.schemas.changes import GraphChange
@@ -96,7 +102,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="delete a realm: its schema, positions and cache (needs --yes)",
         description="Drop REALM's schema (graph, history, change outbox, extraction cache),"
         " its catalogue entry, publisher position, indexer holds and replay positions, and"
-        " publish a `realm_deleted` change. Later records of the realm create it again.",
+        " publish a `realm_deleted` change. Records published before the deletion stay settled"
+        " for every reader; later records of the realm create it again.",
     )
     delete.add_argument("realm")
     delete.add_argument("--yes", action="store_true", help="confirm the deletion")
@@ -309,10 +316,11 @@ async def _delete(args: argparse.Namespace) -> int:
                 f" its history and cache) — run it again with --yes"
             )
         # The note is published inside the transaction: nothing is dropped unless the change
-        # feed says so.
+        # feed says so. Every record published until now stays settled (the log's end).
         await check_kafka(settings.kafka_bootstrap)
+        ends = await log_ends(settings.kafka_bootstrap, settings.documents_topic)
         async with conn.transaction():
-            dropped = await drop_realm(conn, realm)
+            dropped = await drop_realm(conn, realm, ends)
             if dropped is None:
                 raise RealmSchemaError(f"realm {realm!r} does not exist")
             await _publish_deleted(settings.kafka_bootstrap, settings.changes_topic, dropped)
