@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tidegraph.infra.errors import PackageDataError
-from tidegraph.infra.package_files import kafka_file, packaged, sample_corpus
+from tidegraph.infra.local_connect import PLUGINS
+from tidegraph.infra.package_files import connect_file, kafka_file, packaged, sample_corpus
 from tidegraph.schemas.jsonschema_export import SCHEMA_FILES, load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +37,8 @@ def test_the_files_the_commands_read_are_in_the_package() -> None:
     ]  # fmt: skip
     assert "<kafka.version>" in kafka_file("pom.xml").read_text()
     assert "class StdinArgs" in kafka_file("StdinArgs.java").read_text()
+    for pom in [("worker",), *(("plugins", name) for name in PLUGINS)]:
+        assert "<project" in connect_file(*pom, "pom.xml").read_text()
     for name, (schema_id, _) in SCHEMA_FILES.items():
         assert load(name)["$id"].endswith(f"/{schema_id}.json")
 

@@ -34,6 +34,12 @@ def kafka_file(name: str) -> Path:
     return packaged("kafka", name)
 
 
+def connect_file(*parts: str) -> Path:
+    """A pom of the local Kafka Connect worker: ``worker/pom.xml`` or
+    ``plugins/<plugin>/pom.xml`` (which jars Maven fetches for each)."""
+    return packaged("connect", *parts)
+
+
 def sample_corpus() -> Path:
     """The folder of Markdown files ``tidegraph demo`` streams through the pipeline."""
     return packaged("sample_corpus")

@@ -212,18 +212,19 @@ async def _list(args: argparse.Namespace) -> int:
     data = await data_status(dsn, settings.kafka_bootstrap, settings.documents_topic, args.group)
     lag_known = not any(p.startswith("Kafka") for p in data.problems)
     if args.json:
-        print(json.dumps(_listing(data, lag_known), indent=2))
+        print(json.dumps(_listing(data, lag_known, settings.documents_topic), indent=2))
     else:
-        print(_table(data, lag_known))
+        print(_table(data, lag_known, settings.documents_topic))
     for problem in data.problems:
         print(f"tidegraph: {problem} — lag unknown", file=sys.stderr)
     return 0
 
 
-def _listing(data: DataStatus, lag_known: bool) -> list[dict[str, object]]:
+def _listing(data: DataStatus, lag_known: bool, topic: str) -> list[dict[str, object]]:
     return [
         {
             "realm": r.realm,
+            "positions": {str(p): o for (t, p), o in sorted(r.positions.items()) if t == topic},
             "documents": r.documents,
             "entities": r.entities,
             "relations": r.relations,
@@ -236,13 +237,18 @@ def _listing(data: DataStatus, lag_known: bool) -> list[dict[str, object]]:
     ]
 
 
-def _table(data: DataStatus, lag_known: bool) -> str:
-    rows = [("REALM", "DOCUMENTS", "ENTITIES", "RELATIONS", "HEAD SEQ", "EMBEDDER", "LAG")]
-    for item in _listing(data, lag_known):
+def _table(data: DataStatus, lag_known: bool, topic: str) -> str:
+    rows = [
+        ("REALM", "DOCUMENTS", "ENTITIES", "RELATIONS", "HEAD SEQ", "EMBEDDER", "POSITION", "LAG")
+    ]
+    for item in _listing(data, lag_known, topic):
         docs = item["documents"]
         assert isinstance(docs, dict)
         shown = ", ".join(f"{n} {s}" for s, n in sorted(docs.items())) or "0"
         lag = "?" if item["lag"] is None else str(item["lag"])
+        stands = item["positions"]
+        assert isinstance(stands, dict)
+        position = ", ".join(f"{p}:{o}" for p, o in stands.items()) or "-"
         rows.append(
             (
                 str(item["realm"]),
@@ -251,6 +257,7 @@ def _table(data: DataStatus, lag_known: bool) -> str:
                 str(item["relations"]),
                 str(item["head_seq"]),
                 str(item["embedder"]),
+                position,
                 lag,
             )
         )
