@@ -29,12 +29,12 @@ def servers_for(main_dsn: str) -> Servers:
     return load_servers(main_dsn, os.environ)
 
 
-def small_pool(_: str, dsn: str) -> AsyncConnectionPool[AsyncConnection[Any]]:
-    """A command's pool to one server: two connections at most, a bounded wait."""
+def small_pool(_: str, dsn: str, connections: int = 2) -> AsyncConnectionPool[AsyncConnection[Any]]:
+    """A command's pool to one server: a few connections, a bounded wait."""
     return AsyncConnectionPool(
         dsn,
         min_size=1,
-        max_size=2,
+        max_size=connections,
         open=False,
         timeout=CONNECT_TIMEOUT + 1,
         kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
@@ -42,11 +42,12 @@ def small_pool(_: str, dsn: str) -> AsyncConnectionPool[AsyncConnection[Any]]:
 
 
 @asynccontextmanager
-async def command_cluster(main_dsn: str) -> AsyncIterator[Cluster]:
-    """Every server, ``main`` checked first (one line when it does not answer)."""
+async def command_cluster(main_dsn: str, connections: int = 2) -> AsyncIterator[Cluster]:
+    """Every server, ``main`` checked first (one line when it does not answer), with up
+    to ``connections`` connections each."""
     servers = servers_for(main_dsn)
     await check_pg(main_dsn)
-    cluster = Cluster(servers, small_pool)
+    cluster = Cluster(servers, lambda name, dsn: small_pool(name, dsn, connections))
     try:
         await cluster.open()
         yield cluster

@@ -1,6 +1,7 @@
-"""``tidegraph realm create|show|list|copies|delete|telemetry|reindex``: pin a realm's
-configuration before its first record, see every realm's size and lag, delete one, turn its
-coverage telemetry on or off, rebuild its vector indexes with the current options."""
+"""``tidegraph realm create|show|list|copies|delete|telemetry|reindex|move``: pin a realm's
+configuration (and server) before its first record, see every realm's size and lag, delete
+one, turn its coverage telemetry on or off, rebuild its vector indexes with the current
+options, move it to another server."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
-from tidegraph.schemas.servers import MAIN
+from tidegraph.schemas.servers import MAIN, validate_server
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
 from tidegraph.store.figures import schema_figures
+from tidegraph.store.move import RealmMove
 from tidegraph.store.placement import PlacedElsewhere, find_placed, place_realm
 from tidegraph.store.realms import (
     DroppedRealm,
@@ -133,6 +135,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reindex.add_argument("--check", action="store_true", help="list, rebuild nothing")
     reindex.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     reindex.set_defaults(func=_reindex)
+    move = actions.add_parser(
+        "move",
+        help="move a realm to another PostgreSQL server while it is written and read",
+        description="Copy REALM to server --to by logical replication while ingest and"
+        " queries go on, then pause its writes, let the copy catch up, switch the catalogue"
+        " and fence the old copy (writes wait for the switch, typically well under two"
+        " seconds). Run it again to resume a move that was interrupted.",
+    )
+    move.add_argument("realm")
+    move.add_argument("--to", required=True, metavar="SERVER", help="the target server's name")
+    move.add_argument(
+        "--keep-copy",
+        action="store_true",
+        help="keep the old copy as an audit copy (realm_<r>__audit_moved_<time>) instead of"
+        " dropping it",
+    )
+    move.add_argument(
+        "--grace",
+        type=float,
+        default=15.0,
+        help="seconds between the switch and dropping the old copy, for readers' caches"
+        " (default 15)",
+    )
+    move.add_argument("--pg-dsn", help="PostgreSQL DSN of main (TIDEGRAPH_PG_DSN)")
+    move.set_defaults(func=_move)
 
 
 def _config(args: argparse.Namespace) -> RealmConfig:
@@ -203,6 +230,26 @@ async def _reindex(args: argparse.Namespace) -> int:
         for table in outdated:
             await rebuild_vector_index(conn, schema, table)
             print(f"realm {realm}: {table} vector index rebuilt", flush=True)
+    return 0
+
+
+async def _move(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    validate_server(args.to)
+
+    def say(line: str) -> None:
+        print(f"realm move: {line}", flush=True)
+
+    async with command_cluster(_main_dsn(args), connections=4) as cluster:
+        mover = RealmMove(
+            cluster, realm, args.to, keep_copy=args.keep_copy, grace=args.grace, say=say
+        )
+        outcome = await mover.run()
+    print(
+        f"moved realm {realm} from {outcome.source} to {outcome.target} in"
+        f" {outcome.total_seconds:.1f}s (writes waited {outcome.pause_seconds:.2f}s)"
+        + (f"; the old copy is kept as {outcome.kept_copy}" if outcome.kept_copy else "")
+    )
     return 0
 
 
