@@ -136,7 +136,7 @@ class AsyncClient:
         as_of: date | None = None,
         as_believed_at: datetime | None = None,
         include_superseded: bool = False,
-        after_id: int = 0,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> RelationsResponse:
         """Relations by canonical names and predicate; current ones unless asked."""
@@ -163,7 +163,7 @@ class AsyncClient:
         space: str = "*",
         include_dormant: bool = False,
         as_believed_at: datetime | None = None,
-        after_id: int = 0,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> EntitiesResponse:
         """Entities by canonical name or alias; with ``as_believed_at``, those that existed

@@ -129,7 +129,7 @@ class Client:
         as_of: date | None = None,
         as_believed_at: datetime | None = None,
         include_superseded: bool = False,
-        after_id: int = 0,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> RelationsResponse:
         """Relations by canonical names and predicate; current ones unless asked."""
@@ -156,7 +156,7 @@ class Client:
         space: str = "*",
         include_dormant: bool = False,
         as_believed_at: datetime | None = None,
-        after_id: int = 0,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> EntitiesResponse:
         """Entities by canonical name or alias; with ``as_believed_at``, those that existed

@@ -445,7 +445,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 limit=limit,
             )
         )
-        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        nxt = rows[-1]["id"] if len(rows) == limit else None
         return _json({"relations": rows, "next_after_id": nxt})
 
     @app.get("/v1/realms/{realm}/entities", tags=["graph"], response_model=EntitiesResponse)
@@ -485,7 +485,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 believed_at=as_believed_at,
             )
         )
-        nxt = int(rows[-1]["id"]) if len(rows) == limit and name is None else None
+        nxt = rows[-1]["id"] if len(rows) == limit and name is None else None
         return _json({"entities": rows, "next_after_id": nxt})
 
     @app.get("/v1/realms/{realm}/communities", tags=["graph"], response_model=CommunitiesResponse)
@@ -561,7 +561,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             return rows, await telemetry.since(conn, meta)
 
         rows, first = await gate.run(read)
-        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        nxt = rows[-1]["id"] if len(rows) == limit else None
         return _json({"entities": rows, "since": first, "next_after_id": nxt})
 
     return app

@@ -364,7 +364,10 @@ class RelationListed(BaseModel):
 
 class RelationsResponse(BaseModel):
     relations: list[RelationListed]
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
 
 
 class EntityListed(BaseModel):
@@ -387,8 +390,9 @@ class EntitiesResponse(BaseModel):
         description="By id; for a `name` lookup, ranked: exact name or alias, then names "
         "and aliases beginning with it, then those with words beginning with its words."
     )
-    next_after_id: int | None = Field(
-        description="Pass as `after_id` for the next page; always null for a `name` lookup."
+    next_after_id: str | None = Field(
+        description="The id of the page's last entity (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page and always for a `name` lookup."
     )
 
 
@@ -421,7 +425,10 @@ class CommunitiesResponse(BaseModel):
     levels: list[int] = Field(description="Levels present in the space filter, ascending.")
     built_at: datetime | None = Field(description="When the last build ran; null: never.")
     stale: bool = Field(description="The graph has changed since the last build.")
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
 
 
 class CoverageCommunity(BaseModel):
@@ -456,7 +463,10 @@ class CoverageEntitiesResponse(BaseModel):
         "of a reported relation), by id."
     )
     since: datetime | None = Field(description="First recorded query; null: none yet.")
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
 
 
 class RealmSummary(BaseModel):
