@@ -532,9 +532,11 @@ class Indexer:
             now = now.settle(it.realm, it.msg.offset, owned.held)
         first = items[0]
         by_offset = {it.msg.offset: it.msg for it in items}
+        refusals: dict[int, str] = {}
 
         async def refused(decision: Decision, error: psycopg.Error) -> None:
             reason = f"PostgreSQL refused a value of the record: {refusal(error)}"
+            refusals[decision.offset] = reason
             await self._dead_letter(by_offset[decision.offset], reason, "unstorable")
 
         started = time.perf_counter()
@@ -602,7 +604,7 @@ class Indexer:
                 else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
             )
             if outcome == "failed":
-                _log_failed(tp, first, prepared)
+                _log_failed(tp, first, prepared, refusals.get(first.msg.offset))
             outcomes = [(first.realm, outcome)]
         for realm, outcome in outcomes:
             metrics.RECORDS.labels(realm, outcome).inc()
@@ -829,11 +831,14 @@ def _counts(counts: Counter[str]) -> str:
     return ", ".join(said)
 
 
-def _log_failed(tp: TopicPartition, item: _Item, prepared: Outcome | None) -> None:
-    """A document stored as ``failed``: which, and why, in the extractor's words."""
+def _log_failed(
+    tp: TopicPartition, item: _Item, prepared: Outcome | None, refused: str | None = None
+) -> None:
+    """A document stored as ``failed``: which, and why — in the extractor's words, or
+    PostgreSQL's when it ``refused`` a value of the record (dead-lettered with it)."""
     assert item.decision is not None
     rec = item.decision.record
-    reason = prepared.failure if isinstance(prepared, PreparedDocument) else None
+    reason = refused or (prepared.failure if isinstance(prepared, PreparedDocument) else None)
     log.warning(
         "%s/%d offset %d: document %r (realm %s, space %s) failed: %s",
         tp.topic,
