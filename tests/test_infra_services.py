@@ -343,3 +343,21 @@ def test_compose_file_pins_the_same_kafka_release() -> None:
     compose = (REPO / "infra" / "compose.yaml").read_text()
     assert f"image: apache/kafka:{local_kafka.kafka_version()}\n" in compose
     assert "wal_level=logical" in compose
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_status_right_after_a_fresh_up_says_there_is_nothing_yet(
+    state_dir: Path, kafka_bootstrap: str
+) -> None:
+    """A server nothing has written to has no catalogue: status says so, no SQL error."""
+    services.up(state_dir, services=[services.POSTGRES], pg_port=_proc.free_port())
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env["TIDEGRAPH_KAFKA_BOOTSTRAP"] = kafka_bootstrap
+    done = run_cli(["status", "--state-dir", str(state_dir)], env)
+    assert done.returncode == 0, done.stderr
+    assert "no realms yet" in done.stdout
+    assert "unavailable" not in done.stdout and "does not exist" not in done.stdout, done.stdout
+    as_json = run_cli(["status", "--json", "--state-dir", str(state_dir)], env)
+    report = json.loads(as_json.stdout)
+    assert report["realms"] == {} and report["problems"] == [], report

@@ -15,10 +15,12 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tidegraph.infra.local_kafka import brokers_answering
+from tidegraph.infra.tables import aligned
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.store import holds, positions
 from tidegraph.store.figures import RealmFigures, realm_figures
 from tidegraph.store.holds import Hold
+from tidegraph.store.realms import control_exists
 from tidegraph.store.positions import NO_REALM, Position, key_realm
 
 SCAN_LIMIT = 10_000
@@ -58,6 +60,8 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
         async with await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=3
         ) as conn:
+            if not await control_exists(conn):
+                return out  # a fresh server: no realm, no indexer has run yet
             out.realms = await realm_figures(conn)
             group_positions = await positions.read_group(conn, group, topic)
             out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
@@ -138,13 +142,14 @@ async def _scan_unsettled(
 def render(status: DataStatus) -> str:
     lines = []
     if status.realms:
-        lines.append("REALM  DOCUMENTS  HEAD SEQ  LAST WRITE  EMBEDDER")
+        rows = [("REALM", "DOCUMENTS", "HEAD SEQ", "LAST WRITE", "EMBEDDER")]
         for r in status.realms:
             docs = ", ".join(f"{n} {s}" for s, n in sorted(r.documents.items())) or "none"
             if r.refused_facts:
                 docs += f" ({r.refused_facts} with refused facts)"
             when = r.last_write_at.isoformat(timespec="seconds") if r.last_write_at else "-"
-            lines.append(f"{r.realm}  {docs}  {r.head_seq}  {when}  {r.embedder}")
+            rows.append((r.realm, docs, str(r.head_seq), when, r.embedder))
+        lines.extend(aligned(rows))
     else:
         lines.append("no realms yet")
     if status.lag:

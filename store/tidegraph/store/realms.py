@@ -124,12 +124,18 @@ async def realm_exists(conn: AsyncConnection[Any], schema: str) -> bool:
     return await cur.fetchone() is not None
 
 
+async def control_exists(conn: AsyncConnection[Any]) -> bool:
+    """Whether the control schema is there: a server no tidegraph process has written to yet
+    (a fresh `up`) has no catalogue, no positions and no holds to read."""
+    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
     """(realm, schema) of every registered realm, by name; empty before the control schema
     exists."""
-    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
-    row = await cur.fetchone()
-    if not row or not row[0]:
+    if not await control_exists(conn):
         return []
     cur = await conn.execute("SELECT realm, schema_name FROM tidegraph.realms ORDER BY realm")
     return [(str(a), str(b)) for a, b in await cur.fetchall()]

@@ -249,11 +249,7 @@ def _table(data: DataStatus, lag_known: bool) -> str:
         )
     if len(rows) == 1:
         return "no realms yet"
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return "\n".join(aligned(rows))
 
 
 async def _copies(args: argparse.Namespace) -> int:

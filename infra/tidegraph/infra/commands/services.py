@@ -12,6 +12,7 @@ from tidegraph.connectors.topics import ensure_topics
 from tidegraph.infra import services
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
+from tidegraph.infra.tables import aligned
 from tidegraph.schemas import kafka_security
 from tidegraph.schemas.settings import load_settings
 
@@ -27,10 +28,8 @@ def _print_status(status: services.ServiceStatus) -> None:
         if s.started:
             state = "started"
         rows.append((s.name, state, s.origin, s.shown or "-", str(s.pid or "-"), s.detail))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]).rstrip())
+    for line in aligned(rows):
+        print(line)
     print(f"state dir: {status.state_dir}")
     if status.env_file is not None:
         print(f"env file:  {status.env_file}  (load into a shell with: . {status.env_file})")
