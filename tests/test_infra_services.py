@@ -95,7 +95,9 @@ def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
             f"postgresql://tidegraph_cdc:{secret.replication}@127.0.0.1:{pg_port}/postgres"
         ),
         **secret.env(),
+        services.UP_WROTE_KEY: written[services.UP_WROTE_KEY],
     }
+    assert len(written[services.UP_WROTE_KEY].split()) == 2  # both addresses are up's own
     assert first.pg_dsn == written["TIDEGRAPH_PG_DSN"]
     assert (state_dir / "env").stat().st_mode & 0o777 == 0o600
     assert (state_dir / "kafka").stat().st_mode & 0o777 == 0o700
@@ -361,3 +363,25 @@ def test_status_right_after_a_fresh_up_says_there_is_nothing_yet(
     as_json = run_cli(["status", "--json", "--state-dir", str(state_dir)], env)
     report = json.loads(as_json.stdout)
     assert report["realms"] == {} and report["problems"] == [], report
+
+
+@pytest.mark.postgres
+def test_up_again_from_a_shell_that_loaded_the_env_file(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up` suggests `. <state>/env`; after a `down` that shell still carries the old
+    addresses. They are `up`'s own: the next `up` starts the server again, it does not take
+    them for an external server. An address set by hand still is one."""
+    port = _proc.free_port()
+    services.up(state_dir, services=[services.POSTGRES], pg_port=port)
+    loaded = services.read_env_file(state_dir)
+    assert "TIDEGRAPH_PG_DSN" in loaded
+    services.down(state_dir, services=[services.POSTGRES])
+    for key, value in loaded.items():
+        monkeypatch.setenv(key, value)
+    assert services.status(state_dir).postgres.origin == "local"
+    again = services.up(state_dir, services=[services.POSTGRES], pg_port=port)
+    assert again.postgres.origin == "local" and again.postgres.started
+    assert again.pg_dsn == loaded["TIDEGRAPH_PG_DSN"]
+    monkeypatch.setenv("TIDEGRAPH_PG_DSN", f"postgresql://someone@127.0.0.1:{port}/elsewhere")
+    assert services.status(state_dir).postgres.origin == "external"

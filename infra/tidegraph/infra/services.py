@@ -17,6 +17,7 @@ Rules the command line and the test fixtures rely on:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 from collections.abc import Callable, Collection, Mapping
@@ -45,6 +46,9 @@ KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
 REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
 """The PostgreSQL connector's DSN on the local server (its own role)."""
+UP_WROTE_KEY = "TIDEGRAPH_UP_WROTE"
+"""Which addresses of the env file `up` wrote (a digest of each), so that a shell that
+loaded the file still tells them from addresses given by hand once the file has changed."""
 
 Origin = Literal["local", "external"]
 Progress = Callable[[str], None]
@@ -207,6 +211,9 @@ def _write_env_file(
     if not values:
         path.unlink(missing_ok=True)
         return None
+    addresses = {ENV_KEYS[s.name]: s.address for s in states if s.origin == "local" and s.running}
+    if addresses:
+        values[UP_WROTE_KEY] = _wrote(addresses)
     state_dir.mkdir(parents=True, exist_ok=True)
     header = "# Written by `tidegraph up`; load into a shell with: . " + shlex.quote(str(path))
     lines = [header] + [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
@@ -238,13 +245,31 @@ def _close_state_dir(state: Path) -> None:
     state.chmod(state.stat().st_mode & 0o001 | 0o700)
 
 
+def _digest(key: str, value: str) -> str:
+    return key + "=" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def _wrote(addresses: Mapping[str, str]) -> str:
+    """The marker naming ``addresses`` (variable → value) as `up`'s own."""
+    return " ".join(_digest(key, value) for key, value in sorted(addresses.items()))
+
+
 def _external(settings: Settings, service: str, written: dict[str, str]) -> str | None:
-    """The external address for ``service`` when the environment names one."""
+    """The external address for ``service`` when the environment names one.
+
+    An address `up` wrote is not external, whether it still stands in the env file or came
+    through a shell that loaded an earlier one (the marker travels with it): values that
+    `up` wrote never change what `up` does."""
     fieldname = "kafka_bootstrap" if service == KAFKA else "pg_dsn"
     if fieldname not in settings.model_fields_set:
         return None
     value = settings.kafka_bootstrap if service == KAFKA else settings.pg_dsn.get_secret_value()
-    return None if written.get(ENV_KEYS[service]) == value else value
+    key = ENV_KEYS[service]
+    if written.get(key) == value:
+        return None
+    if _digest(key, value) in os.environ.get(UP_WROTE_KEY, "").split():
+        return None
+    return value
 
 
 # --- status -------------------------------------------------------------------------------------
