@@ -71,7 +71,9 @@ from tidegraph.query_service.retrieval import (
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
 from tidegraph.schemas.api import (
     AS_OF_DOC,
+    BELIEVED_AT_DOC,
     ENTITIES_BELIEVED_AT_DOC,
+    BeliefInstant,
     ChangesResponse,
     CommunitiesResponse,
     CoverageCommunitiesResponse,
@@ -418,7 +420,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         object: Annotated[str | None, Query(max_length=1024)] = None,  # noqa: A002
         space: Annotated[str, Query(max_length=64)] = "*",
         as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None,
-        as_believed_at: Annotated[AwareDatetime | None, Query()] = None,
+        as_believed_at: Annotated[BeliefInstant | None, Query(description=BELIEVED_AT_DOC)] = None,
         include_superseded: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
@@ -456,7 +458,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         include_dormant: bool = False,
         include_archived: bool = False,
         as_believed_at: Annotated[
-            AwareDatetime | None, Query(description=ENTITIES_BELIEVED_AT_DOC)
+            BeliefInstant | None, Query(description=ENTITIES_BELIEVED_AT_DOC)
         ] = None,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
@@ -692,7 +694,7 @@ def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+        parts.append(f"{loc}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 

@@ -13,19 +13,44 @@ from the retrieval values; these models document their shape.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
-from tidegraph.schemas.periods import covered
+from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS, belief_instant, covered
+
+BELIEVED_AT_DOC = f"Belief time: the graph as believed then. Takes {BELIEF_INSTANT_FORMS}."
 
 ENTITIES_BELIEVED_AT_DOC = (
-    "Belief-time instant (with offset): the entities that existed then (live then unless "
+    "Belief time: the entities that existed then (live then unless "
     "`include_dormant`/`include_archived`), with the name, type, description and aliases "
-    "believed then. A `name` lookup still matches today's names and aliases."
+    "believed then. A `name` lookup still matches today's names and aliases. Takes "
+    f"{BELIEF_INSTANT_FORMS}."
 )
+
+BeliefInstant = Annotated[
+    datetime,
+    BeforeValidator(belief_instant),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": f"A belief-time instant: {BELIEF_INSTANT_FORMS}.",
+            "examples": ["1842", "1842-06-30", "2026-12-06T05:19:35.376Z"],
+        }
+    ),
+]
+"""An ``as_believed_at`` value as every surface takes it (:func:`belief_instant`): after
+validation always a timezone-aware instant in UTC."""
 
 AS_OF_DOC = (
     "Valid time: `YYYY`, `YYYY-MM` or `YYYY-MM-DD`, as relations' `valid_from` holds them;"
@@ -68,10 +93,10 @@ class QueryDataRequest(BaseModel):
     )
     hops: int = Field(2, ge=0, le=10, description="Traversal depth from matched entities.")
     as_of: str | None = Field(None, description=AS_OF_DOC)
-    as_believed_at: AwareDatetime | None = Field(
+    as_believed_at: BeliefInstant | None = Field(
         None,
-        description="Belief-time instant (with offset): the graph as believed then, "
-        "entities with the name, type, description and aliases believed then.",
+        description="Belief time: the graph as believed then, entities with the name, type, "
+        f"description and aliases believed then. Takes {BELIEF_INSTANT_FORMS}.",
     )
     include_superseded: bool = Field(False, description="Admit superseded relations.")
     relation_types: list[str] | None = Field(
@@ -509,3 +534,7 @@ def valid_as_of(value: str | None) -> str | None:
             f"{value!r} is not a year, year-month or date (YYYY, YYYY-MM, YYYY-MM-DD)"
         ) from None
     return value
+
+
+AsOf = Annotated[str | None, AfterValidator(valid_as_of)]
+"""An ``as_of`` value as every surface takes it (:func:`valid_as_of`)."""
