@@ -25,6 +25,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
 )
 from tidegraph.schemas.changes import GraphChange
@@ -133,8 +134,8 @@ class AsyncClient:
         predicate: str | None = None,
         object: str | None = None,  # noqa: A002 - the API's name
         space: str = "*",
-        as_of: date | None = None,
-        as_believed_at: datetime | None = None,
+        as_of: date | str | None = None,
+        as_believed_at: datetime | date | str | None = None,
         include_superseded: bool = False,
         after_id: int | str = 0,
         limit: int = 100,
@@ -155,6 +156,10 @@ class AsyncClient:
             )
         )
 
+    async def relation_history(self, realm: str, relation_id: int | str) -> RelationHistoryResponse:
+        """A relation's belief history: each interval it was believed current or superseded."""
+        return await self._send(calls.relation_history(realm, relation_id))
+
     async def entities(
         self,
         realm: str,
@@ -162,7 +167,7 @@ class AsyncClient:
         name: str | None = None,
         space: str = "*",
         include_dormant: bool = False,
-        as_believed_at: datetime | None = None,
+        as_believed_at: datetime | date | str | None = None,
         after_id: int | str = 0,
         limit: int = 100,
     ) -> EntitiesResponse:

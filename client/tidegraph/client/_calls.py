@@ -23,6 +23,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
 )
 
@@ -93,6 +94,11 @@ def document(realm: str, doc_key: str, space: str) -> Call[DocumentResponse]:
 
 def relations(realm: str, **filters: Param) -> Call[RelationsResponse]:
     return Call("GET", _realm(realm) + "/relations", RelationsResponse, _params(**filters))
+
+
+def relation_history(realm: str, relation_id: int | str) -> Call[RelationHistoryResponse]:
+    path = f"{_realm(realm)}/relations/{quote(str(relation_id), safe='')}/history"
+    return Call("GET", path, RelationHistoryResponse, {})
 
 
 def entities(realm: str, **filters: Param) -> Call[EntitiesResponse]:

@@ -26,6 +26,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
 )
 from tidegraph.schemas.changes import GraphChange
@@ -126,8 +127,8 @@ class Client:
         predicate: str | None = None,
         object: str | None = None,  # noqa: A002 - the API's name
         space: str = "*",
-        as_of: date | None = None,
-        as_believed_at: datetime | None = None,
+        as_of: date | str | None = None,
+        as_believed_at: datetime | date | str | None = None,
         include_superseded: bool = False,
         after_id: int | str = 0,
         limit: int = 100,
@@ -148,6 +149,10 @@ class Client:
             )
         )
 
+    def relation_history(self, realm: str, relation_id: int | str) -> RelationHistoryResponse:
+        """A relation's belief history: each interval it was believed current or superseded."""
+        return self._send(calls.relation_history(realm, relation_id))
+
     def entities(
         self,
         realm: str,
@@ -155,7 +160,7 @@ class Client:
         name: str | None = None,
         space: str = "*",
         include_dormant: bool = False,
-        as_believed_at: datetime | None = None,
+        as_believed_at: datetime | date | str | None = None,
         after_id: int | str = 0,
         limit: int = 100,
     ) -> EntitiesResponse:

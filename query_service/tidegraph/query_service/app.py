@@ -29,7 +29,7 @@ from pydantic import AwareDatetime
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tidegraph.query_service import channels, reads, telemetry, topics
+from tidegraph.query_service import channels, history, reads, telemetry, topics
 from tidegraph.query_service.auth import (
     authorize,
     reaches_every_realm,
@@ -52,6 +52,7 @@ from tidegraph.query_service.errors import (
     InvalidRequest,
     MalformedJson,
     QueryServiceError,
+    RelationNotFound,
     TelemetryOff,
     Unavailable,
     UnknownParameter,
@@ -86,6 +87,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
     no_nul,
     valid_as_of,
@@ -449,6 +451,25 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         )
         nxt = rows[-1]["id"] if len(rows) == limit else None
         return _json({"relations": rows, "next_after_id": nxt})
+
+    @app.get(
+        "/v1/realms/{realm}/relations/{relation_id}/history",
+        tags=["graph"],
+        response_model=RelationHistoryResponse,
+    )
+    async def relation_belief_history(
+        realm: RealmPath,
+        relation_id: Annotated[int, Path(ge=1, le=2**63 - 1, description="A relation id.")],
+        copy: CopyQuery = None,
+        auth: Auth = None,
+    ) -> Response:
+        """A relation's belief history: each interval it was believed current or
+        superseded (by what, how), oldest first."""
+        meta = await lookup(realm, auth, copy)
+        found = await gate.run(lambda conn: history.relation_history(conn, meta, relation_id))
+        if found is None:
+            raise RelationNotFound(realm, relation_id)
+        return _json(found)
 
     @app.get("/v1/realms/{realm}/entities", tags=["graph"], response_model=EntitiesResponse)
     async def entities(

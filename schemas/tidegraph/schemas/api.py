@@ -395,6 +395,42 @@ class RelationsResponse(BaseModel):
     )
 
 
+class BeliefInterval(BaseModel):
+    state: Literal["current", "superseded"] = Field(description="What the relation was then.")
+    superseded_by: str | None = Field(description="The relation superseding it, if it was.")
+    superseded_via: str | None = Field(description="How (see `superseded_via` on relations).")
+    t_created: datetime = Field(description="Believed from this instant …")
+    t_expired: datetime | None = Field(description="… until this one; null: still believed.")
+
+
+class RelationHeader(BaseModel):
+    id: str
+    space: str
+    subject: str
+    predicate: str
+    object: str
+    negated: bool
+    valid_from: str | None
+    valid_to: str | None
+    status: Literal["current", "superseded", "retracted"] = Field(
+        description="Its state now (`retracted`: no live document asserts it)."
+    )
+    superseded_by: str | None
+    superseded_via: str | None
+    t_created: datetime
+    t_expired: datetime | None
+
+
+class RelationHistoryResponse(BaseModel):
+    """``GET /v1/realms/{realm}/relations/{id}/history``."""
+
+    relation: RelationHeader
+    history: list[BeliefInterval] = Field(
+        description="Its belief intervals, oldest first; a gap between two is a time it was "
+        "not believed at all (retracted, then asserted again)."
+    )
+
+
 class EntityListed(BaseModel):
     id: str
     space: str
