@@ -48,7 +48,7 @@ def test_a_month_and_a_year_are_the_last_microsecond_of_them(d: date) -> None:
     assert belief_instant(f"{d.year:04d}") == datetime(d.year + 1, 1, 1, tzinfo=UTC) - ONE
 
 
-@given(st.datetimes(timezones=st.timezones(), min_value=datetime(2, 1, 1)))
+@given(st.datetimes(timezones=st.timezones(), min_value=datetime(2, 1, 1)))  # noqa: DTZ001
 def test_an_instant_with_an_offset_is_itself(at: datetime) -> None:
     if at.utcoffset() is None:  # a zone that does not know this instant
         return

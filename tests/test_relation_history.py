@@ -94,7 +94,8 @@ async def test_the_intervals_follow_the_script_and_the_as_believed_reads(
                 f"/v1/realms/{realm}/relations",
                 params={"as_believed_at": _iso(at), "include_superseded": "true"},
             )
-            states = {r["id"]: (r["status"], r["superseded_by"]) for r in listed.json()["relations"]}
+            rows = listed.json()["relations"]
+            states = {r["id"]: (r["status"], r["superseded_by"]) for r in rows}
             for rid, body in ((ally, got), (enemy, other)):
                 holding = [
                     (i["state"], i["superseded_by"])

@@ -129,4 +129,3 @@ def refused_again(letter: DeadLetter) -> str | None:
         f"it was dead-lettered as unstorable ({letter.error}): the indexer refuses the same"
         " value again, and dead-letters it once more, unless that cause has been fixed since"
     )
-

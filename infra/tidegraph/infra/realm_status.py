@@ -20,8 +20,8 @@ from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.store import holds, positions
 from tidegraph.store.figures import RealmFigures, realm_figures
 from tidegraph.store.holds import Hold
-from tidegraph.store.realms import control_exists
 from tidegraph.store.positions import NO_REALM, Position, key_realm
+from tidegraph.store.realms import control_exists
 
 SCAN_LIMIT = 10_000
 """Records read per partition, at most, to find whose records wait (status stays quick)."""

@@ -16,6 +16,7 @@ from aiokafka.errors import KafkaError
 from tidegraph.infra.reach import check_kafka, check_pg, connect_pg, kafka_unreachable
 from tidegraph.infra.realm_status import DataStatus, data_status
 from tidegraph.infra.runtime import read_realm_config
+from tidegraph.infra.tables import aligned
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.kafka_security import kafka_client_options
