@@ -205,6 +205,11 @@ class AsyncClient:
         ``<topic_prefix>.changes`` topic, otherwise from the HTTP feed, polled every
         ``poll_interval`` seconds once caught up. Without ``follow`` iteration ends once
         caught up.
+
+        The topic is read with the login the ``tidegraph`` commands use: the
+        ``TIDEGRAPH_KAFKA_*`` variables, else the env file `tidegraph up` wrote into the
+        state folder (``TIDEGRAPH_STATE_DIR``, else found from the working directory); a
+        refused or missing login raises :class:`~tidegraph.client.AuthenticationFailed`.
         """
         position = Position.after(after_seq, after_id)
         if bootstrap is not None:

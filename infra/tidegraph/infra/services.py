@@ -34,13 +34,14 @@ from tidegraph.infra.errors import (
     ServiceUnreachableError,
     StateDirError,
 )
+from tidegraph.schemas import local_state
+from tidegraph.schemas.local_state import ENV_FILE, read_env_file
+from tidegraph.schemas.local_state import find_state_dir as find_state_dir
 from tidegraph.schemas.settings import Settings, load_settings
 
 KAFKA = "kafka"
 POSTGRES = "postgres"
 SERVICES: tuple[str, ...] = (KAFKA, POSTGRES)
-ENV_FILE = "env"
-STATE_FOLDER = ".tidegraph"
 ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
 KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
@@ -130,63 +131,11 @@ class ServiceStatus:
 # --- state folder and env file ----------------------------------------------------------------
 
 
-def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The per-user state folder: ``$XDG_STATE_HOME/tidegraph`` (``~/.local/state/tidegraph``)."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
-    return Path(base).expanduser().resolve() / "tidegraph"
-
-
-def _holds_state(folder: Path) -> bool:
-    """A ``.tidegraph/`` someone meant as a state folder: empty, or with `up`'s files in it.
-
-    A folder holding only the test suite's ``test*/`` areas does not count, so running the
-    tests in a checkout never hides the services `up` started elsewhere.
-    """
-    try:
-        names = {child.name for child in folder.iterdir()}
-    except OSError:
-        return False
-    return not names or bool(names & {ENV_FILE, KAFKA, POSTGRES})
-
-
-def find_state_dir(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """The state folder every command uses when none is given.
-
-    The nearest ``.tidegraph/`` from ``start`` (the working directory) upwards that holds
-    state, else :func:`user_state_dir`. `up` and every other command look the same way, so
-    from any directory they agree on where the services are.
-    """
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / STATE_FOLDER
-        if candidate.is_dir() and _holds_state(candidate):
-            return candidate
-    return user_state_dir(environ)
-
-
 def state_path(state_dir: str | os.PathLike[str] | None, settings: Settings | None = None) -> Path:
     """The state folder as an absolute path: ``--state-dir``, ``TIDEGRAPH_STATE_DIR``, else
-    :func:`find_state_dir`."""
+    :func:`find_state_dir` (:mod:`tidegraph.schemas.local_state`)."""
     chosen = state_dir if state_dir is not None else (settings or load_settings()).state_dir
-    if chosen is None:
-        return find_state_dir()
-    return Path(chosen).expanduser().resolve()
-
-
-def read_env_file(state_dir: Path) -> dict[str, str]:
-    """The ``KEY=value`` pairs `up` wrote into ``<state>/env`` (empty when absent)."""
-    values: dict[str, str] = {}
-    try:
-        text = (state_dir / ENV_FILE).read_text()
-    except OSError:
-        return values
-    for line in text.splitlines():
-        words = shlex.split(line, comments=True)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            key, value = words[1].split("=", 1)
-            values[key] = value
-    return values
+    return local_state.state_path(chosen)
 
 
 def _write_env_file(

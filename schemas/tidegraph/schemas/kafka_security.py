@@ -12,11 +12,14 @@ file every command reads; for a broker elsewhere with TLS and SASL set
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tidegraph.schemas.local_state import configured
 
 Protocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
 Mechanism = Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
@@ -62,3 +65,16 @@ class KafkaSecurity(BaseSettings):
 def kafka_client_options() -> dict[str, Any]:
     """The options of :class:`KafkaSecurity` loaded from the environment now."""
     return KafkaSecurity().client_options()
+
+
+def configured_security(state_dir: str | os.PathLike[str] | None = None) -> KafkaSecurity:
+    """:class:`KafkaSecurity` as a ``tidegraph`` command gets it: the environment, then the
+    env file `tidegraph up` wrote (:func:`tidegraph.schemas.local_state.configured`), so a
+    program outside the command line logs in to the local broker without sourcing it."""
+    values = configured(state_dir)
+    given = {
+        name: values[f"TIDEGRAPH_KAFKA_{name.upper()}"]
+        for name in KafkaSecurity.model_fields
+        if f"TIDEGRAPH_KAFKA_{name.upper()}" in values
+    }
+    return KafkaSecurity.model_validate(given)

@@ -14,6 +14,7 @@ from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
 from tidegraph.infra.tables import aligned
 from tidegraph.schemas import kafka_security
+from tidegraph.schemas.local_state import read_env_file
 from tidegraph.schemas.settings import load_settings
 
 
@@ -73,7 +74,7 @@ def run_up(args: argparse.Namespace) -> int:
     _print_status(status)
     if "kafka" in _selected(args):
         # This process read the env file before `up` wrote it: log in as it now says.
-        written = services.read_env_file(status.state_dir)
+        written = read_env_file(status.state_dir)
         os.environ.update({k: v for k, v in written.items() if k in kafka_security.ENV_KEYS})
         settings = load_settings(kafka_bootstrap=status.kafka_bootstrap)
         for warning in asyncio.run(ensure_topics(status.kafka_bootstrap, settings)):
