@@ -179,6 +179,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.database_gate = gate
+    gate.observe = lambda result: metrics.db_checks.labels(result).inc()
 
     def embedder_for(meta: RealmInfo) -> QueryEmbedder:
         key = (meta.realm, meta.embedder)
