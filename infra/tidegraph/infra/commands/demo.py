@@ -1,9 +1,11 @@
 """``tidegraph demo``: the whole pipeline on a sample corpus, then the query service answering.
 
 Creates the topics and a ``demo`` realm (narrative preset, so the corpus's ally → enemy
-reversal supersedes), publishes ``examples/corpus`` through the bulk connector, runs an
-indexer until every document is applied, starts ``serve`` (query API + change publisher)
-and asks it one question. It keeps serving until interrupted, or exits with ``--once``.
+reversal supersedes), starts an indexer and ``serve`` (query API + change publisher),
+publishes ``examples/corpus`` through the bulk connector — the later dispute document
+(``--later``) only once the rest is indexed, so it arrives later in belief time as it would
+in life — and asks one question. It then prints what valid time and belief time each show
+(a line each) and keeps serving until interrupted, or exits with ``--once``.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from tidegraph.connectors.bulk import Input, publish_paths, read_inputs
+from tidegraph.connectors.bulk import Input, publish_items, read_inputs
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.commands import serve as serve_command
+from tidegraph.infra.commands._demo_times import time_lines
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.runtime import (
     default_realm_config,
@@ -43,6 +46,8 @@ from tidegraph.store.realms import create_realm, ensure_control
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[4] / "examples" / "corpus"
 QUESTION = "Who worked with Charles Babbage, and what did he design?"
+LATER = ("rivalry-2.md",)
+"""The sample corpus's later dispute: published after the rest."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +58,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--realm", default="demo")
     p.add_argument("--corpus", type=Path, default=SAMPLE_CORPUS, help="files or a folder")
+    p.add_argument(
+        "--later",
+        action="append",
+        default=None,
+        metavar="DOC_KEY",
+        help="publish this document only once the others are indexed, so it arrives later in"
+        f" belief time (repeatable; default: {', '.join(LATER)} of the sample corpus)",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--once", action="store_true", help="exit after answering the question")
@@ -84,17 +97,10 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
         )
     _say(f"realm {args.realm}: extractor {info.extractor}, embedder {info.embedder}")
 
-    expected = {
-        item.doc.doc_key: item.doc.content_hash
-        for item in read_inputs([args.corpus], args.realm)
-        if isinstance(item, Input)
-    }
-    async with DocumentProducer.from_settings(settings) as producer:
-        report = await publish_paths(producer, [args.corpus], args.realm, show_progress=False)
-    _say(report.summary())
-    if report.failure is not None:
-        return 1
-
+    items = [i for i in read_inputs([args.corpus], args.realm) if isinstance(i, Input)]
+    later = set(args.later if args.later is not None else LATER)
+    waves = [[i for i in items if i.doc.doc_key not in later]]
+    waves.append([i for i in items if i.doc.doc_key in later])
     config = IndexerConfig(
         bootstrap=settings.kafka_bootstrap,
         pg_dsn=dsn,
@@ -125,11 +131,21 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
     )
     on_termination(stop.set)
     try:
-        await _wait_indexed(dsn, args.realm, expected, args.timeout, indexing)
-        _say(f"{len(expected)} documents indexed")
+        async with DocumentProducer.from_settings(settings) as producer:
+            for wave in (w for w in waves if w):
+                report = await publish_items(producer, wave)
+                _say(report.summary())
+                if report.failure is not None:
+                    return 1
+                expected = {i.doc.doc_key: i.doc.content_hash for i in wave}
+                await _wait_indexed(dsn, args.realm, expected, args.timeout, indexing)
+                _say(f"{len(expected)} documents indexed")
         base = f"http://{args.host}:{args.port}"
         answer = await _ask(base, args.realm, indexing, serving)
         print(json.dumps(answer, indent=2, default=str))
+        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+            for line in await time_lines(client, args.realm):
+                _say(line)
         _say(f"query service answering at {base} (POST /v1/realms/{args.realm}/query_data)")
         if not args.once:
             _say("serving until interrupted (Ctrl-C)")
