@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from demo_checks import check_time_lines
+
 from local_services import env_without_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
