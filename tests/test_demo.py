@@ -50,4 +50,3 @@ def test_demo_indexes_the_sample_corpus_and_answers(
     assert "Charles Babbage designed Analytical Engine" in out
     assert "Charles Babbage ally_of George Airy" not in out  # superseded by the later dispute
     check_time_lines(done.stderr)
-
