@@ -305,7 +305,7 @@
   }
 
   const factOf = (r) => `${r.subject} ${r.negated ? "NOT " : ""}${r.predicate} ${r.object}`;
-  const shortTime = (t) => (t ? t.replace("T", " ").replace(/\.\d+Z$|Z$/, "") : "now");
+  const shortTime = (t) => (t ? t.replace("T", " ").replace(/(\.\d{3})\d*Z$/, "$1").replace(/Z$/, "") : "now");
 
   function jumpLink(id, text) {
     const a = document.createElement("a");
@@ -335,24 +335,35 @@
     await details(r);
   }
 
+  // Each interval (and each gap between two: not believed at all) gets a width by its
+  // duration, but never less than a readable share: a state held for a second beside one
+  // held for a year stays visible.
   function timeline(history) {
     const svg = el("svg", { id: "timeline", viewBox: "0 0 300 44", role: "img", "aria-label": "belief history" });
     if (!history.length) return svg;
-    const start = Date.parse(history[0].t_created);
-    const ends = history.map((i) => (i.t_expired ? Date.parse(i.t_expired) : Date.now()));
-    const end = Math.max(Date.now(), ...ends), span = Math.max(end - start, 1);
-    const x = (t) => 4 + ((t - start) / span) * 292;
-    el("line", { x1: 4, y1: 20, x2: 296, y2: 20, class: "axis" }, svg);
+    const pieces = [];
     history.forEach((i, n) => {
-      const x0 = x(Date.parse(i.t_created)), x1 = Math.max(x(ends[n]), x0 + 3);
-      const seg = el("rect", { x: x0, y: 12, width: x1 - x0, height: 16, class: `segment ${i.state}`, "data-state": i.state }, svg);
-      const title = el("title", {}, seg);
-      title.textContent = `${i.state} ${shortTime(i.t_created)} → ${shortTime(i.t_expired)}`;
+      const from = Date.parse(i.t_created), to = i.t_expired ? Date.parse(i.t_expired) : Date.now();
+      if (n && from > pieces[pieces.length - 1].to) pieces.push({ state: "gap", from: pieces[pieces.length - 1].to, to: from });
+      pieces.push({ state: i.state, from, to, interval: i });
+    });
+    const total = Math.max(pieces[pieces.length - 1].to - pieces[0].from, 1);
+    const shares = pieces.map((p) => Math.max(0.12, (p.to - p.from) / total));
+    const sum = shares.reduce((a, b) => a + b, 0);
+    let x = 4;
+    pieces.forEach((p, n) => {
+      const width = (shares[n] / sum) * 292;
+      if (p.state !== "gap") {
+        const seg = el("rect", { x, y: 12, width: Math.max(width - 1, 2), height: 16, class: `segment ${p.state}`, "data-state": p.state }, svg);
+        const title = el("title", {}, seg);
+        title.textContent = `${p.state} ${shortTime(p.interval.t_created)} → ${shortTime(p.interval.t_expired)}`;
+      }
+      x += width;
     });
     const first = el("text", { x: 4, y: 42, class: "tick" }, svg);
     first.textContent = shortTime(history[0].t_created);
     const last = el("text", { x: 296, y: 42, class: "tick end" }, svg);
-    last.textContent = "now";
+    last.textContent = history[history.length - 1].t_expired ? shortTime(history[history.length - 1].t_expired) : "now";
     return svg;
   }
 
@@ -369,7 +380,7 @@
     row(dl, "id", r.id);
     row(dl, "state", r.status);
     row(dl, "valid", `${r.valid_from || "…"} – ${r.valid_to || "…"}`);
-    row(dl, "believed", `${r.t_created} – ${r.t_expired || "now"}`);
+    row(dl, "believed", `${shortTime(r.t_created)} – ${shortTime(r.t_expired)}`);
     row(dl, "weight", String(r.weight));
     const by = r.superseded_by ? row(dl, "superseded by", jumpLink(r.superseded_by, `relation ${r.superseded_by}`)) : null;
     if (by) by.id = "superseded-by";
