@@ -47,6 +47,8 @@ KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
 REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
 """The PostgreSQL connector's DSN on the local server (its own role)."""
+CLIENT_PROPERTIES = "client.properties"
+"""Kafka's own client configuration for the local broker, beside the env file."""
 UP_WROTE_KEY = "TIDEGRAPH_UP_WROTE"
 """Which addresses of the env file `up` wrote (a digest of each), so that a shell that
 loaded the file still tells them from addresses given by hand once the file has changed."""
@@ -157,22 +159,48 @@ def _write_env_file(
         ):
             values.update(local_kafka.local_security(secrets[KAFKA_PASSWORD_KEY]).env())
     values.update(secrets)
+    _write_client_properties(state_dir, states, secrets)
     if not values:
         path.unlink(missing_ok=True)
         return None
     addresses = {ENV_KEYS[s.name]: s.address for s in states if s.origin == "local" and s.running}
     if addresses:
         values[UP_WROTE_KEY] = _wrote(addresses)
-    state_dir.mkdir(parents=True, exist_ok=True)
     header = "# Written by `tidegraph up`; load into a shell with: . " + shlex.quote(str(path))
     lines = [header] + [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
-    partial = path.with_name(ENV_FILE + ".partial")
+    _write_private(path, lines)
+    return path
+
+
+def _write_client_properties(
+    state_dir: Path, states: Collection[ServiceState], secrets: Mapping[str, str]
+) -> None:
+    """``<state>/client.properties`` (0600) while the local broker runs: its address and
+    login as Kafka's own tools and Java clients take them; removed when it does not run."""
+    path = state_dir / CLIENT_PROPERTIES
+    kafka = next((s for s in states if s.name == KAFKA), None)
+    password = secrets.get(KAFKA_PASSWORD_KEY)
+    if kafka is None or kafka.origin != "local" or not kafka.running or not password:
+        path.unlink(missing_ok=True)
+        return
+    security = local_kafka.local_security(password)
+    header = [
+        "# Written by `tidegraph up`: the local broker for Kafka's own tools and Java clients,",
+        f"#   kafka-console-consumer.sh --bootstrap-server {kafka.address} \\",
+        f"#     --consumer.config {path} --topic tidegraph.changes --from-beginning",
+    ]
+    _write_private(path, header + security.java_properties(kafka.address))
+
+
+def _write_private(path: Path, lines: list[str]) -> None:
+    """Replace ``path`` with ``lines``, mode 0600 from its first byte."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
     partial.unlink(missing_ok=True)
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     os.replace(partial, path)
-    return path
 
 
 def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
