@@ -88,7 +88,7 @@ from tidegraph.indexer.extraction.prepared import (
 )
 from tidegraph.indexer.graph.rules import period_bounds, render_entity, render_relation
 from tidegraph.indexer.models.hashing import HashingEmbedder
-from tidegraph.indexer.write.units import RecordUnit
+from tidegraph.indexer.write.units import RecordUnit, Settlement
 from tidegraph.indexer.write.writer import UNKNOWN, Version, apply_version
 from tidegraph.infra import services
 from tidegraph.query_service.app import Deps, create_app
@@ -102,9 +102,8 @@ from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic, topic_specs
-from tidegraph.store import positions
+from tidegraph.store import positions, realm_positions
 from tidegraph.store.ddl import search_index_ddl
-from tidegraph.store.positions import Position
 from tidegraph.store.realms import create_realm, ensure_control
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,7 +245,8 @@ async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
         info = await create_realm(conn, realm, RealmConfig(embedder=f"hashing:{DIM}"))
         topic = f"bench.{realm}"
         claim, _ = await positions.claim(conn, "bench", topic, 0, 0)
-        unit = RecordUnit(claim)
+        await realm_positions.ensure(conn, info.schema, realm, topic, 0)
+        unit = RecordUnit()
         started = time.perf_counter()
         for n, doc in enumerate(docs):
             [vec] = await embedder.embed([doc.text])
@@ -273,7 +273,8 @@ async def load_writer(dsn: str, realm: str, docs: Sequence[Doc]) -> None:
                 {},
             )
             version = Version("default", doc.key, prepared, None, UNKNOWN, n)
-            async with unit.transaction(conn, info, n, Position(n + 1)) as sequencer:
+            settlement = Settlement.of_realm(claim, info, n, n + 1)
+            async with unit.transaction(conn, info, settlement) as sequencer:
                 stamp = await sequencer.draw(conn, T0 + timedelta(seconds=n))
                 await apply_version(conn, info, embedder, version, stamp)
             if n % 200 == 199:
@@ -391,15 +392,34 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc], shape: Shape) -> None:
             ["int8", "text", "text", "text", "text", "vector", "timestamptz"],
         )
         copy(
+            "document_history",
+            "space, doc_key, status, content_hash, order_key, title, chunk_count, indexed_at,"
+            " t_created",
+            (
+                ("default", doc.key, "indexed", "sha256:" + f"{d:064x}", f"{d:08d}", doc.key,
+                 1, bt[d], bt[d])
+                for d, doc in enumerate(docs)
+            ),
+        )  # fmt: skip
+        copy(
+            "entity_history",
+            "entity_id, name, type, description, aliases, space, name_key, alias_keys, t_created",
+            (
+                (i, n, typ, "", [], "default", name_key(n), [], bt[first_doc[n]])
+                for i, n, typ in ent_rows
+            ),
+            ["int8", "text", "text", "text", "text[]", "text", "text", "text[]", "timestamptz"],
+        )
+        copy(
             "mentions",
-            "chunk_id, entity_id",
-            ((d + 1, ent_id[n]) for d, doc in enumerate(docs) for n, _ in doc.entities),
+            "chunk_id, entity_id, t_created",
+            ((d + 1, ent_id[n], bt[d]) for d, doc in enumerate(docs) for n, _ in doc.entities),
         )
         copy(
             "relations",
             "id, space, subject_id, predicate, object_id, valid_from, valid_to,"
-            " valid_from_d, valid_to_d, weight, order_key, status, t_created, rendered,"
-            " embedding",
+            " valid_from_d, valid_to_d, weight, order_key, status, t_created, doc_keys,"
+            " rendered, embedding",
             (
                 (
                     rid,
@@ -414,6 +434,7 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc], shape: Shape) -> None:
                     f"{d:08d}",
                     "current",
                     bt[d],
+                    [docs[d].key],
                     render_relation(s, p, o, False, vf, vt),
                     rel_vecs[rid - 1],
                 )
@@ -433,6 +454,7 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc], shape: Shape) -> None:
                 "text",
                 "text",
                 "timestamptz",
+                "text[]",
                 "text",
                 "vector",
             ],  # fmt: skip
@@ -444,9 +466,14 @@ def load_copy(dsn: str, realm: str, docs: Sequence[Doc], shape: Shape) -> None:
         )
         copy(
             "relation_history",
-            "relation_id, state, t_created",
-            ((rid, "current", bt[d]) for rid, d, *_ in rel_rows),
-        )
+            "relation_id, state, subject_id, object_id, weight, order_key, valid_from,"
+            " valid_to, valid_from_d, valid_to_d, doc_keys, t_created",
+            (
+                (rid, "current", ent_id[s], ent_id[o], 1, f"{d:08d}", vf, vt,
+                 *period_bounds(vf, vt), [docs[d].key], bt[d])
+                for rid, d, s, p, o, vf, vt in rel_rows
+            ),
+        )  # fmt: skip
         copy("outbox", "seq, idx, kind, space, belief_time, payload", _outbox(docs, ent_id, bt))
         for tbl in ("chunks", "entities", "relations"):
             conn.execute(
@@ -647,10 +674,20 @@ def start_server(dsn: str, bootstrap: str, ef: dict[str, int], prefix: str) -> t
 
 
 async def latency(
-    url: str, realm: str, queries: list[str], mode: str, clients: int, requests: int
+    url: str,
+    realm: str,
+    queries: list[str],
+    mode: str,
+    clients: int,
+    requests: int,
+    believed: datetime | None = None,
 ) -> tuple[float, float, float, int]:
     """p50 and p99 in ms, requests/s and requests, for ``requests`` queries over
-    ``clients``."""
+    ``clients``; a mode named ``<mode>@half`` asks ``as_believed_at`` ``believed``."""
+    extra: dict[str, Any] = {}
+    if mode.endswith("@half"):
+        assert believed is not None
+        mode, extra = mode.removesuffix("@half"), {"as_believed_at": believed.isoformat()}
     samples: list[float] = []
     stages: dict[str, list[float]] = {}
     it = iter(range(requests))
@@ -659,7 +696,7 @@ async def latency(
 
         async def worker(w: int) -> None:
             for n in it:
-                body = {"query": queries[(n * 7 + w) % len(queries)], "mode": mode}
+                body = {"query": queries[(n * 7 + w) % len(queries)], "mode": mode, **extra}
                 t = time.perf_counter()
                 r = await client.post(f"/v1/realms/{realm}/query_data", json=body)
                 samples.append((time.perf_counter() - t) * 1000)
@@ -669,7 +706,9 @@ async def latency(
                     stages.setdefault(stage, []).append(float(ms))
 
         for q in queries[:20]:  # warm caches and connections
-            await client.post(f"/v1/realms/{realm}/query_data", json={"query": q, "mode": mode})
+            await client.post(
+                f"/v1/realms/{realm}/query_data", json={"query": q, "mode": mode, **extra}
+            )
         started = time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(clients)))
         elapsed = time.perf_counter() - started
@@ -1026,7 +1065,10 @@ async def bench_size(args: argparse.Namespace, size: int) -> None:
             )
             print(f"    {tbl:<10}{cells}", flush=True)
         if shape.name in args.latency_shapes:
-            await serve_and_measure(args, size, realm, queries, ef, first=shape == args.vectors[0])
+            half = T0 + timedelta(seconds=len(docs) // 2)
+            await serve_and_measure(
+                args, size, realm, queries, ef, first=shape == args.vectors[0], half=half
+            )
         if not args.cache and not args.keep and not args.reuse:
             await _drop(dsn, realm)
     del bootstrap
@@ -1040,9 +1082,11 @@ async def serve_and_measure(
     ef: dict[str, int],
     *,
     first: bool,
+    half: datetime,
 ) -> None:
     """Latency per mode and client count against ``tidegraph serve``, with the CPU each
-    side spent; then the mechanisms, freshness and the change feed (first shape only)."""
+    side spent (``<mode>@half``: as believed at ``half``, when half the documents were);
+    then the mechanisms, freshness and the change feed (first shape only)."""
     dsn, bootstrap = args.dsn, args.bootstrap
     proc, url = start_server(dsn, bootstrap, ef, "bq")
     try:
@@ -1054,9 +1098,8 @@ async def serve_and_measure(
         for mode in args.modes:
             for clients in args.clients:
                 before = cpu_split(proc.pid, postmaster)
-                p50, p99, rps, n = await latency(
-                    url, realm, queries, mode, clients, args.requests * max(1, clients // 2)
-                )
+                requests = args.requests * max(1, clients // 2)
+                p50, p99, rps, n = await latency(url, realm, queries, mode, clients, requests, half)
                 after = cpu_split(proc.pid, postmaster)
                 ms = [(a - b) * 1000 / n for a, b in zip(after, before, strict=True)]
                 print(
@@ -1070,7 +1113,7 @@ async def serve_and_measure(
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             print("  retrieval mechanisms, one client, each setting in turn per query:")
             for mode in args.modes:
-                if mode in ("mix", "local", "hybrid"):
+                if mode in ("mix", "local", "hybrid"):  # never an @half mode
                     figures = await mechanism_latency(client, realm, queries, mode, args.requests)
                     print_mechanisms(mode, figures)
         if args.freshness and size == args.sizes[0]:
@@ -1094,7 +1137,12 @@ def cpu_split(server: int, postmaster: int | None) -> tuple[float, float, float]
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10000,100000")
-    p.add_argument("--modes", default="mix,local,global,naive")
+    p.add_argument(
+        "--modes",
+        default="mix,local,global,naive,mix@half",
+        help="retrieval modes timed; <mode>@half asks as_believed_at the instant half the"
+        " documents were written",
+    )
     p.add_argument("--clients", default="1,4,8")
     p.add_argument("--requests", type=int, default=200, help="per cell (× clients/2)")
     defaults = QuerySettings()

@@ -22,11 +22,11 @@ from tidegraph.indexer.graph.rules import render_entity, render_relation
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.write.contradictions import Judge, answering
 from tidegraph.indexer.write.sequencer import Sequencer
-from tidegraph.indexer.write.units import RecordUnit
+from tidegraph.indexer.write.units import RecordUnit, Settlement
 from tidegraph.indexer.write.writer import UNKNOWN, Version, WriteResult, apply_version
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store import positions
-from tidegraph.store.positions import Claim, Position
+from tidegraph.store import positions, realm_positions
+from tidegraph.store.positions import Claim
 from tidegraph.store.realms import RealmInfo, create_realm, ensure_control
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -75,6 +75,7 @@ class GraphHarness:
         cfg = config or RealmConfig(embedder="hashing:8")
         info = await create_realm(conn, realm, cfg)
         claim, _ = await positions.claim(conn, "test", f"test.{realm}", 0, 0)
+        await realm_positions.ensure(conn, info.schema, realm, claim.topic, 0)
         return cls(conn, info, claim)
 
     def prepared(
@@ -118,12 +119,11 @@ class GraphHarness:
         last one (or at ``at``)."""
         self.clock = at if at is not None else self.clock + timedelta(seconds=1)
         version = Version(space, doc_key, doc, None, UNKNOWN, self.offset)
-        unit = RecordUnit(self.claim)
+        unit = RecordUnit()
+        settlement = Settlement.of_realm(self.claim, self.info, self.offset, self.offset + 1)
 
         async def attempt() -> WriteResult:
-            async with unit.transaction(
-                self.conn, self.info, self.offset, Position(self.offset + 1)
-            ) as live:
+            async with unit.transaction(self.conn, self.info, settlement) as live:
                 stamp = await (sequencer or live).draw(self.conn, self.clock)
                 return await apply_version(self.conn, self.info, self.embedder, version, stamp)
 

@@ -85,15 +85,20 @@ async def rows(conn: psycopg.AsyncConnection[Any], query: str, *args: Any) -> li
     return list(await cur.fetchall())
 
 
-async def communities(graph: GraphHarness) -> list[tuple[int, int, int | None, str, set[str]]]:
-    """(id, level, parent id, title, member names) of the stored communities."""
+async def communities(
+    graph: GraphHarness, *, current: bool = True
+) -> list[tuple[int, int, int | None, str, set[str]]]:
+    """(id, level, parent id, title, member names) of the current build (or of every build
+    the realm keeps)."""
     s = sql.Identifier(graph.info.schema)
     cur = await graph.conn.execute(
         sql.SQL(
             "SELECT c.id, c.level, c.parent_id, c.title, array_agg(e.name ORDER BY e.name)"
             " FROM {s}.communities c JOIN {s}.community_members m ON m.community_id = c.id"
-            " JOIN {s}.entities e ON e.id = m.entity_id GROUP BY c.id ORDER BY c.id"
-        ).format(s=s)
+            " JOIN {s}.entities e ON e.id = m.entity_id WHERE c.t_expired IS NULL OR NOT %s"
+            " GROUP BY c.id ORDER BY c.id"
+        ).format(s=s),
+        (current,),
     )
     return [(int(i), int(lv), p, t, set(names)) for i, lv, p, t, names in await cur.fetchall()]
 
@@ -170,7 +175,7 @@ async def test_build_is_one_sequenced_commit_and_the_next_write_says_stale(
     assert (await meta(graph))[3] is True
 
 
-async def test_a_rebuild_removes_stale_communities(
+async def test_a_rebuild_replaces_stale_communities_and_keeps_the_earlier_build(
     conn: psycopg.AsyncConnection[Any], graph: GraphHarness
 ) -> None:
     await write_hub_fixture(graph)
@@ -188,16 +193,26 @@ async def test_a_rebuild_removes_stale_communities(
     second = await build(conn, graph)
     after = await communities(graph)
     assert second.spaces[0].written == GROUPS == len(after)
-    assert not {i for i, *_ in before} & {i for i, *_ in after}, "old rows are all gone"
+    assert not {i for i, *_ in before} & {i for i, *_ in after}, "no old row is current"
     assert not any(names & set(lonely) for *_, names in after)
-    [[orphans]] = await rows(
+    # The earlier build is kept whole, believed until the rebuild's commit.
+    kept = await communities(graph, current=False)
+    assert kept == sorted(before + after)
+    [[until]] = await rows(
         conn,
-        sql.SQL("SELECT count(*) FROM {}.community_members m WHERE m.community_id <> ALL(%s)")
+        sql.SQL("SELECT DISTINCT t_expired FROM {}.communities WHERE id = ANY(%s)")
+        .format(sql.Identifier(graph.info.schema))
+        .as_string(conn),
+        [i for i, *_ in before],
+    )
+    [[since]] = await rows(
+        conn,
+        sql.SQL("SELECT DISTINCT t_created FROM {}.communities WHERE id = ANY(%s)")
         .format(sql.Identifier(graph.info.schema))
         .as_string(conn),
         [i for i, *_ in after],
     )
-    assert orphans == 0
+    assert until == since is not None
     built = [c for c in await outbox(graph) if c[2] == "communities_built"]
     assert [c[0] for c in built] == [first.seq, second.seq]
 

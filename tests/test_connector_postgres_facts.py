@@ -25,8 +25,8 @@ from psycopg import sql
 
 from tidegraph.connectors.errors import SourceSetupError
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
-from tidegraph.connectors.postgres_facts import FactsMapping, load_facts_mapping
 from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.connectors.row_mapping import RowMapping, load_row_mapping
 from tidegraph.infra.commands.connect import capture_spec
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.settings import Settings
@@ -64,9 +64,9 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_mapping_reads_yaml_and_json_alike(tmp_path: Path) -> None:
-    yaml_map = load_facts_mapping(_write(tmp_path, "m.yaml", MAPPING_YAML.format(s="hr")))
+    yaml_map = load_row_mapping(_write(tmp_path, "m.yaml", MAPPING_YAML.format(s="hr")))
     as_json = orjson.dumps(yaml_map.model_dump(exclude_defaults=True)).decode()
-    assert load_facts_mapping(_write(tmp_path, "m.json", as_json)) == yaml_map
+    assert load_row_mapping(_write(tmp_path, "m.json", as_json)) == yaml_map
     employments = yaml_map.table("hr.employments")
     assert employments.columns == ["id", "person_id", "company_id", "started_on", "ended_on"]
     assert yaml_map.table("hr.people").columns == ["id", "full_name", "bio"]
@@ -78,7 +78,7 @@ def test_mapping_reads_yaml_and_json_alike(tmp_path: Path) -> None:
         ("tables: [", "is not valid YAML"),
         ("tables: {}", "tables: Dictionary should have at least 1 item"),
         ("tables: {t: {entity: {name: n}}}", "tables.t.key: Field required"),
-        ("tables: {t: {key: id}}", "give exactly one of entity (the row is an entity) or subject"),
+        ("tables: {t: {key: id}}", "give exactly one of content (the row's text), entity"),
         ("tables: {t: {key: id, entity: {name: n, tpye: X}}}", "tables.t.entity.tpye: Extra"),
         ("tables: {t: {key: id, entity: {name: n, type: X, type_column: k}}}",
          "give either type or type_column"),
@@ -98,12 +98,12 @@ def test_mapping_errors_name_the_file_and_the_field(
 ) -> None:
     path = _write(tmp_path, "bad.yaml", text)
     with pytest.raises(SourceSetupError) as caught:
-        load_facts_mapping(path)
+        load_row_mapping(path)
     assert str(path) in str(caught.value) and message in str(caught.value)
 
 
 def test_mapping_must_name_the_captured_table(tmp_path: Path) -> None:
-    mapping = load_facts_mapping(_write(tmp_path, "m.yaml", MAPPING_YAML.format(s="hr")))
+    mapping = load_row_mapping(_write(tmp_path, "m.yaml", MAPPING_YAML.format(s="hr")))
     with pytest.raises(SourceSetupError, match="no entry for table 'hr.teams'"):
         CaptureSpec(table="hr.teams", key_column="id", realm="acme", facts=mapping)
     with pytest.raises(SourceSetupError, match="keys hr.people by 'id', not 'full_name'"):
@@ -114,8 +114,8 @@ def test_mapping_must_name_the_captured_table(tmp_path: Path) -> None:
         )
     with pytest.raises(SourceSetupError, match="content column"):
         CaptureSpec(table="hr.people", key_column="id", realm="acme")
-    with pytest.raises(SourceSetupError, match="cannot read the facts mapping"):
-        load_facts_mapping(tmp_path / "missing.yaml")
+    with pytest.raises(SourceSetupError, match="cannot read the mapping"):
+        load_row_mapping(tmp_path / "missing.yaml")
 
 
 # ------------------------------------------------------------- the whole pipeline
@@ -128,7 +128,7 @@ class Hr:
     realm: str
     settings: Settings
     mapping_file: Path
-    mapping: FactsMapping
+    mapping: RowMapping
     conn: psycopg.AsyncConnection[tuple[Any, ...]]
     slots: list[str]
 
@@ -155,7 +155,7 @@ async def hr(
         realm=unique_name("r"),
         settings=await fresh_settings(kafka_bootstrap, unique_name("tp"), partitions=1),
         mapping_file=_write(tmp_path, "hr.yaml", text),
-        mapping=load_facts_mapping(_write(tmp_path, "hr.yaml", text)),
+        mapping=load_row_mapping(_write(tmp_path, "hr.yaml", text)),
         conn=conn,
         slots=[],
     )

@@ -203,7 +203,6 @@ async def _replay(
                 bootstrap=topics.bootstrap,
                 pg_dsn=pg_dsn,
                 topic=topics.documents,
-                live_group=group,
                 swap=swap,
                 label="contradictions" if not swap else None,
             ),

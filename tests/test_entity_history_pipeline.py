@@ -113,7 +113,6 @@ async def test_versions_withdrawal_and_replay_keep_one_attribute_history(
             bootstrap=topics.bootstrap,
             pg_dsn=pg_dsn,
             topic=topics.documents,
-            live_group=group,
             swap=False,
             label="history",
         ),

@@ -211,7 +211,6 @@ async def test_facts_are_indexed_without_a_model_and_replayed_the_same(
         bootstrap=topics.bootstrap,
         pg_dsn=pg_dsn,
         topic=topics.documents,
-        live_group=group,
         swap=False,
         label="facts",
     )

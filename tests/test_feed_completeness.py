@@ -225,7 +225,6 @@ async def test_a_mirror_folded_from_the_feed_equals_the_api(
                 bootstrap=topics.bootstrap,
                 pg_dsn=pg_dsn,
                 topic=topics.documents,
-                live_group=group,
             ),
             Pipeline(registry.extractor_for, registry.embedder_for).prepare,
             registry.embedder_for,

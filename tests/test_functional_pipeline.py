@@ -137,7 +137,6 @@ async def test_shuffled_arrivals_one_graph_feed_and_replay(
             bootstrap=topics.bootstrap,
             pg_dsn=pg_dsn,
             topic=topics.documents,
-            live_group=group,
             swap=False,
             label="functional",
         ),

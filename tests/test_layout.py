@@ -67,6 +67,38 @@ def test_no_module_imports_another_packages_private_module() -> None:
     assert wrong == []
 
 
+INDEXER_LAYERS = {
+    "graph": 0,
+    "decide": 1,
+    "models": 1,
+    "extraction": 2,
+    "write": 3,
+    "retention": 4,
+    "communities": 4,
+    "replay": 4,
+    "consumer": 4,
+}
+"""The indexer's subpackages in layers: pure rules; deciding and the model clients;
+preparing; writing; and the drivers and jobs over the write. A subpackage imports only
+from layers below its own (none of its layer): no cycle, and each driver stands alone."""
+
+
+def test_the_indexer_subpackages_depend_downwards_only() -> None:
+    root = REPO / "indexer" / "tidegraph" / "indexer"
+    folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")}
+    assert folders == set(INDEXER_LAYERS), "a new subpackage needs its layer"
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        own = path.relative_to(root).parts[0]
+        for module in _imports(path):
+            parts = module.split(".")
+            if parts[1] != "indexer" or len(parts) < 3 or parts[2] == own:
+                continue
+            if INDEXER_LAYERS[parts[2]] >= INDEXER_LAYERS[own]:
+                wrong.append(f"{path.relative_to(REPO)} imports {module}")
+    assert wrong == []
+
+
 def test_the_indexer_shows_its_architecture_in_folders() -> None:
     root = REPO / "indexer" / "tidegraph" / "indexer"
     folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")}
@@ -183,6 +215,7 @@ PUBLIC = {
         "RecordFailed",
         "RecordUnit",
         "Sequencer",
+        "Settlement",
         "Stamp",
         "UNKNOWN",
         "Verdict",
@@ -192,11 +225,12 @@ PUBLIC = {
         "verdict",
     },
     "tidegraph.store": {
+        "AlreadySettled",
         "Claim",
         "EmbedderMismatch",
         "Fenced",
         "Hold",
-        "Position",
+        "Mark",
         "RealmInfo",
         "RealmSchemaError",
         "RealmSwapped",

@@ -395,9 +395,9 @@ async def test_global_ranks_communities_and_warns_when_stale(
             await conn.execute(
                 sql.SQL(
                     "INSERT INTO {}.communities (space, title, summary, findings, rating,"
-                    " size, built_at, embedding) VALUES ('default', %s, %s,"
+                    " size, built_at, t_created, embedding) VALUES ('default', %s, %s,"
                     " jsonb_build_array(jsonb_build_object('summary', %s::text)), %s, %s,"
-                    " '2000-01-01Z', %s::vector)"
+                    " '2000-01-01Z', '2000-01-01Z', %s::vector)"
                 ).format(s),
                 (title, f"{title} summary", f"{title} finding", rating, size, str(vec)),
             )

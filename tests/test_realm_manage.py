@@ -79,11 +79,15 @@ async def test_realm_list_and_delete(
     assert row["entities"] >= 4 and row["relations"] >= 2
     assert row["head_seq"] == 2 and row["embedder"] == "hashing:64"
     assert row["lag"] == 1  # c.md is in the log, not applied
+    # the realm stands past its two records, on the one partition its key maps to
+    [(partition, stands)] = row["positions"].items()
+    assert stands == 2 and 0 <= int(partition) < 3
     table = run_cli(["realm", "list", "--group", group], env)
     assert table.stdout.startswith("REALM"), table.stdout
     assert any(
-        line.split()[0] == realm and line.endswith(" 1") for line in table.stdout.splitlines()
-    )
+        line.split()[0] == realm and line.split()[-2:] == [f"{partition}:2", "1"]
+        for line in table.stdout.splitlines()
+    ), table.stdout
 
     # An audit copy as of now: listed with its size.
     until = datetime.now(UTC).isoformat()

@@ -294,7 +294,7 @@ async def test_a_claim_ends_a_previous_owner_frozen_inside_its_write(own_databas
         await ensure_control(frozen)
         old, _ = await positions.claim(frozen, "g", "t", 0, 0)
         await frozen.execute("BEGIN")
-        await positions.advance(frozen, old, 0, positions.Position(1))
+        await positions.advance(frozen, old, 1)
         claiming = asyncio.ensure_future(positions.claim(claimer, "g", "t", 0, 0))
         await asyncio.sleep(0.5)
         assert not claiming.done()  # waits for the frozen write
@@ -305,22 +305,22 @@ async def test_a_claim_ends_a_previous_owner_frozen_inside_its_write(own_databas
         )
         assert ended == 1
         claim, position = await asyncio.wait_for(claiming, 10)
-        assert claim.epoch == old.epoch + 1 and position.next_offset == 0  # write rolled back
+        assert claim.epoch == old.epoch + 1 and position == 0  # write rolled back
         with pytest.raises(psycopg.OperationalError):
             await frozen.execute("SELECT 1")
 
 
 async def test_applied_counts_a_groups_records_over_its_partitions(own_database: str) -> None:
     """What benchmarks and tests wait on: 0 before the first indexer made the control
-    schema, then the group's next offsets summed over its partitions, its topic only."""
+    schema, then the group's cursors summed over its partitions, its topic only."""
     async with await psycopg.AsyncConnection.connect(own_database, autocommit=True) as conn:
         assert await positions.applied(conn, "g", "t") == 0
         await ensure_control(conn)
         for partition, offset in ((0, 5), (1, 7)):
             claim, _ = await positions.claim(conn, "g", "t", partition, 0)
-            await positions.advance(conn, claim, offset - 1, positions.Position(offset))
+            await positions.advance(conn, claim, offset)
         other, _ = await positions.claim(conn, "g", "u", 0, 0)
-        await positions.advance(conn, other, 2, positions.Position(3))
+        await positions.advance(conn, other, 3)
         assert await positions.applied(conn, "g", "t") == 12
         assert await positions.applied(conn, "h", "t") == 0
 

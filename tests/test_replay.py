@@ -18,6 +18,7 @@ import pytest
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.indexer.communities.store import build_communities
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.hashing import HashingEmbedder
@@ -30,7 +31,7 @@ from tidegraph.indexer.retention.archive import archive
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service.reads import change_from_row
 from tidegraph.schemas.realm_config import RealmConfig, preset
-from tidegraph.store import positions
+from tidegraph.store import positions, realm_positions
 from tidegraph.store.errors import Fenced
 from tidegraph.store.realms import (
     create_realm,
@@ -60,6 +61,11 @@ from query_helpers import api_client, open_pool, query_data
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
 NARRATIVE = preset("narrative", embedder="hashing:64")
+CORPUS = [
+    (p.name, p.read_text())
+    for p in sorted((Path(__file__).resolve().parents[1] / "examples" / "corpus").glob("*.md"))
+]
+"""The sample corpus (file name, text): enough of a graph to make communities of."""
 
 
 def options(topics: Topics, pg_dsn: str, realm: str, group: str, **kw: Any) -> ReplayOptions:
@@ -68,7 +74,6 @@ def options(topics: Topics, pg_dsn: str, realm: str, group: str, **kw: Any) -> R
         bootstrap=topics.bootstrap,
         pg_dsn=pg_dsn,
         topic=topics.documents,
-        live_group=group,
         **kw,
     )
 
@@ -186,7 +191,9 @@ async def test_replay_reproduces_graph_and_belief_history_then_swaps_in(
 
     kept = await replay(topics, pg_dsn, realm, group, swap=False, label="inspect")
     assert kept.schema == f"{live}__shadow_inspect" and not kept.swapped
-    assert kept.written == 6 and kept.realm_records == 6 and kept.records_read == 10
+    # Up to the live realm's own position: past its last record, before the other
+    # realm's record that follows it.
+    assert kept.written == 6 and kept.realm_records == 6 and kept.records_read == 9
     assert await schema_diff(pg_dsn, live, kept.schema) == []
     # Loaded without them, the shadow ends with the live realm's indexes and foreign keys.
     assert await schema_layout(pg_dsn, kept.schema) == await schema_layout(pg_dsn, live)
@@ -487,8 +494,6 @@ async def test_changed_configuration_rebuilds_and_the_feed_tells_what_changed(
         "replay",
         "--realm",
         realm,
-        "--group",
-        group,
         "--no-swap",
         "--shadow-name",
         "cli",
@@ -662,28 +667,31 @@ async def test_values_postgresql_refuses_fail_the_version_and_never_hold_up_the_
 async def test_a_second_claim_fences_the_replays_batch_and_its_position_stays(
     pg_dsn: str, unique_name: Callable[[str], str]
 ) -> None:
-    """DESIGN invariant 2 for the replay: a batch moves the position once, by
-    compare-and-set under the epoch it claimed; after another claim it commits nothing."""
+    """DESIGN invariant 2 for the replay: a batch moves the shadow's position once, by
+    compare-and-set, under the epoch it claimed; after another claim it commits nothing."""
     realm, group, topic = unique_name("r"), unique_name("g"), unique_name("t")
     async with await AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await ensure_control(conn)
         info = await create_realm(conn, realm, RealmConfig(embedder="hashing:32"))
         claim, start = await positions.claim(conn, group, topic, 0, 0)
+        await realm_positions.ensure(conn, info.schema, realm, topic, 0)
         registry = ModelRegistry()
         applier = ShadowApplier(
             conn,
             info,
             claim,
-            start.next_offset,
+            start,
             Pipeline(registry.extractor_for, registry.embedder_for).prepare,
             registry.embedder_for,
         )
         await applier.write(await applier.plan(0, 5, []))
         assert await stored_position(pg_dsn, group, topic) == 5
+        assert await realm_positions.stand(conn, info.schema, topic, 0) == 5
         await positions.claim(conn, group, topic, 0, 0)  # another replay into the schema
         with pytest.raises(Fenced):
             await applier.write(await applier.plan(5, 9, []))
         assert await stored_position(pg_dsn, group, topic) == 5
+        assert await realm_positions.stand(conn, info.schema, topic, 0) == 5
 
 
 async def _retention_state(
@@ -782,3 +790,62 @@ async def test_a_swap_keeps_archival_and_coverage_telemetry(
     async with open_pool(pg_dsn) as pool, api_client(pool, embedder=HashingEmbedder(64)) as client:
         found = await query_data(client, realm, query="Who is an enemy of Mordred?", mode="local")
     assert "Mordred" not in {x for r in found["relations"] for x in (r["subject"], r["object"])}
+
+
+async def _community_answers(
+    pool: AsyncConnectionPool[AsyncConnection[Any]], realm: str, at: datetime | None = None
+) -> tuple[Any, Any]:
+    """The communities endpoint and a ``global`` answer (ids included: a rebuild of the
+    same log and configuration keeps them)."""
+    async with api_client(pool, embedder=HashingEmbedder(64)) as client:
+        listed = (await client.get(f"/v1/realms/{realm}/communities")).json()
+        body: dict[str, Any] = {"query": "Arthur and his allies", "mode": "global"}
+        if at is not None:
+            body["as_believed_at"] = at.isoformat()
+        answer = await query_data(client, realm, **body)
+    reports = [{k: v for k, v in c.items() if k != "score"} for c in answer["communities"]]
+    return listed, (reports, answer["stats"]["warnings"])
+
+
+async def test_a_replay_keeps_the_realms_community_builds(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]
+) -> None:
+    """Communities are not in the log: the swap carries every build the realm kept, so the
+    communities endpoint and ``global`` answers — now and as believed before the latest
+    build — are the same after the replay; `tidegraph diff` compares them."""
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    records = [upsert(realm, name, text, order_key=str(i)) for i, (name, text) in enumerate(CORPUS)]
+    await publish(topics, records)
+    async with running_indexer(topics, pg_dsn, group, default_realm=NARRATIVE):
+
+        async def applied() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
+        await wait_for(applied, 60, "the corpus applied")
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        info = await open_realm(conn, realm)
+        first = await build_communities(conn, info, HashingEmbedder(64))
+        assert first is not None
+        between = datetime.now(UTC)
+        await asyncio.sleep(0.05)
+        second = await build_communities(conn, info, HashingEmbedder(64))
+        assert second is not None
+    async with open_pool(pg_dsn) as pool:
+        before = await _community_answers(pool, realm)
+        before_at = await _community_answers(pool, realm, between)
+        assert before[0]["communities"] and before[1][0], before
+        assert before_at[1][0] and before_at[1][0] != before[1][0]  # the earlier build
+
+        # A shadow holds no communities until the swap: diff says where they differ.
+        kept = await replay(topics, pg_dsn, realm, group, swap=False, label="nocomm")
+        differences = await schema_diff(pg_dsn, live, kept.schema, history=False)
+        assert differences and {d.kind for d in differences} == {"community"}
+
+        swapped = await replay(topics, pg_dsn, realm, group)
+        assert swapped.swap is not None and swapped.swap.communities_carried > 0
+        assert await _community_answers(pool, realm) == before
+        assert await _community_answers(pool, realm, between) == before_at
+    assert swapped.retired is not None
+    assert await schema_diff(pg_dsn, swapped.retired, live, history=False) == []

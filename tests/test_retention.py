@@ -179,8 +179,12 @@ async def test_archive_withholds_everywhere_and_unarchive_restores(
         # community construction leaves them out
         await build_communities(conn, info, HashingEmbedder(8))
         cur = await conn.execute(
-            sql.SQL("SELECT e.name FROM {m} m JOIN {e} e ON e.id = m.entity_id ORDER BY 1").format(
+            sql.SQL(
+                "SELECT e.name FROM {m} m JOIN {c} c ON c.id = m.community_id"
+                " AND c.t_expired IS NULL JOIN {e} e ON e.id = m.entity_id ORDER BY 1"
+            ).format(
                 m=sql.Identifier(info.schema, "community_members"),
+                c=sql.Identifier(info.schema, "communities"),
                 e=sql.Identifier(info.schema, "entities"),
             )
         )

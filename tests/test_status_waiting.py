@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from types import MappingProxyType
 
 import psycopg
 import pytest
 
 from tidegraph.infra.realm_status import as_json, data_status, render
-from tidegraph.store import holds, positions
-from tidegraph.store.positions import Position
-from tidegraph.store.realms import ensure_control
+from tidegraph.schemas.names import realm_schema
+from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store import holds, positions, realm_positions
+from tidegraph.store.realm_positions import Mark
+from tidegraph.store.realms import create_realm, ensure_control
 
 from indexer_helpers import make_topics, publish, upsert
 
@@ -73,9 +74,19 @@ async def test_status_shows_the_waiting_record_and_the_realms_behind_it(
     assert waiting["error_class"] == "ModelUnavailable"
     assert waiting["realms_held_up_behind"] == sorted([b, c])
 
-    # A held realm: the others went on past its record; only its own records wait.
+    # A held realm: the others went on past its record (their own positions say so);
+    # only its own records wait.
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        await positions.advance(conn, claim, 0, Position(0, MappingProxyType({b: 4, c: 4})))
+        for name in (a, b, c):
+            info = await create_realm(conn, name, RealmConfig(embedder="hashing:8"))
+            await realm_positions.ensure(conn, info.schema, name, topics.documents, 0)
+        async with conn.transaction():
+            await realm_positions.settle(
+                conn,
+                topics.documents,
+                0,
+                [Mark(b, realm_schema(b), 1, 4), Mark(c, realm_schema(c), 3, 4)],
+            )
         await holds.put(
             conn,
             group,

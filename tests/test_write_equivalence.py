@@ -35,13 +35,13 @@ from tidegraph.indexer.decide.planner import Logged, Planner
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.replay.applier import ShadowApplier
-from tidegraph.indexer.write.units import BatchUnit, RecordUnit
+from tidegraph.indexer.write.units import BatchUnit, RecordUnit, Settlement
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service.reads import list_entities
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store import positions
-from tidegraph.store.positions import Claim, Position
+from tidegraph.store import positions, realm_positions
+from tidegraph.store.positions import Claim
 from tidegraph.store.realms import RealmInfo, create_realm, ensure_control
 
 from indexer_helpers import delete, upsert
@@ -141,16 +141,16 @@ async def _prepare(realms: Realms, rec: DocumentVersion, info: RealmInfo) -> Pre
 
 async def _record_by_record(realms: Realms, script: list[Op], space: str, t: datetime) -> None:
     info, claim = realms.infos[0], realms.claims[0]
-    unit = RecordUnit(claim)
+    unit = RecordUnit()
     for lg in _logged(info.realm, space, script, realms.offsets[0], t):
         [decision] = await Planner(info.schema).decide(realms.conn, [lg])
-        now = Position(lg.offset + 1)
+        now = Settlement.of_realm(claim, info, lg.offset, lg.offset + 1)
         if decision.writes:
             rec = decision.record
             doc = await _prepare(realms, rec, info) if rec.op == "upsert" else None
             await unit.apply(realms.conn, info, realms.embedder_for(info), now, decision, doc)
         else:
-            await unit.settle(realms.conn, lg.offset, now, [(info, decision)])
+            await unit.settle(realms.conn, now, [(info, decision)])
     realms.offsets[0] += len(script)
 
 
@@ -163,9 +163,10 @@ async def _one_batch(realms: Realms, script: list[Op], space: str, t: datetime) 
         for d in decisions
         if d.action is Action.APPLY
     }
-    unit = BatchUnit(info, realms.embedder_for(info), claim)
+    unit = BatchUnit(info, realms.embedder_for(info))
     end = realms.offsets[1] + len(script)
-    await unit.write(realms.conn, realms.offsets[1], Position(end), decisions, outcomes)
+    settlement = Settlement.of_realm(claim, info, realms.offsets[1], end)
+    await unit.write(realms.conn, settlement, decisions, outcomes)
     realms.offsets[1] = end
 
 
@@ -291,6 +292,7 @@ def realms(pg_dsn: str) -> Iterator[tuple[asyncio.AbstractEventLoop, Realms]]:
         r = Realms(conn, infos)
         for info in infos:
             claim, _ = await positions.claim(conn, f"eq:{info.schema}", "t", 0, 0)
+            await realm_positions.ensure(conn, info.schema, info.realm, "t", 0)
             r.claims.append(claim)
         return r
 

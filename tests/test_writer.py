@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store.errors import Fenced
+from tidegraph.store.errors import AlreadySettled, Fenced
 
 from graph_helpers import T0, GraphHarness, ent, rel
 
@@ -228,8 +228,8 @@ async def test_position_moves_over_an_offset_gap_but_never_back(graph: GraphHarn
     await graph.upsert("a", [([ent("Ada")], [])])
     graph.offset += 5  # offsets with no record (retention, transaction markers)
     await graph.upsert("b", [([ent("Bea")], [])])
-    graph.offset -= 1  # a record at or before the stored position is a repeat
-    with pytest.raises(Fenced):
+    graph.offset -= 1  # a record below the realm's position is a repeat: settled already
+    with pytest.raises(AlreadySettled):
         await graph.upsert("c", [([ent("Cy")], [])])
     assert set(await graph.entities()) == {"Ada", "Bea"}
 

@@ -121,10 +121,15 @@ class AsyncClient:
         return await self._send(calls.changes(realm, after_seq, since, limit))
 
     async def document(
-        self, realm: str, doc_key: str, *, space: str = "default"
+        self,
+        realm: str,
+        doc_key: str,
+        *,
+        space: str = "default",
+        as_believed_at: datetime | date | str | None = None,
     ) -> DocumentResponse:
-        """A document's indexing state."""
-        return await self._send(calls.document(realm, doc_key, space))
+        """A document's indexing state (of the version held at ``as_believed_at``)."""
+        return await self._send(calls.document(realm, doc_key, space, as_believed_at))
 
     async def relations(
         self,

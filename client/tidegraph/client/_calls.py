@@ -87,9 +87,11 @@ def changes(
     return Call("GET", _realm(realm) + "/changes", ChangesResponse, params)
 
 
-def document(realm: str, doc_key: str, space: str) -> Call[DocumentResponse]:
+def document(
+    realm: str, doc_key: str, space: str, as_believed_at: datetime | date | str | None = None
+) -> Call[DocumentResponse]:
     path = _realm(realm) + "/documents/" + quote(doc_key, safe="")
-    return Call("GET", path, DocumentResponse, _params(space=space))
+    return Call("GET", path, DocumentResponse, _params(space=space, as_believed_at=as_believed_at))
 
 
 def relations(realm: str, **filters: Param) -> Call[RelationsResponse]:

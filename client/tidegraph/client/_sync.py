@@ -115,9 +115,16 @@ class Client:
         """One page of the change feed (whole commits)."""
         return self._send(calls.changes(realm, after_seq, since, limit))
 
-    def document(self, realm: str, doc_key: str, *, space: str = "default") -> DocumentResponse:
-        """A document's indexing state."""
-        return self._send(calls.document(realm, doc_key, space))
+    def document(
+        self,
+        realm: str,
+        doc_key: str,
+        *,
+        space: str = "default",
+        as_believed_at: datetime | date | str | None = None,
+    ) -> DocumentResponse:
+        """A document's indexing state (of the version held at ``as_believed_at``)."""
+        return self._send(calls.document(realm, doc_key, space, as_believed_at))
 
     def relations(
         self,

@@ -19,7 +19,8 @@ from psycopg import sql
 
 from tidegraph.connectors import pgoutput
 from tidegraph.connectors.errors import SourceSetupError
-from tidegraph.connectors.postgres_facts import FactsMapping, RowFacts
+from tidegraph.connectors.row_facts import RowFacts, SqlReferences
+from tidegraph.connectors.row_mapping import RowMapping
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.names import DEFAULT_SPACE
@@ -44,7 +45,7 @@ def default_slot_name(realm: str, table: str) -> str:
 @dataclass(frozen=True)
 class CaptureSpec:
     """Which table to capture and how its columns map onto a document: its text
-    (``content_column``), or facts (``facts``, see ``postgres_facts``), never both."""
+    (``content_column``), or facts (``facts``, see ``row_facts``), never both."""
 
     table: str
     """Table name as SQL would resolve it (``orders`` or ``sales.orders``)."""
@@ -54,7 +55,7 @@ class CaptureSpec:
     realm: str
     content_column: str | None = None
     """Column holding the text; required unless ``facts`` is given."""
-    facts: FactsMapping | None = None
+    facts: RowMapping | None = None
     """Mapping of rows to facts; the text is then their rendered passage."""
     title_column: str | None = None
     order_column: str | None = None
@@ -67,7 +68,7 @@ class CaptureSpec:
         if (self.content_column is None) == (self.facts is None):
             raise SourceSetupError("capture a table's text (a content column) or facts, not both")
         if self.facts is not None:
-            key = self.facts.table(self.table).key
+            key = self.facts.facts_table(self.table).key
             if key != self.key_column:
                 raise SourceSetupError(
                     f"the facts mapping keys {self.table} by {key!r}, not {self.key_column!r}"
@@ -161,7 +162,7 @@ class RowMapper:
             return None
         try:
             return await self.facts.document(
-                conn,
+                SqlReferences(self.facts.mapping, conn),
                 self.spec.realm,
                 key,
                 dict(zip(self.facts.columns, values, strict=True)),

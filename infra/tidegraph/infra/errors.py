@@ -51,10 +51,12 @@ class PortInUseError(InfraError):
 
 
 class FetchError(InfraError):
-    """Resolving the broker's jars from Maven Central failed."""
+    """Resolving jars (the broker's, Kafka Connect's) from Maven Central failed."""
 
-    def __init__(self, detail: str, *, output_tail: str = "") -> None:
-        message = f"could not fetch the Kafka broker jars with Maven: {detail}"
+    def __init__(
+        self, detail: str, *, output_tail: str = "", what: str = "the Kafka broker"
+    ) -> None:
+        message = f"could not fetch {what} jars with Maven: {detail}"
         if output_tail:
             message += f"\n{output_tail}"
         super().__init__(message)

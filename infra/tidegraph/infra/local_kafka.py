@@ -24,7 +24,6 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -46,9 +45,8 @@ from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from pydantic import SecretStr
 
-from tidegraph.infra import _proc
+from tidegraph.infra import _proc, maven
 from tidegraph.infra.errors import (
-    FetchError,
     PrerequisiteMissingError,
     ServiceStartError,
     StateDirError,
@@ -243,10 +241,6 @@ def find_mvn(environ: Mapping[str, str] | None = None) -> str:
     return mvn
 
 
-def _pom_digest(pom: Path) -> str:
-    return hashlib.sha256(pom.read_bytes()).hexdigest()
-
-
 def jars_dir(cache: Path, pom: Path | None = None) -> Path:
     """Where the jars for the pinned version live (whether fetched yet or not)."""
     return cache / f"kafka-{kafka_version(pom)}" / "libs"
@@ -255,51 +249,16 @@ def jars_dir(cache: Path, pom: Path | None = None) -> Path:
 def jars_cached(cache: Path, pom: Path | None = None) -> bool:
     """True when the jars for exactly this pom are already in the cache."""
     pom = pom or pom_path()
-    stamp = jars_dir(cache, pom).parent / "pom.sha256"
-    return stamp.is_file() and stamp.read_text().strip() == _pom_digest(pom)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock, so two `up`s never fetch into the same folder at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return maven.fetched(pom, jars_dir(cache, pom))
 
 
 def ensure_jars(cache: Path, *, mvn: str | None = None, pom: Path | None = None) -> Path:
     """Fetch the broker's runtime jars into the cache once; return the folder holding them."""
     pom = pom or pom_path()
     libs = jars_dir(cache, pom)
-    home = libs.parent
-    with _locked(home.parent / f"{home.name}.lock"):
-        if jars_cached(cache, pom):
-            return libs
-        mvn = mvn or find_mvn()
-        staging = home / f"libs.partial-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        home.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(pom, home / "pom.xml")
-        command = [
-            mvn, "-q", "-B", "-f", str(home / "pom.xml"),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise FetchError(str(exc)) from exc
-        if done.returncode != 0 or not any(staging.glob("kafka_*.jar")):
-            tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
-            raise FetchError(f"`mvn` exited with {done.returncode}", output_tail=tail)
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        (home / "pom.sha256").write_text(_pom_digest(pom) + "\n")
-    return libs
+    if maven.fetched(pom, libs):
+        return libs
+    return maven.fetch(pom, libs, mvn=mvn or find_mvn(), expect="kafka_*.jar")
 
 
 def prepare(cache: Path | None = None) -> KafkaRuntime:

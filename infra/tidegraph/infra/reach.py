@@ -18,10 +18,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from tidegraph.infra.errors import ServiceUnreachableError
 from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.infra.local_pg import first_line, redact
+from tidegraph.schemas.kafka_security import kafka_client_options
 
 PG_HINT = "run `tidegraph up`, or point --pg-dsn / TIDEGRAPH_PG_DSN at a running server"
 KAFKA_HINT = (
@@ -107,6 +111,29 @@ async def check_kafka(bootstrap: str) -> None:
     (asked quietly: a one-shot command prints only its own line)."""
     if not await asyncio.to_thread(brokers_answering, bootstrap, timeout=5.0):
         raise kafka_unreachable(bootstrap, "no metadata answer")
+
+
+async def log_ends(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
+    """(topic, partition) → the offset the next record will get, for every partition of
+    ``topic`` (none when the topic does not exist)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, **kafka_client_options()
+    )
+    try:
+        await admin.start()
+        [described] = await admin.describe_topics([topic])
+        if described["error_code"] != 0:
+            return {}
+        tps = [TopicPartition(topic, int(p["partition"])) for p in described["partitions"]]
+        await consumer.start()
+        ends = await consumer.end_offsets(tps)
+        return {(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
+    except (KafkaError, OSError) as exc:
+        raise kafka_unreachable(bootstrap, exc) from None
+    finally:
+        await consumer.stop()
+        await admin.close()
 
 
 async def wait_for_kafka(bootstrap: str, **options: Any) -> None:

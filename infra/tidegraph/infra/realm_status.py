@@ -20,7 +20,7 @@ from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.store import holds, positions
 from tidegraph.store.figures import RealmFigures, realm_figures
 from tidegraph.store.holds import Hold
-from tidegraph.store.positions import NO_REALM, Position, key_realm
+from tidegraph.store.realm_positions import NO_REALM, key_realm
 from tidegraph.store.realms import control_exists
 
 SCAN_LIMIT = 10_000
@@ -29,17 +29,17 @@ SCAN_LIMIT = 10_000
 
 @dataclass
 class DataStatus:
-    """Realms and the indexer group's lag per partition."""
+    """Realms, where each stands, and the indexer group's lag per partition."""
 
     realms: list[RealmFigures] = field(default_factory=list)
     lag: dict[int, int] = field(default_factory=dict)
-    """Partition → records between the high watermark and the applied position."""
+    """Partition → records between the high watermark and the group's cursor."""
     problems: list[str] = field(default_factory=list)
     waiting: list[Hold] = field(default_factory=list)
     """Records the indexer group stopped at, and why."""
     behind: dict[tuple[int, str], list[str]] = field(default_factory=dict)
-    """(partition, held realm) → the partition's other realms whose records lie past the
-    held record (they go on; their position is kept per realm)."""
+    """(partition, held realm) → the partition's other realms whose own position lies past
+    the held record (they went on)."""
     held_up: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     """(partition, realm of the record a paused partition waits at) → the other realms
     with records waiting behind it on that partition."""
@@ -52,10 +52,19 @@ class DataStatus:
         """Records of ``realm`` in the log not yet applied (a lower bound when cut)."""
         return sum(counts[realm] for counts in self.unsettled.values())
 
+    def stands(self, topic: str) -> dict[int, dict[str, int]]:
+        """Partition → realm → where the realm stands on it (its own position)."""
+        out: dict[int, dict[str, int]] = {}
+        for r in self.realms:
+            for (t, p), offset in r.positions.items():
+                if t == topic:
+                    out.setdefault(p, {})[r.realm] = offset
+        return out
+
 
 async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataStatus:
     out = DataStatus()
-    group_positions: dict[int, Position] = {}
+    cursors: dict[int, int] = {}
     try:
         async with await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=3
@@ -63,16 +72,20 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
             if not await control_exists(conn):
                 return out  # a fresh server: no realm, no indexer has run yet
             out.realms = await realm_figures(conn)
-            group_positions = await positions.read_group(conn, group, topic)
+            cursors = await positions.read_group(conn, group, topic)
             out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
-            for h in out.waiting:
-                if h.kind == "held" and h.partition in group_positions:
-                    ahead = group_positions[h.partition].ahead
-                    out.behind[(h.partition, h.realm)] = sorted(r for r in ahead if r != h.realm)
     except psycopg.Error as exc:
         out.problems.append(f"PostgreSQL: {exc}")
         return out
-    if not group_positions:
+    stands = out.stands(topic)
+    for h in out.waiting:
+        if h.kind == "held":
+            on = stands.get(h.partition, {})
+            out.behind[(h.partition, h.realm)] = sorted(
+                r for r, at in on.items() if r != h.realm and at > h.offset
+            )
+    partitions = set(cursors) | set(stands)
+    if not partitions:
         return out
     if not await asyncio.to_thread(brokers_answering, bootstrap, timeout=5.0):
         out.problems.append(f"Kafka at {bootstrap} does not answer")
@@ -85,10 +98,10 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
     )
     try:
         await consumer.start()
-        tps = [TopicPartition(topic, p) for p in group_positions]
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         ends = {tp.partition: end for tp, end in (await consumer.end_offsets(tps)).items()}
-        out.lag = {p: max(0, end - group_positions[p].next_offset) for p, end in ends.items()}
-        await _scan_unsettled(consumer, topic, group_positions, ends, out)
+        out.lag = {p: max(0, ends[p] - c) for p, c in cursors.items() if p in ends}
+        await _scan_unsettled(consumer, topic, stands, cursors, ends, out)
     except Exception as exc:  # noqa: BLE001 - status reports, never fails
         out.problems.append(f"Kafka: {exc!r}")
     finally:
@@ -103,16 +116,17 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
 async def _scan_unsettled(
     consumer: AIOKafkaConsumer,
     topic: str,
-    at: dict[int, Position],
+    stands: dict[int, dict[str, int]],
+    cursors: dict[int, int],
     ends: dict[int, int],
     out: DataStatus,
 ) -> None:
-    """Count, per partition and realm, the records not yet settled: those from the
-    partition's position to its end whose realm (the record key) stands before them.
-    Reads at most :data:`SCAN_LIMIT` records a partition."""
-    todo = {
-        p: (at[p].next_offset, min(end, at[p].next_offset + SCAN_LIMIT)) for p, end in ends.items()
-    }
+    """Count, per partition and realm, the records not yet settled: those at or past the
+    realm's own position (a realm that holds none on the partition yet stands at the
+    group's cursor). Reads from the lowest of them, at most :data:`SCAN_LIMIT` records a
+    partition."""
+    starts = {p: min([*stands.get(p, {}).values(), cursors.get(p, end)]) for p, end in ends.items()}
+    todo = {p: (starts[p], min(end, starts[p] + SCAN_LIMIT)) for p, end in ends.items()}
     todo = {p: span for p, span in todo.items() if span[0] < span[1]}
     out.scan_cut = {p for p, (_, stop) in todo.items() if stop < ends[p]}
     if not todo:
@@ -128,12 +142,14 @@ async def _scan_unsettled(
             if tp.partition not in todo:
                 continue
             stop = todo[tp.partition][1]
+            on = stands.get(tp.partition, {})
+            floor = cursors.get(tp.partition, 0)
             counts = out.unsettled.setdefault(tp.partition, Counter())
             for record in records:
                 if record.offset >= stop:
                     break
                 realm = key_realm(record.key)
-                if realm != NO_REALM and not at[tp.partition].settled(realm, record.offset):
+                if realm != NO_REALM and record.offset >= on.get(realm, floor):
                     counts[realm] += 1
             if records[-1].offset + 1 >= stop:
                 del todo[tp.partition]

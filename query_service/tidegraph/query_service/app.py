@@ -403,14 +403,18 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         realm: RealmPath,
         doc_key: Annotated[str, Path(min_length=1, max_length=1024)],
         space: Annotated[str, Query(max_length=64)] = "default",
+        as_believed_at: Annotated[BeliefInstant | None, Query(description=BELIEVED_AT_DOC)] = None,
         copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
-        """A document's indexing state."""
+        """A document's indexing state; with `as_believed_at`, the version the realm held
+        at that instant (404 when it held none)."""
         _text("doc_key", doc_key)
         _space(space, wildcard=False)
         meta = await lookup(realm, auth, copy)
-        state = await gate.run(lambda conn: reads.document_state(conn, meta, space, doc_key))
+        state = await gate.run(
+            lambda conn: reads.document_state(conn, meta, space, doc_key, as_believed_at)
+        )
         if state is None:
             raise DocumentNotFound(realm, space, doc_key)
         return _json(state)

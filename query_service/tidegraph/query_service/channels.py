@@ -13,10 +13,13 @@ Temporal semantics (paper §5.4):
 * ``as_of`` (valid time): relations whose padded period overlaps the days ``as_of`` covers
   (``1840`` the whole year, ``1840-06`` the month, ``1840-06-05`` the day); undated bounds
   are open, so an undated relation always matches.
-* ``as_believed_at`` (belief time): the relation had a ``relation_history`` interval in an
-  admitted state with ``t_created <= T < t_expired``; chunks likewise by their own stamps.
-* without it, ``relations.status`` decides; ``include_superseded`` admits ``superseded``
-  next to ``current`` either way. Retracted relations never match.
+* ``as_believed_at`` (belief time): every statement reads the relations and entities as
+  believed at T (:func:`~tidegraph.store.belief.relations_at`,
+  :func:`~tidegraph.store.belief.entities_at`: the same columns, from the history interval
+  open at T), chunks, mentions and community builds by their own stamps — so each filter
+  below is written once and reads the past as it reads the present;
+* ``include_superseded`` admits ``superseded`` next to ``current`` either way. Retracted
+  relations never match.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from psycopg import sql
 from tidegraph.query_service.db import table
 from tidegraph.schemas.names import ANY_SPACE
 from tidegraph.schemas.periods import covered
+from tidegraph.store.belief import belief, entities_view, relations_view
 
 
 @dataclass(frozen=True)
@@ -94,11 +98,14 @@ def _space(alias: str, scope: Scope) -> sql.Composable:
     return sql.SQL("{}.space = %(space)s").format(sql.Identifier(alias))
 
 
-def _archived(alias: str, scope: Scope) -> sql.Composed:
-    """Entity ``alias`` is archived by retention (at the belief instant, when one is given)."""
-    if scope.believed_at is None:
-        return sql.SQL("{}.archived_since IS NOT NULL").format(sql.Identifier(alias))
-    return sql.SQL("{}.archived_since <= %(believed)s").format(sql.Identifier(alias))
+def rels(schema: str, scope: Scope) -> sql.Composable:
+    """The relations the request reads (as believed at its instant, when it gives one)."""
+    return relations_view(schema, scope.believed_at is not None)
+
+
+def ents(schema: str, scope: Scope) -> sql.Composable:
+    """The entities the request reads (as believed at its instant, when it gives one)."""
+    return entities_view(schema, scope.believed_at is not None)
 
 
 def has_archived(schema: str) -> sql.Composed:
@@ -124,21 +131,12 @@ def edge_filter(schema: str, scope: Scope, alias: str = "r") -> sql.Composed:
                 "NOT ({r}.subject_id IN ({withheld})) AND NOT ({r}.object_id IN ({withheld}))"
             ).format(
                 r=r,
-                withheld=sql.SQL("SELECT ax.id FROM {} ax WHERE {}").format(
-                    table(schema, "entities"), _archived("ax", scope)
-                ),
+                withheld=sql.SQL(
+                    "SELECT ax.id FROM {} ax WHERE ax.archived_since IS NOT NULL"
+                ).format(ents(schema, scope)),
             )
         )
-    if scope.believed_at is None:
-        parts.append(sql.SQL("{}.status = ANY(%(states)s)").format(r))
-    else:
-        parts.append(
-            sql.SQL(
-                "EXISTS (SELECT 1 FROM {hist} h WHERE h.relation_id = {r}.id"
-                " AND h.state = ANY(%(states)s) AND h.t_created <= %(believed)s"
-                " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s))"
-            ).format(hist=table(schema, "relation_history"), r=r)
-        )
+    parts.append(sql.SQL("{}.status = ANY(%(states)s)").format(r))
     if scope.as_of is not None:
         parts.append(
             sql.SQL(
@@ -153,114 +151,74 @@ def edge_filter(schema: str, scope: Scope, alias: str = "r") -> sql.Composed:
 
 def chunk_filter(scope: Scope, alias: str = "c") -> sql.Composed:
     """Live chunks, or the chunks believed at the instant, in scope."""
-    c = sql.Identifier(alias)
-    belief: sql.Composable
-    if scope.believed_at is None:
-        belief = sql.SQL("{}.t_expired IS NULL").format(c)
-    else:
-        belief = sql.SQL(
-            "{c}.t_created <= %(believed)s"
-            " AND ({c}.t_expired IS NULL OR {c}.t_expired > %(believed)s)"
-        ).format(c=c)
-    return sql.SQL(" AND ").join([_space(alias, scope), belief])
+    return sql.SQL(" AND ").join(
+        [_space(alias, scope), belief(alias, scope.believed_at is not None)]
+    )
 
 
 def entity_filter(scope: Scope, alias: str = "e") -> sql.Composed:
-    """Entities neither dormant nor archived (at the belief instant, when one is given), in
-    scope."""
-    e = sql.Identifier(alias)
-    if scope.believed_at is None:
-        alive: sql.Composable = sql.SQL(
-            "{e}.dormant_since IS NULL AND {e}.archived_since IS NULL"
-        ).format(e=e)
-    else:
-        alive = sql.SQL(
-            "{e}.created_at <= %(believed)s"
-            " AND ({e}.dormant_since IS NULL OR {e}.dormant_since > %(believed)s)"
-            " AND ({e}.archived_since IS NULL OR {e}.archived_since > %(believed)s)"
-        ).format(e=e)
+    """Entities neither dormant nor archived (as they stood at the belief instant, when one
+    is given: entity rows come from :func:`ents`), in scope."""
+    alive = sql.SQL("{e}.dormant_since IS NULL AND {e}.archived_since IS NULL").format(
+        e=sql.Identifier(alias)
+    )
     return sql.SQL(" AND ").join([_space(alias, scope), alive])
 
 
 _ENTITY_COLUMNS = sql.SQL("e.id, e.space, e.name, e.type, e.description, e.aliases")
 
 
-def entity_columns(
-    schema: str, scope: Scope, alias: str = "e"
-) -> tuple[sql.Composed, sql.Composed]:
-    """``id, space, name, type, description, aliases`` of entity rows ``alias``, and the
-    join that supplies them: the stored row for the current belief; at ``as_believed_at``
-    the ``entity_history`` interval open at the instant (a description withdrawn since,
-    or taught since, is shown as it was then), the stored row only for an entity without
-    history at the instant."""
-    a = sql.Identifier(alias)
-    if scope.believed_at is None:
-        return (
-            sql.SQL("{a}.id, {a}.space, {a}.name, {a}.type, {a}.description, {a}.aliases").format(
-                a=a
-            ),
-            sql.Composed([]),
-        )
-    return (
-        sql.SQL(
-            "{a}.id, {a}.space, coalesce(bh.name, {a}.name), coalesce(bh.type, {a}.type),"
-            " coalesce(bh.description, {a}.description), coalesce(bh.aliases, {a}.aliases)"
-        ).format(a=a),
-        sql.SQL(
-            " LEFT JOIN LATERAL (SELECT h.name, h.type, h.description, h.aliases FROM {hist} h"
-            " WHERE h.entity_id = {a}.id AND h.t_created <= %(believed)s"
-            " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
-            " ORDER BY h.t_created DESC LIMIT 1) bh ON true"
-        ).format(a=a, hist=table(schema, "entity_history")),
+def entity_columns(alias: str = "e") -> sql.Composed:
+    """``id, space, name, type, description, aliases`` of entity rows ``alias``."""
+    return sql.SQL("{a}.id, {a}.space, {a}.name, {a}.type, {a}.description, {a}.aliases").format(
+        a=sql.Identifier(alias)
     )
 
 
-def entity_name(schema: str, scope: Scope, alias: str) -> sql.Composed:
-    """The name of entity row ``alias`` as believed at ``as_believed_at`` (a merge may have
-    renamed it since), its stored name otherwise; for relation ends."""
-    a = sql.Identifier(alias)
+def alias_rows(schema: str, scope: Scope) -> sql.Composable:
+    """Rows ``(entity_id, alias_lower)`` of every alias key: the alias table now, the
+    aliases the entities held at the belief instant then."""
     if scope.believed_at is None:
-        return sql.SQL("{}.name").format(a)
+        return table(schema, "entity_aliases")
     return sql.SQL(
-        "coalesce((SELECT h.name FROM {hist} h WHERE h.entity_id = {a}.id"
-        " AND h.t_created <= %(believed)s AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
-        " LIMIT 1), {a}.name)"
-    ).format(a=a, hist=table(schema, "entity_history"))
+        "(SELECT x.id AS entity_id, k.alias_lower FROM {} x,"
+        " unnest(x.alias_keys) AS k(alias_lower))"
+    ).format(ents(schema, scope))
+
+
+def alias_join(schema: str, scope: Scope, key: sql.Composable) -> sql.Composed:
+    """``JOIN`` of the entities ``e`` (of :func:`ents`) having the alias ``key`` (a name
+    key)."""
+    return sql.SQL(
+        " JOIN {alias} a ON a.alias_lower = {key} JOIN {ent} e ON e.id = a.entity_id"
+    ).format(alias=alias_rows(schema, scope), ent=ents(schema, scope), key=key)
 
 
 def entities_by_name(schema: str, scope: Scope) -> sql.Composed:
     """Entities whose canonical name or an alias equals one of ``%(names)s`` (lowercase),
-    with their attributes as believed (:func:`entity_columns`)."""
-    cols, believed = entity_columns(schema, scope)
+    as believed (:func:`ents`)."""
     return sql.SQL(
-        "SELECT {cols} FROM {ent} e{believed} WHERE e.name_key = ANY(%(names)s) AND {f}"
-        " UNION SELECT {cols} FROM {alias} a JOIN {ent} e ON e.id = a.entity_id{believed}"
-        " WHERE a.alias_lower = ANY(%(names)s) AND {f}"
+        "SELECT {cols} FROM {ent} e WHERE e.name_key = ANY(%(names)s) AND {f}"
+        " UNION SELECT {cols} FROM unnest(%(names)s::text[]) AS n(key){aliased} WHERE {f}"
     ).format(
-        cols=cols,
-        believed=believed,
-        ent=table(schema, "entities"),
-        alias=table(schema, "entity_aliases"),
+        cols=entity_columns(),
+        ent=ents(schema, scope),
+        aliased=alias_join(schema, scope, sql.SQL("n.key")),
         f=entity_filter(scope),
     )
 
 
 def entities_by_vector(schema: str, scope: Scope) -> sql.Composed:
-    """The ``%(top_k)s`` entities nearest ``%(evec)s`` (cosine), dormant ones excluded, with
-    their attributes as believed (:func:`entity_columns`; the distance is the present
-    embedding's, history keeps no vectors)."""
-    cols, believed = entity_columns(schema, scope, "x")
+    """The ``%(top_k)s`` entities nearest ``%(evec)s`` (cosine), dormant ones excluded, as
+    believed (the distance is the present embedding's: history keeps no vectors; an entity
+    merged away and deleted since has none and is found by name only)."""
+    f = entity_filter(scope)
+    if scope.believed_at is not None:
+        f = sql.SQL("{} AND e.embedding IS NOT NULL").format(f)
     return sql.SQL(
         "SELECT {cols}, x.d FROM (SELECT {inner}, e.embedding <=> %(evec)s AS d FROM {ent} e"
-        " WHERE {f} ORDER BY e.embedding <=> %(evec)s LIMIT %(top_k)s) x{believed}"
-        " ORDER BY x.d, x.id"
-    ).format(
-        cols=cols,
-        inner=_ENTITY_COLUMNS,
-        believed=believed,
-        ent=table(schema, "entities"),
-        f=entity_filter(scope),
-    )
+        " WHERE {f} ORDER BY e.embedding <=> %(evec)s LIMIT %(top_k)s) x ORDER BY x.d, x.id"
+    ).format(cols=entity_columns("x"), inner=_ENTITY_COLUMNS, ent=ents(schema, scope), f=f)
 
 
 def chunks_by_vector(schema: str, scope: Scope) -> sql.Composed:
@@ -275,10 +233,13 @@ def chunks_by_mentions(schema: str, scope: Scope) -> sql.Composed:
     """Chunks mentioning the matched entities ``%(seeds)s``, most matched entities first."""
     return sql.SQL(
         "SELECT m.chunk_id, count(*) AS n FROM {mentions} m JOIN {chunks} c ON c.id = m.chunk_id"
-        " WHERE m.entity_id = ANY(%(seeds)s::bigint[]) AND {f}"
+        " WHERE m.entity_id = ANY(%(seeds)s::bigint[]) AND {m} AND {f}"
         " GROUP BY m.chunk_id ORDER BY n DESC, m.chunk_id DESC LIMIT %(top_k)s"
     ).format(
-        mentions=table(schema, "mentions"), chunks=table(schema, "chunks"), f=chunk_filter(scope)
+        mentions=table(schema, "mentions"),
+        chunks=table(schema, "chunks"),
+        m=belief("m", scope.believed_at is not None),
+        f=chunk_filter(scope),
     )
 
 
@@ -288,7 +249,7 @@ def relations_by_vector(schema: str, scope: Scope, param: str = "qvec") -> sql.C
     return sql.SQL(
         "SELECT id FROM (SELECT r.id, r.embedding <=> {v} AS d FROM {rel} r WHERE {f}"
         " ORDER BY r.embedding <=> {v} LIMIT %(depth)s) x ORDER BY d, id"
-    ).format(v=v, rel=table(schema, "relations"), f=edge_filter(schema, scope))
+    ).format(v=v, rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 
 def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Composed:
@@ -297,7 +258,7 @@ def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Comp
         "SELECT r.id FROM {rel} r, websearch_to_tsquery('simple', {q}) q"
         " WHERE r.tsv @@ q AND {f}"
         " ORDER BY ts_rank_cd(r.tsv, q) DESC, r.weight DESC, r.id DESC LIMIT %(depth)s"
-    ).format(q=sql.Placeholder(param), rel=table(schema, "relations"), f=edge_filter(schema, scope))
+    ).format(q=sql.Placeholder(param), rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 
 def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
@@ -306,15 +267,14 @@ def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
     the terms ``%(fterms)s``. Rows: relation id, whether the named entity holds the role
     ``%(froles)s`` gives it (an unknown role, or a predicate of ``%(symmetric)s``, fits
     either way); fitting ones first, then best corroborated, newest."""
-    ent, alias, rel = (table(schema, n) for n in ("entities", "entity_aliases", "relations"))
+    ent, rel = ents(schema, scope), rels(schema, scope)
     ef, rf = entity_filter(scope), edge_filter(schema, scope)
     return sql.SQL(
         "WITH wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
         "  AS w(key, role)),"
         " named AS (SELECT e.id, w.role FROM wanted w JOIN {ent} e ON e.name_key = w.key"
         "  WHERE {ef}"
-        "  UNION SELECT e.id, w.role FROM wanted w JOIN {alias} a ON a.alias_lower = w.key"
-        "  JOIN {ent} e ON e.id = a.entity_id WHERE {ef}),"
+        "  UNION SELECT e.id, w.role FROM wanted w{aliased} WHERE {ef}),"
         " q AS (SELECT websearch_to_tsquery('english', %(fterms)s) AS q),"
         " hits AS ("
         "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'subject', true)"
@@ -329,7 +289,13 @@ def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
         " SELECT id, bool_or(fit) AS fit FROM hits GROUP BY id"
         " ORDER BY bool_or(fit) DESC, max(weight) DESC, max(t_created) DESC, id DESC"
         " LIMIT %(depth)s"
-    ).format(ent=ent, alias=alias, rel=rel, ef=ef, rf=rf)
+    ).format(
+        ent=ent,
+        rel=rel,
+        ef=ef,
+        rf=rf,
+        aliased=alias_join(schema, scope, sql.SQL("w.key")),
+    )
 
 
 def traversal(schema: str, scope: Scope) -> sql.Composed:
@@ -369,59 +335,40 @@ def traversal(schema: str, scope: Scope) -> sql.Composed:
         "  FROM walk WHERE rel_id IS NOT NULL) ranked"
         " WHERE rn <= %(cap)s"
         " GROUP BY rel_id ORDER BY min(hop), max(t_created) DESC, rel_id DESC LIMIT %(depth)s"
-    ).format(rel=table(schema, "relations"), f=edge_filter(schema, scope))
+    ).format(rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 
 def relation_details(schema: str, scope: Scope) -> sql.Composed:
-    """Everything a response carries about relations ``%(ids)s``.
-
-    ``state`` is the belief state at ``as_believed_at`` when one is given, else the
-    current status (the ends' names likewise, :func:`entity_name`); ``doc_keys`` are the
-    documents of the live chunks asserting it; ``order_key`` the document order of the
-    latest live document asserting it (current belief, whatever ``as_believed_at``).
-    """
-    if scope.believed_at is None:
-        state = sql.SQL("r.status, r.superseded_by")
-        via = sql.SQL("r.superseded_via")
-        join: sql.Composable = sql.SQL("")
-    else:
-        state = sql.SQL("h.state, h.superseded_by")
-        via = sql.SQL("h.superseded_via")
-        join = sql.SQL(
-            " LEFT JOIN LATERAL (SELECT h.state, h.superseded_by, h.superseded_via"
-            " FROM {hist} h"
-            " WHERE h.relation_id = r.id AND h.t_created <= %(believed)s"
-            " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
-            " ORDER BY h.t_created DESC LIMIT 1) h ON true"
-        ).format(hist=table(schema, "relation_history"))
+    """Everything a response carries about relations ``%(ids)s``, as believed (state,
+    ends, weight, documents, period, order and stamps at ``as_believed_at`` when one is
+    given: :func:`rels`): ``doc_keys`` are the documents of the chunks asserting it,
+    ``order_key`` the document order of the latest of them."""
     return sql.SQL(
-        "SELECT r.id, r.space, {subject}, r.predicate, {object}, r.negated, r.valid_from,"
-        " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
-        " ARRAY(SELECT DISTINCT s.doc_key FROM {src} s WHERE s.relation_id = r.id"
-        "  ORDER BY 1) AS doc_keys, r.order_key, {via}"
+        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        " r.valid_to, r.t_created, r.t_expired, r.status, r.superseded_by, r.weight,"
+        " r.doc_keys, r.order_key, r.superseded_via"
         " FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
-        " JOIN {ent} eo ON eo.id = r.object_id{join}"
-        " WHERE r.id = ANY(%(ids)s::bigint[])"
-    ).format(
-        subject=entity_name(schema, scope, "es"),
-        object=entity_name(schema, scope, "eo"),
-        state=state,
-        via=via,
-        src=table(schema, "relation_sources"),
-        rel=table(schema, "relations"),
-        ent=table(schema, "entities"),
-        join=join,
+        " JOIN {ent} eo ON eo.id = r.object_id WHERE r.id = ANY(%(ids)s::bigint[])"
+    ).format(rel=rels(schema, scope), ent=ents(schema, scope))
+
+
+def documents(schema: str, scope: Scope) -> sql.Composable:
+    """The document versions the request reads: held now, or held at the belief instant."""
+    if scope.believed_at is None:
+        return table(schema, "documents")
+    return sql.SQL("(SELECT * FROM {} h WHERE {})").format(
+        table(schema, "document_history"), belief("h", True)
     )
 
 
-def chunk_details(schema: str) -> sql.Composed:
-    """Text and provenance of chunks ``%(chunk_ids)s``, with their document's order
-    (its current version's ``order_key``)."""
+def chunk_details(schema: str, scope: Scope) -> sql.Composed:
+    """Text and provenance of chunks ``%(chunk_ids)s``, with their document's order (of
+    the version held now, or at the belief instant)."""
     return sql.SQL(
         "SELECT c.id, c.space, c.doc_key, c.ordinal, c.text, d.order_key FROM {chunks} c"
         " LEFT JOIN {docs} d ON d.space = c.space AND d.doc_key = c.doc_key"
         " WHERE c.id = ANY(%(chunk_ids)s::bigint[])"
-    ).format(chunks=table(schema, "chunks"), docs=table(schema, "documents"))
+    ).format(chunks=table(schema, "chunks"), docs=documents(schema, scope))
 
 
 def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
@@ -430,14 +377,27 @@ def communities_ranked(schema: str, scope: Scope) -> sql.Composed:
         "SELECT id, space, title, summary, findings, level, rating, size, built_at, d FROM ("
         " SELECT c.id, c.space, c.title, c.summary, c.findings, c.level, c.rating, c.size,"
         "  c.built_at,"
-        "  c.embedding <=> %(gvec)s AS d FROM {comm} c WHERE {f}"
+        "  c.embedding <=> %(gvec)s AS d FROM {comm} c WHERE {f} AND {b}"
         " ORDER BY c.embedding <=> %(gvec)s LIMIT %(over)s) x ORDER BY d, id"
-    ).format(comm=table(schema, "communities"), f=_space("c", scope))
+    ).format(
+        comm=table(schema, "communities"),
+        f=_space("c", scope),
+        b=belief("c", scope.believed_at is not None),
+    )
 
 
-def last_write(schema: str) -> sql.Composed:
-    """When the realm's graph last changed (for the stale-communities warning)."""
-    return sql.SQL("SELECT last_write_at FROM {}").format(table(schema, "meta"))
+def last_write(schema: str, scope: Scope) -> sql.Composed:
+    """When the realm's graph last changed (for the stale-communities warning): the latest
+    commit that changed more than the communities themselves (a build, or the notice of a
+    rebuild that changed nothing, is no reason to call the reports stale), as known now or
+    at the belief instant."""
+    until = (
+        sql.SQL("AND belief_time <= %(believed)s") if scope.believed_at is not None else sql.SQL("")
+    )
+    return sql.SQL(
+        "SELECT belief_time FROM {} WHERE kind <> ALL(ARRAY['communities_built',"
+        " 'communities_stale']) {} ORDER BY belief_time DESC LIMIT 1"
+    ).format(table(schema, "outbox"), until)
 
 
 def relation_distances(schema: str, scope: Scope, bound: int) -> sql.Composed:
@@ -448,7 +408,7 @@ def relation_distances(schema: str, scope: Scope, bound: int) -> sql.Composed:
     endpoint within ``bound - 1`` hops are absent. Rows: relation id, distance."""
     if bound < 1:
         raise ValueError("a node-distance bound must be at least 1")
-    rel = table(schema, "relations")
+    rel = rels(schema, scope)
     f = edge_filter(schema, scope)
     levels: list[sql.Composable] = [
         sql.SQL("d0 AS (SELECT DISTINCT s AS id FROM unnest(%(seeds)s::bigint[]) AS s)")

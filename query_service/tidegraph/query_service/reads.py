@@ -19,10 +19,13 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.channels import (
     Scope,
+    alias_rows,
+    documents,
     edge_filter,
     entity_columns,
-    entity_name,
+    ents,
     parameters,
+    rels,
 )
 from tidegraph.query_service.db import table
 from tidegraph.schemas.changes import GraphChange, change_id
@@ -156,15 +159,21 @@ async def realm_summaries(
 
 
 async def document_state(
-    conn: AsyncConnection[Any], meta: RealmInfo, space: str, doc_key: str
+    conn: AsyncConnection[Any],
+    meta: RealmInfo,
+    space: str,
+    doc_key: str,
+    believed_at: datetime | None = None,
 ) -> dict[str, Any] | None:
-    """The contract's document status object, or ``None`` when unknown."""
+    """The contract's document status object (of the version held at ``believed_at``
+    when given), or ``None`` when unknown (then)."""
+    scope = Scope(space, None, believed_at, False, None)
     cur = await conn.execute(
         sql.SQL(
             "SELECT status, content_hash, source_version, order_key, chunk_count, indexed_at,"
-            " error, title FROM {} WHERE space = %s AND doc_key = %s"
-        ).format(table(meta.schema, "documents")),
-        (space, doc_key),
+            " error, title FROM {} d WHERE space = %(space)s AND doc_key = %(doc_key)s"
+        ).format(documents(meta.schema, scope)),
+        {"space": space, "doc_key": doc_key, "believed": believed_at},
     )
     row = await cur.fetchone()
     if row is None:
@@ -195,7 +204,9 @@ async def list_relations(
     after_id: int,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """Relations passing the same filter retrieval uses, by id, with names and provenance."""
+    """Relations passing the same filter retrieval uses, by id, with names and provenance,
+    as believed (at ``scope.believed_at`` when given: the relation, its ends' names and
+    every field as that instant's read reported them)."""
     s = meta.schema
     conds: list[sql.Composable] = [edge_filter(s, scope), sql.SQL("r.id > %(after_id)s")]
     if subject is not None:
@@ -204,33 +215,12 @@ async def list_relations(
         conds.append(sql.SQL("eo.name_key = %(object)s"))
     if predicate is not None:
         conds.append(sql.SQL("r.predicate = %(predicate)s"))
-    if scope.believed_at is None:
-        state = sql.SQL("r.status AS state, r.superseded_by AS state_by, r.superseded_via")
-        join: sql.Composable = sql.SQL("")
-    else:
-        state = sql.SQL("h.state, h.superseded_by AS state_by, h.superseded_via")
-        join = sql.SQL(
-            " JOIN {hist} h ON h.relation_id = r.id AND h.t_created <= %(believed)s"
-            " AND (h.t_expired IS NULL OR h.t_expired > %(believed)s)"
-        ).format(hist=table(s, "relation_history"))
     query = sql.SQL(
-        "SELECT r.id, r.space, {subject}, r.predicate, {object}, r.negated, r.valid_from,"
-        " r.valid_to, r.t_created, r.t_expired, {state}, r.weight,"
-        " ARRAY(SELECT DISTINCT src.doc_key FROM {src} src WHERE src.relation_id = r.id"
-        "  ORDER BY 1) AS doc_keys"
-        " FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
-        " JOIN {ent} eo ON eo.id = r.object_id{join}"
-        " WHERE {conds} ORDER BY r.id LIMIT %(limit)s"
-    ).format(
-        subject=entity_name(s, scope, "es"),
-        object=entity_name(s, scope, "eo"),
-        state=state,
-        src=table(s, "relation_sources"),
-        rel=table(s, "relations"),
-        ent=table(s, "entities"),
-        join=join,
-        conds=sql.SQL(" AND ").join(conds),
-    )
+        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        " r.valid_to, r.t_created, r.t_expired, r.status, r.superseded_by, r.superseded_via,"
+        " r.weight, r.doc_keys FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
+        " JOIN {ent} eo ON eo.id = r.object_id WHERE {conds} ORDER BY r.id LIMIT %(limit)s"
+    ).format(rel=rels(s, scope), ent=ents(s, scope), conds=sql.SQL(" AND ").join(conds))
     params = parameters(
         scope,
         subject=None if subject is None else name_key(subject),
@@ -276,44 +266,30 @@ async def list_entities(
     believed_at: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Entities by id, live ones unless asked (dormant, archived); with ``name``, a ranked
-    lookup instead (:func:`_name_lookup`). At ``believed_at``: the entities that existed
-    then, live then unless asked, with the attributes believed then (the lookup still goes
-    by today's names and aliases)."""
+    lookup instead (:func:`_name_lookup`). At ``believed_at``: the entities as that
+    instant's read saw them — those that existed then, live then unless asked, with the
+    names, aliases and attributes they had then (and found by them)."""
     s = meta.schema
+    scope = Scope(space, None, believed_at, False, None)
     conds: list[sql.Composable] = []
     if space != ANY_SPACE:
         conds.append(sql.SQL("e.space = %(space)s"))
-    if believed_at is not None:
-        conds.append(sql.SQL("e.created_at <= %(believed)s"))
     for column, included in (
         ("dormant_since", include_dormant),
         ("archived_since", include_archived),
     ):
-        if included:
-            continue
-        if believed_at is None:
+        if not included:
             conds.append(sql.SQL("e.{} IS NULL").format(sql.Identifier(column)))
-        else:
-            conds.append(
-                sql.SQL("(e.{c} IS NULL OR e.{c} > %(believed)s)").format(c=sql.Identifier(column))
-            )
-    scope = Scope(space, None, believed_at, False, None)
-    cols, believed = entity_columns(s, scope)
-    listed = sql.SQL("{}, {}").format(cols, _ENTITY_STATES)
+    listed = sql.SQL("{}, {}").format(entity_columns(), _ENTITY_STATES)
     params = {"after_id": after_id, "space": space, "limit": limit, "believed": believed_at}
     if name is None:
         conds.append(sql.SQL("e.id > %(after_id)s"))
         query = sql.SQL(
-            "SELECT {cols} FROM {ent} e{believed} WHERE {conds} ORDER BY e.id LIMIT %(limit)s"
-        ).format(
-            cols=listed,
-            ent=table(s, "entities"),
-            believed=believed,
-            conds=sql.SQL(" AND ").join(conds),
-        )
+            "SELECT {cols} FROM {ent} e WHERE {conds} ORDER BY e.id LIMIT %(limit)s"
+        ).format(cols=listed, ent=ents(s, scope), conds=sql.SQL(" AND ").join(conds))
     else:
         prefix = _prefix_query(name)
-        query = _name_lookup(s, conds, bool(prefix), listed, believed)
+        query = _name_lookup(s, scope, conds, bool(prefix), listed)
         params |= {"name": name_key(name), "prefix": prefix}
     cur = await conn.execute(query, params)
     return [
@@ -324,18 +300,11 @@ async def list_entities(
             "type": t,
             "description": d,
             "aliases": list(a),
-            "dormant_since": _by(ds, believed_at),
-            "archived_since": _by(ars, believed_at),
+            "dormant_since": ds,
+            "archived_since": ars,
         }
         for i, sp, n, t, d, a, ds, ars in await cur.fetchall()
     ]
-
-
-def _by(stamp: datetime | None, believed_at: datetime | None) -> datetime | None:
-    """A stamp as known at ``believed_at``: one set later had not happened then."""
-    if stamp is None or believed_at is None or stamp <= believed_at:
-        return stamp
-    return None
 
 
 _ENTITY_STATES = sql.SQL("e.dormant_since, e.archived_since")
@@ -350,17 +319,18 @@ def _prefix_query(name: str) -> str:
 
 def _name_lookup(
     schema: str,
+    scope: Scope,
     conds: list[sql.Composable],
     prefixed: bool,
     cols: sql.Composable,
-    believed: sql.Composable,
 ) -> sql.Composed:
     """Entities whose name or an alias equals ``%(name)s`` or has words starting with its
-    words (``Ada`` finds *Ada Lovelace*, ``lovel`` too, and the alias *Ada King*), through
-    the word-prefix indexes. Ranked: exact name, exact alias, then a name, then an alias,
-    that begins with the whole query as a word, that begins with it at all, and that merely
-    has words starting with it; shorter names first within a rank."""
-    ent, alias = table(schema, "entities"), table(schema, "entity_aliases")
+    words (``Ada`` finds *Ada Lovelace*, ``lovel`` too, and the alias *Ada King*): through
+    the word-prefix indexes now; at a belief instant over the names and aliases held then
+    (a scan of the history open at that instant). Ranked: exact name, exact alias, then a
+    name, then an alias, that begins with the whole query as a word, that begins with it at
+    all, and that merely has words starting with it; shorter names first within a rank."""
+    ent, alias = ents(schema, scope), alias_rows(schema, scope)
     rank = (
         "CASE WHEN {col} = %(name)s THEN 0 WHEN starts_with({col}, %(name)s || ' ') THEN 1"
         " WHEN starts_with({col}, %(name)s) THEN 2 ELSE 3 END"
@@ -384,7 +354,7 @@ def _name_lookup(
     return sql.SQL(
         "WITH hits AS ({branches})"
         " SELECT {cols} FROM (SELECT id, min(rank) AS rank FROM hits GROUP BY id) h"
-        " JOIN {ent} e ON e.id = h.id{believed} WHERE {where}"
+        " JOIN {ent} e ON e.id = h.id WHERE {where}"
         " ORDER BY h.rank, length(e.name), e.id LIMIT %(limit)s"
     ).format(
         branches=sql.SQL(" UNION ALL ").join(
@@ -398,6 +368,5 @@ def _name_lookup(
         ),
         ent=ent,
         cols=cols,
-        believed=believed,
         where=where,
     )

@@ -306,8 +306,10 @@ async def search(
     timings["embed"] = prepared.embed_ms
 
     s = realm.schema
-    cur = await conn.execute(channels.has_archived(s))
-    archived_row = await cur.fetchone()
+    archived_row: tuple[Any, ...] | None = (True,)  # at an instant: whatever is archived now
+    if params.as_believed_at is None:
+        cur = await conn.execute(channels.has_archived(s))
+        archived_row = await cur.fetchone()
     scope = Scope(
         params.space,
         channels.valid_days(params.as_of),
@@ -373,7 +375,7 @@ async def search(
         if with_communities:
             await conn.execute(channels.set_ef_search(ef_entities))
             cur_comm = await conn.execute(channels.communities_ranked(s, scope), p)
-            cur_last = await conn.execute(channels.last_write(s))
+            cur_last = await conn.execute(channels.last_write(s, scope), p)
     if cur_name is not None and cur_vec is not None and cur_sim is not None:
         by_name = await cur_name.fetchall()
         by_vec = await cur_vec.fetchall()
@@ -451,7 +453,7 @@ async def search(
                 if params.mmr_lambda is not None and len(p["ids"]) > 1:
                     cur_pairs = await conn.execute(channels.relation_similarities(s), p)
             if p["chunk_ids"]:
-                cur_chk = await conn.execute(channels.chunk_details(s), p)
+                cur_chk = await conn.execute(channels.chunk_details(s, scope), p)
         rel_rows = await cur_rel.fetchall() if cur_rel is not None else []
         chunk_rows = await cur_chk.fetchall() if cur_chk is not None else []
         if cur_dist is not None:
@@ -486,6 +488,8 @@ async def search(
     )
     chunks = _chunks(fused_chunks, chunk_rows, ["similarity", "mentions"])
     communities, warnings = _communities(community_rows, last_write, params.top_k, limits)
+    if with_communities and not community_rows:
+        warnings.append(NO_BUILD)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
     stats["warnings"] = warnings
     timings["total"] = _ms(started)
@@ -723,6 +727,15 @@ def _communities(
             "`tidegraph communities` for reports that describe the current graph"
         )
     return hits[:top_k], warnings
+
+
+NO_BUILD = (
+    "no community reports: no build covers this space (build them with"
+    " `tidegraph communities`; an answer as believed at an instant reads the build current"
+    " then, never a later one)"
+)
+"""Why a mode that reads community reports found none: the same words now and at any
+earlier instant, so a past answer never changes."""
 
 
 def _finding_texts(findings: Any) -> list[str]:

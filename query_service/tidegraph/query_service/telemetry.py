@@ -74,7 +74,7 @@ async def least_retrieved_communities(
             "WITH hits AS (SELECT x AS id, count(*) AS n, max(at) AS last"
             "  FROM {ret}, unnest(community_ids) x GROUP BY x)"
             " SELECT c.id, c.space, c.level, c.title, c.size, coalesce(h.n, 0), h.last"
-            " FROM {comm} c LEFT JOIN hits h ON h.id = c.id WHERE {f}"
+            " FROM {comm} c LEFT JOIN hits h ON h.id = c.id WHERE {f} AND c.t_expired IS NULL"
             " ORDER BY coalesce(h.n, 0), h.last NULLS FIRST, c.id LIMIT %(limit)s"
         ).format(ret=table(s, "retrievals"), comm=table(s, "communities"), f=_space("c", space)),
         {"space": space, "limit": limit},

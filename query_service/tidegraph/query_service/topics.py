@@ -1,4 +1,5 @@
-"""The nested topic tree of paper §6.1 as stored by the last community build.
+"""The nested topic tree of paper §6.1 as stored by the last community build (earlier
+builds are kept for reads ``as_believed_at`` an earlier instant, :mod:`retrieval`).
 
 A build stores, per space, communities at several levels (0 the finest) with ``parent_id``
 naming the community one level up that contains it; a community whose parent's report
@@ -14,6 +15,7 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.db import table
 from tidegraph.schemas.names import ANY_SPACE
+from tidegraph.store.belief import live
 from tidegraph.store.realms import RealmInfo
 
 
@@ -30,7 +32,7 @@ async def community_tree(
     when the build was made, whether the graph has moved since, and the levels present."""
     s = meta.schema
     comm = table(s, "communities")
-    conds: list[sql.Composable] = [sql.SQL("c.id > %(after_id)s")]
+    conds: list[sql.Composable] = [sql.SQL("c.id > %(after_id)s"), live("c")]
     if space != ANY_SPACE:
         conds.append(sql.SQL("c.space = %(space)s"))
     if level is not None:
@@ -56,9 +58,12 @@ async def community_tree(
         for parent, child in await cur.fetchall():
             children.setdefault(int(parent), []).append(str(child))
         cur = await conn.execute(
-            sql.SQL("SELECT DISTINCT level FROM {comm} c WHERE {f} ORDER BY level").format(
+            sql.SQL(
+                "SELECT DISTINCT level FROM {comm} c WHERE {f} AND {live} ORDER BY level"
+            ).format(
                 comm=comm,
                 f=sql.SQL("true") if space == ANY_SPACE else sql.SQL("c.space = %(space)s"),
+                live=live("c"),
             ),
             params,
         )

@@ -3,6 +3,7 @@ upgrades, consumer positions, and which PostgreSQL errors are worth retrying.
 """
 
 from tidegraph.store.errors import (
+    AlreadySettled,
     EmbedderMismatch,
     Fenced,
     RealmSchemaError,
@@ -12,7 +13,8 @@ from tidegraph.store.errors import (
 )
 from tidegraph.store.holds import Hold
 from tidegraph.store.locks import lock_realm_schema
-from tidegraph.store.positions import Claim, Position
+from tidegraph.store.positions import Claim
+from tidegraph.store.realm_positions import Mark
 from tidegraph.store.realms import (
     RealmInfo,
     create_realm,
@@ -24,11 +26,12 @@ from tidegraph.store.realms import (
 )
 
 __all__ = [
+    "AlreadySettled",
     "Claim",
     "EmbedderMismatch",
     "Fenced",
     "Hold",
-    "Position",
+    "Mark",
     "RealmInfo",
     "RealmSchemaError",
     "RealmSwapped",

@@ -62,12 +62,37 @@ CREATE TABLE IF NOT EXISTS tidegraph.indexer_holds (
     retry_at     timestamptz,
     PRIMARY KEY (group_id, topic, partition, realm)
 );
+CREATE TABLE IF NOT EXISTS tidegraph.key_positions (
+    key          text   NOT NULL,
+    topic        text   NOT NULL,
+    partition    int    NOT NULL,
+    next_offset  bigint NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (key, topic, partition)
+);
 CREATE TABLE IF NOT EXISTS tidegraph.publisher_positions (
     realm          text PRIMARY KEY,
     published_seq  bigint NOT NULL DEFAULT 0,
     updated_at     timestamptz NOT NULL DEFAULT now()
 );
 """
+
+_POSITIONS = """
+CREATE TABLE IF NOT EXISTS {schema}.positions (
+    topic        text   NOT NULL,
+    partition    int    NOT NULL,
+    next_offset  bigint NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topic, partition)
+);
+"""
+
+
+def positions_ddl(schema: str) -> sql.Composed:
+    """The realm's own position table alone (idempotent): where the realm stands on each
+    partition of the documents topic (:mod:`tidegraph.store.realm_positions`)."""
+    return sql.SQL(_POSITIONS).format(schema=sql.Identifier(schema))
+
 
 _TELEMETRY = """
 CREATE TABLE IF NOT EXISTS {schema}.retrievals (
@@ -176,6 +201,7 @@ CREATE TABLE IF NOT EXISTS {schema}.entities (
     embedding      vector({dim}) NOT NULL,
     dormant_since  timestamptz,
     archived_since timestamptz,
+    merged_into    bigint,
     created_at     timestamptz NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS entities_name_key ON {schema}.entities (space, name_key);
@@ -189,10 +215,14 @@ CREATE TABLE IF NOT EXISTS {schema}.entity_aliases (
 );
 CREATE TABLE IF NOT EXISTS {schema}.mentions (
     chunk_id   bigint NOT NULL REFERENCES {schema}.chunks (id),
-    entity_id  bigint NOT NULL REFERENCES {schema}.entities (id),
-    PRIMARY KEY (chunk_id, entity_id)
+    entity_id  bigint NOT NULL,
+    t_created  timestamptz NOT NULL,
+    t_expired  timestamptz,
+    PRIMARY KEY (chunk_id, entity_id, t_created)
 );
 CREATE INDEX IF NOT EXISTS mentions_entity ON {schema}.mentions (entity_id);
+CREATE INDEX IF NOT EXISTS mentions_live ON {schema}.mentions (entity_id)
+    WHERE t_expired IS NULL;
 CREATE TABLE IF NOT EXISTS {schema}.relations (
     id             bigserial PRIMARY KEY,
     space          text   NOT NULL,
@@ -213,6 +243,7 @@ CREATE TABLE IF NOT EXISTS {schema}.relations (
     superseded_via text,
     t_created      timestamptz NOT NULL,
     t_expired      timestamptz,
+    doc_keys       text[] NOT NULL DEFAULT '{{}}',
     rendered       text   NOT NULL,
     tsv            tsvector GENERATED ALWAYS AS (to_tsvector('simple', rendered)) STORED,
     embedding      vector({dim}) NOT NULL,
@@ -239,14 +270,41 @@ CREATE TABLE IF NOT EXISTS {schema}.relation_history (
     state          text   NOT NULL CHECK (state IN ('current', 'superseded')),
     superseded_by  bigint,
     superseded_via text,
+    subject_id     bigint,
+    object_id      bigint,
+    weight         int,
+    order_key      text,
+    valid_from     text,
+    valid_to       text,
+    valid_from_d   date,
+    valid_to_d     date,
+    doc_keys       text[],
+    expired        timestamptz,
     t_created      timestamptz NOT NULL,
     t_expired      timestamptz,
     PRIMARY KEY (relation_id, t_created)
 );
+CREATE INDEX IF NOT EXISTS relation_history_subject ON {schema}.relation_history (subject_id);
+CREATE INDEX IF NOT EXISTS relation_history_object ON {schema}.relation_history (object_id);
 CREATE UNIQUE INDEX IF NOT EXISTS relation_history_open ON {schema}.relation_history (relation_id)
     WHERE t_expired IS NULL;
 CREATE INDEX IF NOT EXISTS relation_history_belief
     ON {schema}.relation_history (t_created, t_expired);
+CREATE TABLE IF NOT EXISTS {schema}.document_history (
+    space           text NOT NULL,
+    doc_key         text NOT NULL,
+    status          text NOT NULL,
+    content_hash    text,
+    source_version  text,
+    order_key       text,
+    title           text,
+    chunk_count     int  NOT NULL,
+    indexed_at      timestamptz NOT NULL,
+    error           text,
+    t_created       timestamptz NOT NULL,
+    t_expired       timestamptz,
+    PRIMARY KEY (space, doc_key, t_created)
+);
 CREATE TABLE IF NOT EXISTS {schema}.outbox (
     seq          bigint NOT NULL,
     idx          int    NOT NULL,
@@ -273,6 +331,8 @@ CREATE TABLE IF NOT EXISTS {schema}.communities (
     rating      real NOT NULL DEFAULT 0,
     size        int  NOT NULL,
     built_at    timestamptz NOT NULL,
+    t_created   timestamptz NOT NULL,
+    t_expired   timestamptz,
     embedding   vector({dim}) NOT NULL
 );
 CREATE TABLE IF NOT EXISTS {schema}.community_members (
@@ -305,10 +365,16 @@ CREATE TABLE IF NOT EXISTS {schema}.entity_history (
     type         text   NOT NULL,
     description  text   NOT NULL,
     aliases      text[] NOT NULL,
+    space        text,
+    name_key     text,
+    alias_keys   text[],
+    dormant_since  timestamptz,
+    archived_since timestamptz,
     t_created    timestamptz NOT NULL,
     t_expired    timestamptz,
     PRIMARY KEY (entity_id, t_created)
 );
+CREATE INDEX IF NOT EXISTS entity_history_name ON {schema}.entity_history (name_key);
 CREATE UNIQUE INDEX IF NOT EXISTS entity_history_open ON {schema}.entity_history (entity_id)
     WHERE t_expired IS NULL;
 """
@@ -342,6 +408,82 @@ def entity_belief_ddl(schema: str) -> sql.Composed:
     return sql.SQL(_ENTITY_BELIEF).format(schema=sql.Identifier(schema))
 
 
+_BELIEF_HISTORY = """
+ALTER TABLE {schema}.entities ADD COLUMN IF NOT EXISTS merged_into bigint;
+ALTER TABLE {schema}.relations ADD COLUMN IF NOT EXISTS doc_keys text[] NOT NULL DEFAULT '{{}}';
+UPDATE {schema}.relations r SET doc_keys = ARRAY(SELECT DISTINCT s.doc_key
+    FROM {schema}.relation_sources s WHERE s.relation_id = r.id ORDER BY 1);
+ALTER TABLE {schema}.relation_history
+    ADD COLUMN IF NOT EXISTS subject_id bigint, ADD COLUMN IF NOT EXISTS object_id bigint,
+    ADD COLUMN IF NOT EXISTS weight int, ADD COLUMN IF NOT EXISTS order_key text,
+    ADD COLUMN IF NOT EXISTS valid_from text, ADD COLUMN IF NOT EXISTS valid_to text,
+    ADD COLUMN IF NOT EXISTS valid_from_d date, ADD COLUMN IF NOT EXISTS valid_to_d date,
+    ADD COLUMN IF NOT EXISTS doc_keys text[], ADD COLUMN IF NOT EXISTS expired timestamptz;
+UPDATE {schema}.relation_history h SET subject_id = r.subject_id, object_id = r.object_id,
+    weight = r.weight, order_key = r.order_key, valid_from = r.valid_from,
+    valid_to = r.valid_to, valid_from_d = r.valid_from_d, valid_to_d = r.valid_to_d,
+    doc_keys = r.doc_keys,
+    expired = CASE WHEN h.state = 'current' THEN NULL ELSE h.t_created END
+    FROM {schema}.relations r WHERE r.id = h.relation_id;
+CREATE INDEX IF NOT EXISTS relation_history_subject ON {schema}.relation_history (subject_id);
+CREATE INDEX IF NOT EXISTS relation_history_object ON {schema}.relation_history (object_id);
+ALTER TABLE {schema}.mentions
+    ADD COLUMN IF NOT EXISTS t_created timestamptz, ADD COLUMN IF NOT EXISTS t_expired timestamptz;
+UPDATE {schema}.mentions m SET t_created = c.t_created FROM {schema}.chunks c
+    WHERE c.id = m.chunk_id AND m.t_created IS NULL;
+ALTER TABLE {schema}.mentions ALTER COLUMN t_created SET NOT NULL;
+ALTER TABLE {schema}.mentions DROP CONSTRAINT IF EXISTS mentions_pkey;
+ALTER TABLE {schema}.mentions DROP CONSTRAINT IF EXISTS mentions_entity_id_fkey;
+ALTER TABLE {schema}.mentions ADD PRIMARY KEY (chunk_id, entity_id, t_created);
+CREATE INDEX IF NOT EXISTS mentions_live ON {schema}.mentions (entity_id)
+    WHERE t_expired IS NULL;
+ALTER TABLE {schema}.entity_history
+    ADD COLUMN IF NOT EXISTS space text, ADD COLUMN IF NOT EXISTS name_key text,
+    ADD COLUMN IF NOT EXISTS alias_keys text[],
+    ADD COLUMN IF NOT EXISTS dormant_since timestamptz,
+    ADD COLUMN IF NOT EXISTS archived_since timestamptz;
+UPDATE {schema}.entity_history h SET space = e.space, name_key = e.name_key,
+    alias_keys = ARRAY(SELECT a.alias_lower FROM {schema}.entity_aliases a
+        WHERE a.entity_id = e.id ORDER BY 1),
+    dormant_since = e.dormant_since, archived_since = e.archived_since
+    FROM {schema}.entities e WHERE e.id = h.entity_id;
+CREATE INDEX IF NOT EXISTS entity_history_name ON {schema}.entity_history (name_key);
+ALTER TABLE {schema}.communities
+    ADD COLUMN IF NOT EXISTS t_created timestamptz, ADD COLUMN IF NOT EXISTS t_expired timestamptz;
+UPDATE {schema}.communities SET t_created = built_at WHERE t_created IS NULL;
+ALTER TABLE {schema}.communities ALTER COLUMN t_created SET NOT NULL;
+CREATE TABLE IF NOT EXISTS {schema}.document_history (
+    space           text NOT NULL,
+    doc_key         text NOT NULL,
+    status          text NOT NULL,
+    content_hash    text,
+    source_version  text,
+    order_key       text,
+    title           text,
+    chunk_count     int  NOT NULL,
+    indexed_at      timestamptz NOT NULL,
+    error           text,
+    t_created       timestamptz NOT NULL,
+    t_expired       timestamptz,
+    PRIMARY KEY (space, doc_key, t_created)
+);
+INSERT INTO {schema}.document_history (space, doc_key, status, content_hash, source_version,
+    order_key, title, chunk_count, indexed_at, error, t_created)
+    SELECT space, doc_key, status, content_hash, source_version, order_key, title,
+    chunk_count, indexed_at, error, indexed_at FROM {schema}.documents
+    ON CONFLICT DO NOTHING;
+"""
+
+
+def belief_history_ddl(schema: str) -> sql.Composed:
+    """Everything a realm keeps so a read ``as_believed_at`` answers exactly what it
+    answered then, for a realm created before: each relation's reported attributes per
+    belief interval, mentions and community builds with belief intervals, and document
+    versions' history; seeded from what the realm holds now (what earlier instants held
+    was not recorded: a replay rebuilds it exactly)."""
+    return sql.SQL(_BELIEF_HISTORY).format(schema=sql.Identifier(schema))
+
+
 _CONTRADICTION_ANSWERS = """
 CREATE TABLE IF NOT EXISTS {schema}.contradiction_answers (
     key             text PRIMARY KEY,
@@ -361,7 +503,7 @@ def contradiction_answers_ddl(schema: str) -> sql.Composed:
     return sql.SQL(_CONTRADICTION_ANSWERS).format(schema=sql.Identifier(schema))
 
 
-_REALM = _REALM_TABLES + _ENTITY_BELIEF + _TELEMETRY + _CONTRADICTION_ANSWERS
+_REALM = _REALM_TABLES + _POSITIONS + _ENTITY_BELIEF + _TELEMETRY + _CONTRADICTION_ANSWERS
 
 _NAME_SEARCH_INDEXES = """
 CREATE INDEX IF NOT EXISTS entities_name_words ON {schema}.entities
@@ -469,7 +611,6 @@ def search_index_ddl(schema: str, dimension: int) -> sql.Composed:
 FOREIGN_KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("entity_aliases", "entity_id", "entities", False),
     ("mentions", "chunk_id", "chunks", False),
-    ("mentions", "entity_id", "entities", False),
     ("relations", "subject_id", "entities", False),
     ("relations", "object_id", "entities", False),
     ("relation_sources", "relation_id", "relations", False),
@@ -481,7 +622,9 @@ FOREIGN_KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("community_members", "entity_id", "entities", False),
 )
 """(table, column, referenced table, on delete cascade) of every foreign key the realm's
-tables declare, under PostgreSQL's default names (``<table>_<column>_fkey``)."""
+tables declare, under PostgreSQL's default names (``<table>_<column>_fkey``). A mention
+refers to its entity without a key: its belief interval outlives an entity merged away and
+deleted, whose mentions read ``as_believed_at`` an earlier instant still find."""
 
 
 def _foreign_key_name(table: str, column: str) -> str:

@@ -4,6 +4,7 @@
     ├── RealmSchemaError     a realm's tables disagree with its pinned embedding (invariant 10)
     ├── EmbedderMismatch     writing or querying with another embedder than the realm's
     ├── Fenced               another consumer owns the partition now: stop, do not retry
+    ├── AlreadySettled       another reader applied these records to their realm first
     ├── RealmBusy            a replay of the realm runs: it cannot be deleted now
     └── TransientError
         ├── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
@@ -43,6 +44,24 @@ class Fenced(TidegraphError):
             f"{topic}/{partition}: position is no longer {offset} at epoch we hold; "
             "another consumer owns this partition"
         )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class AlreadySettled(TidegraphError):
+    """Another reader (a second consumer group, an earlier process) settled the records
+    first: the realm's position is past them. Nothing was written; read the realm's
+    position again and go on from there (DESIGN invariant 2)."""
+
+    retriable = True
+
+    def __init__(self, key: str, topic: str, partition: int, offset: int) -> None:
+        super().__init__(
+            f"{topic}/{partition} offset {offset}: realm {key!r} already stands past it;"
+            " another reader applied it first"
+        )
+        self.key = key
         self.topic = topic
         self.partition = partition
         self.offset = offset

@@ -8,12 +8,13 @@ believed.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 
+from tidegraph.store import realm_positions
 from tidegraph.store.realms import list_realms
 
 
@@ -37,6 +38,8 @@ class RealmFigures:
     refused_facts: int = 0
     """Documents indexed with some of the facts they supplied refused (their status'
     ``error`` says which)."""
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(topic, partition) → where the realm stands: its records below are settled."""
 
 
 _FIGURES = sql.SQL(
@@ -84,4 +87,5 @@ async def schema_figures(
         str(embedder),
         str(extractor),
         int(refused),
+        await realm_positions.read(conn, schema),
     )

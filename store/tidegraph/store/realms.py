@@ -4,6 +4,7 @@ every open (paper §3.5, DESIGN invariant 10). Every package asks these question
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from tidegraph.schemas.names import REALM_PATTERN, realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
+from tidegraph.store import realm_positions
 from tidegraph.store.ddl import (
     EMBEDDING_COLUMNS,
     control_ddl,
@@ -26,11 +28,13 @@ from tidegraph.store.upgrades import (
     NameKeyConflict,
     add_archival,
     add_attribute_indexes,
+    add_belief_history,
     add_contradiction_answers,
     add_entity_belief,
     add_name_keys,
     add_name_search,
     add_positions_ahead,
+    add_realm_positions,
     add_superseded_via,
     add_telemetry,
     has_attribute_indexes,
@@ -163,15 +167,20 @@ class DroppedRealm:
     """Shadow, audit and retired schemas of the realm, left in place."""
 
 
-async def drop_realm(conn: AsyncConnection[Any], realm: str) -> DroppedRealm | None:
-    """Delete a realm in one transaction: its schema, its catalogue row, its publisher
-    position, the indexer's holds on it and its replays' positions. ``None`` when there is
-    no such realm; :class:`RealmBusy` while a replay of it runs.
+async def drop_realm(
+    conn: AsyncConnection[Any], realm: str, ends: Mapping[tuple[str, int], int] | None = None
+) -> DroppedRealm | None:
+    """Delete a realm in one transaction: its schema (its own position with it), its
+    catalogue row, its publisher position, the indexer's holds on it and its replays'
+    claims. ``None`` when there is no such realm; :class:`RealmBusy` while a replay of it
+    runs.
 
-    Kept: the indexer's positions (the realm's records already read stay settled, so a
-    restart does not bring back what was deleted; later records create it again) and the
-    realm's copies (``replay --drop`` removes them one by one). Run inside a caller's
-    transaction, nothing is gone before it commits.
+    The realm's key keeps a position in the control schema, raised to its own and to
+    ``ends`` ((topic, partition) → the log's end now): every record published before the
+    deletion stays settled for every reader, and later records create the realm again
+    from there (:func:`~tidegraph.store.realm_positions.bury`). Kept too: the realm's
+    copies (``replay --drop`` removes them one by one). Run inside a caller's transaction,
+    nothing is gone before it commits.
     """
     validate_realm(realm)
     async with conn.transaction():
@@ -192,6 +201,7 @@ async def drop_realm(conn: AsyncConnection[Any], realm: str) -> DroppedRealm | N
         cur = await conn.execute(sql.SQL("SELECT seq FROM {}.meta").format(sql.Identifier(schema)))
         meta = await cur.fetchone()
         copies = tuple(c for c in await realm_copies(conn, realm) if c != schema)
+        await realm_positions.bury(conn, realm, schema, ends or {})
         await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
         await conn.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
         await conn.execute("DELETE FROM tidegraph.publisher_positions WHERE realm = %s", (realm,))
@@ -253,6 +263,10 @@ async def open_realm(
         await add_superseded_via(conn, schema)
     if ("relations", "rendered") in types and ("contradiction_answers", "key") not in types:
         await add_contradiction_answers(conn, schema)
+    if ("relations", "rendered") in types and ("document_history", "doc_key") not in types:
+        await add_belief_history(conn, schema)
+    if ("meta", "realm") in types and ("positions", "topic") not in types:
+        await add_realm_positions(conn, schema, realm)
     if ("entity_sources", "entity_id") in types and not await has_attribute_indexes(conn, schema):
         await add_attribute_indexes(conn, schema)
     verify_embedding_columns(info, types)

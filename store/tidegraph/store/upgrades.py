@@ -23,9 +23,11 @@ from tidegraph.store.ddl import (
     TELEMETRY_TABLE,
     archival_ddl,
     attribute_index_ddl,
+    belief_history_ddl,
     contradiction_answers_ddl,
     entity_belief_ddl,
     name_search_ddl,
+    positions_ddl,
     superseded_via_ddl,
     telemetry_ddl,
     vector_index_ddl,
@@ -46,6 +48,55 @@ async def add_positions_ahead(conn: AsyncConnection[Any]) -> None:
     )
     if await cur.fetchone() is None:
         await conn.execute(POSITIONS_AHEAD_DDL)
+
+
+async def add_realm_positions(conn: AsyncConnection[Any], schema: str, realm: str) -> None:
+    """Give a realm created while positions belonged to consumer groups its own
+    ``positions``, seeded with the furthest any group had settled it (under the realm's
+    write lock, re-checked there).
+
+    Every record a group settled for the realm below that offset was applied to it (or
+    passed over), whichever group did it, so the realm stands at the largest of them; a
+    replay's shadow takes its own replay group's position.
+    """
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = 'positions' AND c.relkind = 'r'",
+            (schema,),
+        )
+        if await cur.fetchone() is not None:
+            return
+        await conn.execute(positions_ddl(schema))
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (topic, partition, next_offset)"
+                " SELECT topic, partition, max(greatest(next_offset,"
+                "  coalesce((ahead ->> %(realm)s)::bigint, 0)))"
+                " FROM tidegraph.consumer_positions"
+                " WHERE CASE WHEN starts_with(group_id, 'tidegraph-replay:')"
+                "  THEN group_id = 'tidegraph-replay:' || %(schema)s"
+                "  ELSE %(schema)s = 'realm_' || %(realm)s END"
+                " GROUP BY topic, partition"
+            ).format(sql.Identifier(schema, "positions")),
+            {"realm": realm, "schema": schema},
+        )
+
+
+async def add_belief_history(conn: AsyncConnection[Any], schema: str) -> None:
+    """Give a realm created before reads ``as_believed_at`` were exact the history they
+    read (:func:`~tidegraph.store.ddl.belief_history_ddl`), under the realm's write lock,
+    re-checked there (the document history is created last)."""
+    async with conn.transaction():
+        await lock_realm_schema(conn, schema)
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = 'document_history' AND c.relkind = 'r'",
+            (schema,),
+        )
+        if await cur.fetchone() is None:
+            await conn.execute(belief_history_ddl(schema))
 
 
 class NameKeyConflict(Exception):

@@ -15,8 +15,10 @@ A build, in order:
    previous communities stay, nothing is half-replaced);
 5. disambiguate titles and embed the reports with the realm's pinned embedder;
 6. write, in ONE transaction that takes the realm lock the way the writer does (``UPDATE
-   meta … RETURNING seq``): draw the next commit sequence, delete the spaces' previous
-   communities, insert the new ones with their member edges, set ``communities_built_at``
+   meta … RETURNING seq``): draw the next commit sequence, close the belief interval of
+   the spaces' previous communities (they are kept: a read ``as_believed_at`` an earlier
+   instant answers from the build current then), insert the new ones with their member
+   edges, believed from the commit's instant, set ``communities_built_at``
    and clear ``communities_stale``, and append one ``communities_built`` change per space
    to the outbox under the drawn sequence.
 
@@ -164,7 +166,7 @@ async def read_snapshot(
             cur = await conn.execute(
                 _q(
                     "SELECT space FROM {e} WHERE dormant_since IS NULL AND archived_since IS NULL"
-                    " UNION SELECT space FROM {c} ORDER BY 1",
+                    " UNION SELECT space FROM {c} WHERE t_expired IS NULL ORDER BY 1",
                     s,
                     e="entities",
                     c="communities",
@@ -433,8 +435,12 @@ async def _write(
             (built_at, moved),
         )
         await conn.execute(
-            _q("DELETE FROM {c} WHERE space = ANY(%s)", s, c="communities"),
-            ([p.space for p in planned],),
+            _q(
+                "UPDATE {c} SET t_expired = %s WHERE space = ANY(%s) AND t_expired IS NULL",
+                s,
+                c="communities",
+            ),
+            (bt, [p.space for p in planned]),
         )
         ids: list[int] = []
         if rows:
@@ -447,8 +453,8 @@ async def _write(
         await conn.execute(
             _q(
                 "INSERT INTO {c} (id, space, level, parent_id, title, summary, findings,"
-                " rating, size, built_at, embedding)"
-                " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, e"
+                " rating, size, built_at, t_created, embedding)"
+                " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, %s, e"
                 " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[],"
                 " %s::text[], %s::jsonb[], %s::real[], %s::int[], %b::vector[])"
                 " AS u(i, sp, lv, pa, ti, su, fi, ra, sz, e)",
@@ -457,6 +463,7 @@ async def _write(
             ),
             (
                 built_at,
+                bt,
                 ids,
                 [sp for sp, _, _, _ in rows],
                 [v.cluster.level for _, v, _, _ in rows],

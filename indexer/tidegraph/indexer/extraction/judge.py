@@ -17,16 +17,15 @@ from tidegraph.indexer.extraction.contradiction_prompt import (
     parse_contradiction,
 )
 from tidegraph.indexer.extraction.llm import InvalidOutput, outermost_object
-from tidegraph.indexer.graph.supersession import Question
+from tidegraph.indexer.graph.supersession import Answer, Question
 from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.errors import LLMBadOutput
-from tidegraph.indexer.write.contradictions import Answer
 
 __all__ = ["LLMJudge"]
 
 
 class LLMJudge:
-    """A :class:`~tidegraph.indexer.write.contradictions.Judge` asking a chat model."""
+    """A :class:`~tidegraph.indexer.graph.supersession.Judge` asking a chat model."""
 
     def __init__(
         self, client: LLMClient, *, realm: str, model: str | None = None, attempts: int = 3

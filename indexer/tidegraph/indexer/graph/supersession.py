@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 from tidegraph.indexer.graph.predicates import group_index
 from tidegraph.schemas.realm_config import FunctionalSide
@@ -54,6 +54,8 @@ from tidegraph.schemas.realm_config import FunctionalSide
 __all__ = [
     "Assertion",
     "Mechanism",
+    "Answer",
+    "Judge",
     "Question",
     "Residue",
     "Supersession",
@@ -70,6 +72,19 @@ Mechanism = Literal["negation", "exclusive_group", "functional", "model"]
 
 Question = tuple[str, str]
 """Two rendered relations, in code point order: whether they can both hold."""
+
+
+class Answer(NamedTuple):
+    """What the model said about one question, and which model said it."""
+
+    contradicts: bool
+    model: str
+
+
+class Judge(Protocol):
+    """Answers questions about the residue (the model, behind whatever cache)."""
+
+    async def judge(self, questions: Sequence[Question]) -> dict[Question, Answer]: ...
 
 
 def question(a: str, b: str) -> Question:

@@ -11,8 +11,9 @@ from a changed configuration or changed code, which is what a rebuild is for.
 What differs is the unit of work (:class:`~tidegraph.indexer.write.units.BatchUnit`), not
 meaning:
 
-* positions: the batch's transaction moves the replay's position once, over every record
-  it covers (written or not: other realms, no-ops, stale or dead-lettered versions);
+* positions: the batch's transaction moves the shadow's own position once, over every
+  record it covers (written or not: other realms, no-ops, stale or dead-lettered
+  versions), after checking the replay's claim (another replay process fences it);
 * commits: a whole fetch is one transaction, with ``synchronous_commit`` off — a crash
   loses at most the last commits, and since the position commits with them, they are
   simply redone;
@@ -39,15 +40,16 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.indexer.decide.planner import Decision, Logged, Planner
+from tidegraph.indexer.decide.admission import Message
+from tidegraph.indexer.decide.planner import Decision, Planner
 from tidegraph.indexer.extraction.ahead import PrepareAhead
 from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.extraction.prepared import PreparedDocument
-from tidegraph.indexer.replay.log import Message, decode_for_realm, log_time
+from tidegraph.indexer.replay.log import admitted_to
 from tidegraph.indexer.write.contradictions import Judge
-from tidegraph.indexer.write.units import BatchUnit
+from tidegraph.indexer.write.units import BatchUnit, Settlement
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.store.positions import Claim, Position
+from tidegraph.store.positions import Claim
 from tidegraph.store.realms import RealmInfo
 
 ANALYSE_FIRST = 32
@@ -121,9 +123,7 @@ class ShadowApplier:
         self._prepare = prepare
         self._running = asyncio.Semaphore(concurrency)
         self._planner = Planner(info.schema)
-        self._unit = BatchUnit(
-            info, embedder_for(info), claim, after_write=self._written, judge=judge
-        )
+        self._unit = BatchUnit(info, embedder_for(info), after_write=self._written, judge=judge)
         self._analysed_at = 0
         """``counters.written`` when the shadow's statistics were last refreshed."""
 
@@ -135,11 +135,7 @@ class ShadowApplier:
 
     async def plan(self, first: int, end: int, msgs: list[Message]) -> Batch:
         """Decide every record of the realm in ``msgs`` and start preparing the applies."""
-        logged = [
-            Logged(m.offset, log_time(m), rec)
-            for m in msgs
-            if (rec := decode_for_realm(m, self.info.realm)) is not None
-        ]
+        logged = [lg for m in msgs if (lg := admitted_to(m, self.info.realm)) is not None]
         decisions = await self._planner.decide(self.conn, logged)
 
         async def prepare(decision: Decision) -> PreparedDocument:
@@ -157,9 +153,8 @@ class ShadowApplier:
         outcomes = await batch.ahead.all()
         analysed_at = self._analysed_at
         try:
-            written = await self._unit.write(
-                self.conn, batch.first, Position(batch.end), batch.decisions, outcomes
-            )
+            settlement = Settlement.of_realm(self.claim, self.info, batch.first, batch.end)
+            written = await self._unit.write(self.conn, settlement, batch.decisions, outcomes)
         except BaseException:
             self._analysed_at = analysed_at  # the rollback took the statistics too
             raise

@@ -11,8 +11,11 @@ same query serves ``tidegraph diff`` and the replay swap (which must compute wha
 rebuild changed while the live realm is held, so it has to be cheap). ``ref`` carries what
 a change-feed entry needs (ids, display names) and is never compared.
 
-``history=True`` adds the belief record: every ``relation_history`` and ``entity_history``
-interval (an entity's keyed by its present name) and every
+Communities are compared by the current build: each community keyed by its space, level
+and the names of its members (ids and report wording aside), with its size and its parent's
+members. ``history=True`` adds the belief record: every ``relation_history``,
+``entity_history`` and ``document_history`` interval (an entity's keyed by its present
+name) with every value it holds, and every
 chunk's ``t_created``/``t_expired`` (chunks keyed with their document version's hash: two
 versions logged in the same millisecond share a belief instant), plus the belief stamps on
 entities and documents. A
@@ -47,8 +50,11 @@ __all__ = [
 ]
 
 KINDS: tuple[str, ...] = ("document", "entity", "relation")
-"""What ``diff_schemas`` compares by default, in report order."""
-HISTORY_KINDS: tuple[str, ...] = ("relation_history", "entity_history", "chunk")
+"""What the feed can tell of: what a swap compares."""
+COMMUNITY_KINDS: tuple[str, ...] = ("community",)
+"""The current community build, each community keyed by its level and its members' names:
+``diff_schemas`` compares it by default after :data:`KINDS`."""
+HISTORY_KINDS: tuple[str, ...] = ("relation_history", "entity_history", "document_history", "chunk")
 """Added with ``history=True``."""
 
 _REALM = re.compile(REALM_PATTERN)
@@ -178,7 +184,12 @@ SELECT ARRAY[r.space, es.name_key, r.predicate, eo.name_key, r.negated::text,
              h.t_created::text] AS k,
        jsonb_build_object('state', h.state, 'superseded_by', """
     + _superseder("h.superseded_by")
-    + """, 'superseded_via', h.superseded_via, 't_expired', h.t_expired) AS v,
+    + """, 'superseded_via', h.superseded_via, 't_expired', h.t_expired,
+         'subject', (SELECT x.name FROM {s}.entities x WHERE x.id = h.subject_id),
+         'object', (SELECT x.name FROM {s}.entities x WHERE x.id = h.object_id),
+         'weight', h.weight, 'order_key', h.order_key, 'valid_from', h.valid_from,
+         'valid_to', h.valid_to, 'doc_keys', to_jsonb(h.doc_keys), 'expired', h.expired)
+         AS v,
        jsonb_build_object('id', r.id::text) AS ref
 """
 )
@@ -194,13 +205,42 @@ _ENTITY_HISTORY: LiteralString = """
 SELECT ARRAY[e.space, e.name_key, h.t_created::text] AS k,
        jsonb_build_object('name', h.name, 'type', h.type, 'description', h.description,
          'aliases', (SELECT coalesce(jsonb_agg(a ORDER BY a), '[]') FROM unnest(h.aliases) a),
-         't_expired', h.t_expired) AS v,
+         'alias_keys', to_jsonb(h.alias_keys), 'dormant_since', h.dormant_since,
+         'archived_since', h.archived_since, 't_expired', h.t_expired) AS v,
        jsonb_build_object('id', e.id::text) AS ref
 """
 _ENTITY_HISTORY_ALL: LiteralString = """
 FROM {s}.entity_history h
 JOIN {s}.entities e ON e.id = h.entity_id
 WHERE %(space)s::text IS NULL OR e.space = %(space)s
+"""
+
+_DOCUMENT_HISTORY: LiteralString = """
+SELECT ARRAY[h.space, h.doc_key, h.t_created::text] AS k,
+       jsonb_build_object('status', h.status, 'content_hash', h.content_hash,
+         'source_version', h.source_version, 'order_key', h.order_key, 'title', h.title,
+         'chunk_count', h.chunk_count, 'indexed_at', h.indexed_at, 'error', h.error,
+         't_expired', h.t_expired) AS v,
+       jsonb_build_object('doc_key', h.doc_key) AS ref
+"""
+_DOCUMENT_HISTORY_ALL: LiteralString = """
+FROM {s}.document_history h WHERE %(space)s::text IS NULL OR h.space = %(space)s
+"""
+
+_COMMUNITIES: LiteralString = """
+SELECT ARRAY[c.space, c.level::text, m.members] AS k,
+       jsonb_build_object('size', c.size, 'parent', (SELECT pm.members FROM
+         (SELECT string_agg(pe.name_key, ' | ' ORDER BY pe.name_key) AS members
+          FROM {s}.community_members x JOIN {s}.entities pe ON pe.id = x.entity_id
+          WHERE x.community_id = c.parent_id) pm)) AS v,
+       jsonb_build_object('id', c.id::text, 'title', c.title) AS ref
+"""
+_COMMUNITIES_ALL: LiteralString = """
+FROM {s}.communities c
+CROSS JOIN LATERAL (SELECT string_agg(e.name_key, ' | ' ORDER BY e.name_key) AS members
+  FROM {s}.community_members x JOIN {s}.entities e ON e.id = x.entity_id
+  WHERE x.community_id = c.id) m
+WHERE c.t_expired IS NULL AND (%(space)s::text IS NULL OR c.space = %(space)s)
 """
 
 _CHUNKS: LiteralString = """
@@ -218,7 +258,9 @@ _PROJECTIONS: dict[str, tuple[LiteralString, LiteralString, LiteralString | None
     "relation": (_RELATIONS, _RELATIONS_ALL, _RELATIONS_KEYED),
     "relation_history": (_RELATION_HISTORY, _RELATION_HISTORY_ALL, None),
     "entity_history": (_ENTITY_HISTORY, _ENTITY_HISTORY_ALL, None),
+    "document_history": (_DOCUMENT_HISTORY, _DOCUMENT_HISTORY_ALL, None),
     "chunk": (_CHUNKS, _CHUNKS_ALL, None),
+    "community": (_COMMUNITIES, _COMMUNITIES_ALL, None),
 }
 
 _JOIN: LiteralString = """
@@ -257,7 +299,8 @@ async def diff_schemas(
     Reads each kind in one statement; call inside a REPEATABLE READ transaction when both
     sides may be written meanwhile and a consistent answer matters.
     """
-    chosen = tuple(kinds) if kinds is not None else KINDS + (HISTORY_KINDS if history else ())
+    default = KINDS + COMMUNITY_KINDS + (HISTORY_KINDS if history else ())
+    chosen = tuple(kinds) if kinds is not None else default
     unknown = [k for k in chosen if k not in _PROJECTIONS]
     if unknown:
         raise ValueError(f"unknown kinds {unknown}; expected some of {sorted(_PROJECTIONS)}")
@@ -337,7 +380,7 @@ def patch(
 ) -> list[Difference]:
     """``earlier`` with every object in ``keys`` replaced by its ``fresh`` comparison."""
     kept = [d for d in earlier if d.key not in keys.get(d.kind, ())]
-    order = {kind: i for i, kind in enumerate(KINDS + HISTORY_KINDS)}
+    order = {kind: i for i, kind in enumerate(KINDS + COMMUNITY_KINDS + HISTORY_KINDS)}
     return sorted([*kept, *fresh], key=lambda d: (order[d.kind], d.key))
 
 
@@ -373,6 +416,10 @@ def _describe_key(d: Difference) -> str:
         return text + (f" @ {k[5]}" if d.kind == "relation_history" else "")
     if d.kind == "entity_history":
         return f"entity {k[0]}/{side.get('name', k[1])} @ {k[2]}"
+    if d.kind == "document_history":
+        return f"document {k[0]}/{k[1]} @ {k[2]}"
+    if d.kind == "community":
+        return f"community {k[0]} level {k[1]}: {k[2]}"
     return f"chunk {k[0]}/{k[1]}#{k[2]} @ {k[3]} ({k[4]})"
 
 
@@ -395,7 +442,7 @@ def format_difference(d: Difference, a_label: str = "A", b_label: str = "B") -> 
 def _brief(v: dict[str, Any] | None) -> str:
     if not v:
         return ""
-    keep = ("status", "state", "dormant", "weight", "type", "content_hash", "t_expired")
+    keep = ("status", "state", "dormant", "weight", "type", "content_hash", "t_expired", "size")
     return ", ".join(f"{k}={v[k]!r}" for k in keep if k in v)
 
 

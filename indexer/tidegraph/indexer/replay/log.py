@@ -6,9 +6,10 @@ the same mapping every producer uses (DESIGN invariant 1). A replay reads that o
 partition with a manually assigned consumer: no group, no rebalances, nothing committed to
 Kafka; the replay's position lives in PostgreSQL like the indexer's, under its own group id.
 
-Which records belong to the realm follows the indexer's decoding exactly
-(:func:`decode_for_realm`): a record the indexer dead-lettered (no value, invalid, key not
-its realm, content hash mismatch) never reached the graph, so the replay passes it by too.
+Which records belong to the realm is the indexer's admission rule
+(:func:`~tidegraph.indexer.decide.admission.admit`): a record the indexer dead-lettered (no
+value, invalid, key not its realm, content hash mismatch) never reached the graph, so the
+replay passes it by too.
 """
 
 from __future__ import annotations
@@ -16,18 +17,16 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from datetime import datetime
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
+from tidegraph.indexer.decide.admission import Admitted, Message, admit
+from tidegraph.indexer.decide.planner import Logged
 from tidegraph.indexer.replay.errors import ReplayError
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.kafka_security import kafka_client_options
-
-Message: TypeAlias = ConsumerRecord[bytes, bytes]
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -37,25 +36,12 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-def log_time(msg: Message) -> datetime:
-    """A record's log-append timestamp as the indexer reads it: its belief instant."""
-    return datetime.fromtimestamp(msg.timestamp / 1000, tz=UTC)
-
-
-def decode_for_realm(msg: Message, realm: str) -> DocumentVersion | None:
-    """The record's document version when the indexer would have applied it to ``realm``."""
-    key = realm.encode()
-    if msg.key is not None and msg.key != key:
-        return None
-    if msg.value is None:
-        return None
-    try:
-        record = DocumentVersion.from_json(msg.value)
-    except RecordValidationError:
-        return None
-    if record.realm != realm or not record.hash_matches():
-        return None
-    return record
+def admitted_to(msg: Message, realm: str) -> Logged | None:
+    """The record as the indexer gave it to ``realm``, or ``None`` when it did not."""
+    admitted = admit(msg)
+    if isinstance(admitted, Admitted) and admitted.realm == realm:
+        return admitted.logged
+    return None
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,17 @@ rebuilt from it: after a bug fix, a vocabulary or prompt change, a new embedding
 a lost database. The rebuild runs while the live realm keeps serving and indexing:
 
 1. **Shadow.** Create ``realm_<r>__shadow_<label>`` with the live realm's configuration
-   (or a changed one), *without* search indexes (HNSW, full text) and foreign keys, and
-   a position row of its own (group ``tidegraph-replay:<schema>``).
+   (or a changed one), *without* search indexes (HNSW, full text) and foreign keys. Like
+   any realm it keeps its own position; the replay claims the partition under the group
+   ``tidegraph-replay:<schema>``, which fences a second replay process of the same shadow.
 2. **Load.** Read the realm's partition from the beginning (:mod:`replay_log`), skipping
    other realms' records, and apply the realm's records with the live indexer's decide /
    prepare / write functions (:mod:`replay_apply`). Belief stamps come from the records'
    log-append times, so the shadow's history equals the live one. The shadow never runs
-   ahead of the live group's stored position: the live indexer will apply what lies beyond
-   it to the swapped-in realm, and applying a record twice would rewrite history.
+   ahead of the live realm's own position: the live indexer will apply what lies beyond
+   it to the swapped-in realm, and applying a record twice would rewrite history. A realm
+   deleted and created again is rebuilt from its new life only: the shadow starts where
+   the realm's key stood when it was created again.
 3. **Index.** Follow what arrived during the load while still without search indexes
    (every write afterwards maintains them, which costs more than the write), then add
    the foreign keys, each checked once over the loaded rows instead of a lookup per
@@ -54,6 +57,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from pydantic import ValidationError
 
+from tidegraph.indexer.decide.admission import log_time
 from tidegraph.indexer.replay.applier import Batch, EmbedderFor, Prepare, ShadowApplier
 from tidegraph.indexer.replay.errors import (
     ReplayApplyError,
@@ -63,7 +67,7 @@ from tidegraph.indexer.replay.errors import (
     SwapLockTimeout,
     SwapRefused,
 )
-from tidegraph.indexer.replay.log import PartitionReader, log_time
+from tidegraph.indexer.replay.log import PartitionReader
 from tidegraph.indexer.replay.names import (
     audit_schema,
     derived_schema,
@@ -92,7 +96,7 @@ from tidegraph.indexer.write.failures import (
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store import positions
+from tidegraph.store import positions, realm_positions
 from tidegraph.store.ddl import drop_foreign_keys_ddl, foreign_keys_ddl, search_index_ddl
 from tidegraph.store.errors import Fenced, classify_db_error
 from tidegraph.store.locks import replay_lock_key
@@ -132,8 +136,6 @@ class ReplayOptions:
     """PostgreSQL connection string."""
     topic: str = "tidegraph.documents"
     """Documents topic."""
-    live_group: str = "tidegraph-indexer"
-    """The live indexer's consumer group: the shadow follows its stored position."""
     swap: bool = True
     """Swap the caught-up shadow in; ``False`` keeps it under its name."""
     label: str | None = None
@@ -326,15 +328,15 @@ class _Replay:
         if o.until is not None:
             self.until_bound = await self.reader.offset_after(o.until)
         group = replay_group(info.schema)
-        claim, position = await positions.claim(
-            control, group, o.topic, tp.partition, self.start_offset
-        )
+        claim, _ = await positions.claim(control, group, o.topic, tp.partition, self.start_offset)
+        stands = await realm_positions.ensure(control, info.schema, o.realm, o.topic, tp.partition)
+        self.start_offset = max(self.start_offset, stands)
         writer = await self._write_connection()
         self.applier = ShadowApplier(
             writer,
             info,
             claim,
-            position.next_offset,
+            self.start_offset,
             self.prepare,
             self.embedder_for,
             concurrency=o.prepare_concurrency,
@@ -443,13 +445,14 @@ class _Replay:
         return fixed
 
     async def _live_position(self, conn: AsyncConnection[Any]) -> int | None:
-        """Where the live group stands for this realm: every record of it below is
-        settled in the live schema, none above."""
+        """Where the live realm stands: every record of it below is settled in the live
+        schema, none above (``None`` without a live realm or before it settled any)."""
         assert self.applier is not None
-        live = await positions.read(
-            conn, self.o.live_group, self.o.topic, self.applier.claim.partition
+        if not await realm_exists(conn, self.live):
+            return None
+        return await realm_positions.stand(
+            conn, self.live, self.o.topic, self.applier.claim.partition
         )
-        return live.of(self.o.realm) if live is not None else None
 
     async def _run_to(
         self,
@@ -600,7 +603,6 @@ class _Replay:
             live=self.live,
             shadow=info.schema,
             retired=retired,
-            live_group=o.live_group,
             replay_group=group,
             topic=o.topic,
             partition=partition,

@@ -5,11 +5,13 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
 1. take the live realm's lock — the ``meta`` row, ``FOR UPDATE`` — which is the lock every
    write of the realm takes first (``writer.begin``), so from here on no record of the
    realm is applied to the old schema; the hold is timed from this step;
-2. read the live consumer group's stored position for the realm's partition: every record
-   the live realm reflects lies below it, because positions commit with the graph;
+2. read the live realm's own position on its partition: every record the live realm
+   reflects lies below it, because the position commits with the graph (and every settle
+   of the realm takes the lock held in step 1 first);
 3. let the replay apply the shadow up to exactly that position (on its own connection);
-4. carry the retention state over (:func:`carry_retention`): the archived flags of the
-   old realm's entities and its coverage telemetry, mapped by entity id;
+4. carry over what is not in the log: the retention state (:func:`carry_retention`), the
+   archived flags of the old realm's entities and its coverage telemetry, mapped by entity
+   id; and its community builds (:func:`carry_communities`);
 5. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
    a comparison made before the lock (:func:`baseline`), with the objects either side
    changed since — the change feeds name them — compared again through the indexes;
@@ -23,7 +25,9 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
 8. mark the old ``meta`` swapped out, rename the old schema to its retired name and the
    shadow to ``realm_<realm>``; give the retired schema empty ``outbox`` and cache
    tables so it stays a complete realm for inspection;
-9. drop the replay's position row, record the realm in ``tidegraph.realms``; commit.
+9. drop the replay's claim, record the realm in ``tidegraph.realms``; commit. The
+   shadow's own position, equal to the live one, is renamed with it: readers of the log
+   go on from there.
 
 Why the feed stays gap-free (DESIGN invariant 7): the outbox a reader or the publisher pages
 through is the same table before and after, and the rebuild commit becomes visible
@@ -33,14 +37,19 @@ just below the rebuild notice, so the rebuilt history is not published a second 
 consumers saw the original) but the notice is.
 
 What a feed consumer sees is that one commit, ``seq = head + 1``, stamped with the later of
-the two sides' latest belief instants (no wall clock, so the feed stays reproducible):
+the two sides' latest belief instants — the last record's, or the last community build's —
+and never the swap's clock: a record applied after the swap is then stamped as a rebuild of
+the whole log stamps it, so the realm's history stays what the log makes it (DESIGN
+invariant 6):
 
-* ``communities_stale`` at index 0 — the rebuild notice. Communities are not carried over
-  (their members are entity ids of the old schema), so they are stale in the plainest
-  sense. Its outbox payload holds ``rebuild``: the retired schema, the log position the
-  rebuild reflects and the number of differences; ``GraphChange`` v1 has no field for it,
-  so on the changes topic the notice is a ``communities_stale`` heading a commit that names
-  no document first (a writer's commit always starts with its document's change);
+* ``communities_stale`` at index 0 — the rebuild notice, under the kind consumers already
+  rebuild their own derived views on. The old realm's community builds are carried over
+  (:func:`carry_communities`) when the embedder is the same; under another they are stale
+  in the plainest sense. Its outbox payload holds ``rebuild``: the retired schema, the log
+  position the rebuild reflects and the number of differences (``GraphChange`` carries it
+  as its ``rebuild`` field); on the changes topic the notice is a ``communities_stale``
+  heading a commit that names no document first (a writer's commit always starts with
+  its document's change);
 * then, for every object whose feed-visible state differs: ``document_indexed`` /
   ``_replaced`` / ``_failed`` / ``_deleted``; ``entity_added`` / ``_dormant`` /
   ``_revived``; ``relation_added`` / ``_superseded`` / ``_retracted`` / ``_restored`` —
@@ -77,7 +86,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
 import psycopg
@@ -94,10 +102,9 @@ from tidegraph.indexer.replay.diff import (
     patch,
 )
 from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
-from tidegraph.store import positions
+from tidegraph.store import positions, realm_positions
 from tidegraph.store.ddl import contradiction_answers_ddl
 from tidegraph.store.locks import lock_realm_schema
-from tidegraph.store.positions import Position
 from tidegraph.store.realms import realm_exists
 from tidegraph.store.upgrades import has_telemetry
 
@@ -113,10 +120,8 @@ class SwapPlan:
     """The caught-up shadow."""
     retired: str
     """Name the live schema is given."""
-    live_group: str
-    """The live indexer's consumer group."""
     replay_group: str
-    """The replay's own position row, dropped at the swap."""
+    """The replay's claim, dropped at the swap."""
     topic: str
     partition: int
     lock_timeout: float = 5.0
@@ -149,6 +154,8 @@ class SwapOutcome:
     """Archived entities the rebuilt realm holds, carried from the old one."""
     retrievals_carried: int = 0
     """Coverage telemetry rows the rebuilt realm holds, carried from the old one."""
+    communities_carried: int = 0
+    """Communities (of every build the old realm kept) carried into the rebuilt realm."""
 
 
 @dataclass(frozen=True)
@@ -248,18 +255,22 @@ async def _swap(
             )
         old_seq, old_last = int(row[0]), row[1]
 
-    live = await positions.read(conn, plan.live_group, plan.topic, plan.partition)
-    live_position = live.of(plan.realm) if live is not None else None
+    live_position = (
+        await realm_positions.stand(conn, plan.live, plan.topic, plan.partition)
+        if live_exists
+        else None
+    )
     caught_from = time.perf_counter()
     shadow_position, caught = await catch_up(live_position)
     catch_up_seconds = time.perf_counter() - caught_from
     if live_position is not None and shadow_position != live_position:
         raise SwapRefused(
             f"realm {plan.realm!r}: the shadow stands at offset {shadow_position} but the "
-            f"live group {plan.live_group!r} at {live_position}; refusing to swap"
+            f"live realm at {live_position}; refusing to swap"
         )
 
     carried = await carry_retention(conn, plan.live, plan.shadow) if live_exists else (0, 0)
+    communities = await carry_communities(conn, plan.live, plan.shadow) if live_exists else 0
     cur = await conn.execute(
         sql.SQL("SELECT seq, last_write_at FROM {}").format(_t(plan.shadow, "meta"))
     )
@@ -352,17 +363,6 @@ async def _swap(
             " ON CONFLICT (realm) DO NOTHING",
             (plan.realm, seq - 1),
         )
-    if live_position is None:
-        # No live indexer has consumed the partition yet: for this realm it starts where
-        # the rebuild ends, rather than from the beginning, which would apply every record
-        # again; the partition's other realms start from the beginning.
-        await positions.place(
-            conn,
-            plan.live_group,
-            plan.topic,
-            plan.partition,
-            Position(0, MappingProxyType({plan.realm: shadow_position})),
-        )
     cur = await conn.execute("SELECT clock_timestamp()")
     clock = await cur.fetchone()
     assert clock is not None
@@ -378,6 +378,7 @@ async def _swap(
         diff_seconds,
         clock[0],
         *carried,
+        communities,
     )
 
 
@@ -441,6 +442,63 @@ async def carry_retention(conn: AsyncConnection[Any], live: str, shadow: str) ->
     row = await cur.fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+async def carry_communities(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
+    """Step 4 too: the old realm's community builds — every build it kept, with its belief
+    interval, so global answers now and ``as_believed_at`` an earlier instant read the same
+    reports — and the build state of its ``meta`` row. A member is kept where the rebuilt
+    realm has the same entity (same id, space and name); returns the communities carried.
+
+    Communities are not in the log, so a rebuild cannot make them: rebuilding them would
+    ask a model for reports again and could cluster differently. Under another embedder
+    (another vector dimension) the reports cannot be carried: the rebuild notice says the
+    communities are stale, and `tidegraph communities` builds them anew.
+    """
+    cur = await conn.execute(
+        sql.SQL("SELECT (SELECT dimension FROM {}) = (SELECT dimension FROM {})").format(
+            _t(live, "meta"), _t(shadow, "meta")
+        )
+    )
+    row = await cur.fetchone()
+    if not (row and row[0]):
+        return 0
+    columns = sql.SQL(
+        "id, space, level, parent_id, title, summary, findings, rating, size, built_at,"
+        " t_created, t_expired, embedding"
+    )
+    cur = await conn.execute(
+        sql.SQL("INSERT INTO {s} ({c}) SELECT {c} FROM {l}").format(
+            s=_t(shadow, "communities"), l=_t(live, "communities"), c=columns
+        )
+    )
+    carried = cur.rowcount
+    await conn.execute(
+        sql.SQL(
+            "INSERT INTO {sm} (community_id, entity_id) SELECT m.community_id, m.entity_id"
+            " FROM {lm} m JOIN {le} l ON l.id = m.entity_id"
+            " JOIN {se} s ON s.id = l.id AND s.space = l.space AND s.name_key = l.name_key"
+        ).format(
+            sm=_t(shadow, "community_members"),
+            lm=_t(live, "community_members"),
+            le=_t(live, "entities"),
+            se=_t(shadow, "entities"),
+        )
+    )
+    await conn.execute(
+        sql.SQL(
+            "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {}"
+            " HAVING max(id) IS NOT NULL"
+        ).format(_t(shadow, "communities")),
+        (sql.Identifier(shadow, "communities").as_string(conn),),
+    )
+    await conn.execute(
+        sql.SQL(
+            "UPDATE {s} SET communities_built_at = l.communities_built_at,"
+            " communities_stale = l.communities_stale FROM {l} l"
+        ).format(s=_t(shadow, "meta"), l=_t(live, "meta"))
+    )
+    return carried
 
 
 async def premerge_retention(conn: AsyncConnection[Any], live: str, shadow: str) -> None:

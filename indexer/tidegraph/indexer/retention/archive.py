@@ -33,6 +33,7 @@ from tidegraph.indexer.retention.score import (
 from tidegraph.indexer.write.sequencer import LiveSequencer
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.errors import ConfigError
+from tidegraph.store.belief import ENTITIES
 from tidegraph.store.realms import RealmInfo
 from tidegraph.store.upgrades import add_telemetry, has_telemetry
 
@@ -169,6 +170,8 @@ async def _commit(
         changed = sorted(await cur.fetchall())
         if not changed:
             raise _NothingChanged  # undoes the drawn sequence with the transaction
+        ids_changed = [int(r[0]) for r in changed]
+        await ENTITIES.record(conn, info.schema, {"ids": ids_changed, "bt": stamp.belief_time})
         kind = ChangeKind.ENTITY_ARCHIVED if archived else ChangeKind.ENTITY_UNARCHIVED
         changes: list[tuple[str, str, dict[str, Any]]] = [
             (kind.value, str(sp), {"entity": {"id": str(i), "name": n, "type": t}})

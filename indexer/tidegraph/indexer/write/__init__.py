@@ -2,7 +2,7 @@
 
 from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, verdict
 from tidegraph.indexer.write.sequencer import BatchSequencer, LiveSequencer, Sequencer, Stamp
-from tidegraph.indexer.write.units import BatchUnit, RecordUnit
+from tidegraph.indexer.write.units import BatchUnit, RecordUnit, Settlement
 from tidegraph.indexer.write.writer import UNKNOWN, Version, WriteResult, apply_version
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "RecordFailed",
     "RecordUnit",
     "Sequencer",
+    "Settlement",
     "Stamp",
     "UNKNOWN",
     "Verdict",

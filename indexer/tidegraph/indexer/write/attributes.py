@@ -6,9 +6,9 @@ drops its chunks' contributions with their mentions (``writer``), and a merge mo
 to the survivor. Once every row of the write is final, :func:`settle_attributes` derives
 each touched entity's type and description from its live contributions
 (:mod:`~tidegraph.indexer.graph.attributes`), stores what changed and reports it once as
-``entity_updated``, then closes and opens ``entity_history`` intervals for every touched
-entity whose name, type, description or aliases now differ from its open interval.
-``as_believed_at`` reads take an entity's attributes from the interval open at the instant.
+``entity_updated``, then records the belief history of every touched entity
+(:data:`~tidegraph.store.belief.ENTITIES`). ``as_believed_at`` reads take an entity as the
+interval open at the instant holds it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tidegraph.indexer.graph.resolution import CONCEPT, EntityRecord
 from tidegraph.indexer.graph.rules import render_entity
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.schemas.names import name_key
+from tidegraph.store.belief import ENTITIES
 
 
 def contributions(
@@ -143,27 +144,8 @@ async def settle_attributes(
 
 
 async def _record_history(ctx: WriteContext, ids: list[int], bt: datetime) -> None:
-    """Close the open interval of each entity of ``ids`` whose attributes changed (or whose
-    row is gone) and open one with its present attributes; three statements, no round
-    trip. An interval opened at this very instant is replaced rather than closed, so the
-    history never holds an empty interval."""
-    params = {"ids": ids, "bt": bt}
-    await ctx.run(
-        "DELETE FROM {entity_history} WHERE entity_id = ANY(%(ids)s) AND t_created = %(bt)s"
-        " AND t_expired IS NULL",
-        params,
-    )
-    await ctx.run(
-        "UPDATE {entity_history} h SET t_expired = %(bt)s"
-        " WHERE h.entity_id = ANY(%(ids)s) AND h.t_expired IS NULL AND NOT EXISTS ("
-        "  SELECT 1 FROM {entities} e WHERE e.id = h.entity_id AND e.name = h.name"
-        "  AND e.type = h.type AND e.description = h.description AND e.aliases = h.aliases)",
-        params,
-    )
-    await ctx.run(
-        "INSERT INTO {entity_history} (entity_id, name, type, description, aliases, t_created)"
-        " SELECT e.id, e.name, e.type, e.description, e.aliases, %(bt)s FROM {entities} e"
-        " WHERE e.id = ANY(%(ids)s) AND NOT EXISTS (SELECT 1 FROM {entity_history} h"
-        "  WHERE h.entity_id = e.id AND h.t_expired IS NULL)",
-        params,
-    )
+    """Record the belief history of the entities ``ids`` at ``bt``
+    (:data:`~tidegraph.store.belief.ENTITIES`: names, attributes, dormancy, archival; an
+    entity whose row is gone closes its interval); no round trip."""
+    for statement in ENTITIES.statements():
+        await ctx.run(statement, {"ids": ids, "bt": bt})

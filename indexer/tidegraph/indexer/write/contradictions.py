@@ -20,13 +20,13 @@ nothing is written meanwhile.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.extraction.contradiction_prompt import PROMPT_VERSION, answer_key
-from tidegraph.indexer.graph.supersession import Question
+from tidegraph.indexer.graph.supersession import Answer, Judge, Question
 from tidegraph.indexer.write.context import WriteContext, realm_query
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.store.realms import RealmInfo
@@ -43,19 +43,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class Answer(NamedTuple):
-    """What the model said about one question, and which model said it."""
-
-    contradicts: bool
-    model: str
-
-
-class Judge(Protocol):
-    """Answers questions about the residue (the model, behind whatever cache)."""
-
-    async def judge(self, questions: Sequence[Question]) -> dict[Question, Answer]: ...
 
 
 JudgeFor = Callable[[RealmInfo], Judge | None]

@@ -49,7 +49,7 @@ async def resolve_entities(
     keys = sorted({k for k in facts} | {name_key(a) for f in facts.values() for a in f.aliases})
     named = await ctx.send(
         "SELECT id, name, type, description, aliases FROM {entities}"
-        " WHERE space = %s AND name_key = ANY(%s)",
+        " WHERE space = %s AND name_key = ANY(%s) AND merged_into IS NULL",
         (doc.space, keys),
     )
     aliased = await ctx.send(
@@ -230,26 +230,33 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
     """Fold stored entities into the one they were proven to be (``moves``: absorbed →
     survivor, already holding the merged record).
 
-    Mentions and relations move to the survivor. A relation keeps its id (and so its
+    Mentions (their belief intervals closed and opened) and relations move to the
+    survivor. A relation keeps its id (and so its
     belief history) when the survivor has no edge with the same key — for a symmetric
     predicate, on the same unordered pair, whichever way round (``graph.symmetry``: an
     edge keeps its orientation, so the feed's ``merged_into`` tells its new ends); otherwise its
     provenance moves into that edge and it is left without any, so reconciliation
-    retracts it in belief time. The absorbed row is deleted once nothing refers to it;
-    otherwise it stays dormant without surface forms of its own.
+    retracts it in belief time. The absorbed row stays, dormant, without surface forms of
+    its own and marked ``merged_into`` (resolution never finds it again): what was believed
+    of it before the merge is read back from it, its vector included.
     """
     repointed: list[_Repointed] = []
     symmetric = ctx.info.config.symmetric_predicates
     for x, k in sorted(moves.items()):
         await ctx.run(
-            "INSERT INTO {mentions} (chunk_id, entity_id) SELECT chunk_id, %s FROM {mentions}"
-            " WHERE entity_id = %s ON CONFLICT DO NOTHING",
-            (k, x),
+            "INSERT INTO {mentions} (chunk_id, entity_id, t_created)"
+            " SELECT m.chunk_id, %(k)s, %(bt)s FROM {mentions} m"
+            " WHERE m.entity_id = %(x)s AND m.t_expired IS NULL AND NOT EXISTS (SELECT 1"
+            "  FROM {mentions} o WHERE o.chunk_id = m.chunk_id AND o.entity_id = %(k)s"
+            "  AND o.t_expired IS NULL) ON CONFLICT DO NOTHING",
+            {"k": k, "x": x, "bt": bt},
         )
-        await ctx.run("DELETE FROM {mentions} WHERE entity_id = %s", (x,))
+        await ctx.run(
+            "UPDATE {mentions} SET t_expired = %s WHERE entity_id = %s AND t_expired IS NULL",
+            (bt, x),
+        )
         await ctx.run("DELETE FROM {entity_aliases} WHERE entity_id = %s", (x,))
         await ctx.run("DELETE FROM {community_members} WHERE entity_id = %s", (x,))
-        keep = False
         for rid, s_id, p, o_id, n, vf, vt in await ctx.rows(
             "SELECT id, subject_id, predicate, object_id, negated, valid_from, valid_to"
             " FROM {relations} WHERE space = %s AND (subject_id = %s OR object_id = %s)"
@@ -276,7 +283,7 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
                 )
                 repointed.append(_Repointed(int(rid), s2, str(p), o2, bool(n), vf, vt))
                 continue
-            keep = True  # a self-loop now, or a duplicate of the survivor's edge
+            # a self-loop now, or a duplicate of the survivor's edge
             if other:
                 target = int(other[0][0])
                 ctx.touched_relations.add(target)
@@ -292,14 +299,11 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
         ((name, typ),) = await ctx.rows("SELECT name, type FROM {entities} WHERE id = %s", (x,))
         ref = {"id": str(x), "name": str(name), "type": str(typ)}
         ctx.changes.add(ChangeKind.ENTITY_DORMANT, space, entity=ref, merged_into=str(k))
-        if keep:
-            await ctx.run(
-                "UPDATE {entities} SET aliases = '{{}}',"
-                " dormant_since = coalesce(dormant_since, %s) WHERE id = %s",
-                (bt, x),
-            )
-        else:
-            await ctx.run("DELETE FROM {entities} WHERE id = %s", (x,))
+        await ctx.run(
+            "UPDATE {entities} SET aliases = '{{}}', merged_into = %s,"
+            " dormant_since = coalesce(dormant_since, %s) WHERE id = %s",
+            (k, bt, x),
+        )
     if repointed:
         names = await ctx.entity_names(
             {r.subject_id for r in repointed} | {r.object_id for r in repointed}
@@ -332,7 +336,7 @@ async def mention_states(
         return None
     return await ctx.send(
         "SELECT e.id, e.space, e.name, e.type, e.dormant_since IS NOT NULL,"
-        " EXISTS (SELECT 1 FROM {mentions} m WHERE m.entity_id = e.id),"
+        " EXISTS (SELECT 1 FROM {mentions} m WHERE m.entity_id = e.id AND m.t_expired IS NULL),"
         " e.archived_since IS NOT NULL AND e.id = ANY(%s)"
         " FROM {entities} e WHERE e.id = ANY(%s) ORDER BY e.id",
         (sorted(mentioned), sorted(touched)),

@@ -5,7 +5,8 @@ A record that fails carries where it sits as typed fields (:class:`RecordFailed`
 
 * ``retry`` — the database or the model endpoint is unavailable: pause, back off
   (:class:`Backoff`, honouring the endpoint's ``Retry-After``) and try the same record again;
-* ``retry_now`` — a replay swapped the realm in underneath: try again at once, against it;
+* ``retry_now`` — a replay swapped the realm in underneath, or another reader settled the
+  records first (``AlreadySettled``): decide again at once, from what the realm holds;
 * ``lost`` — another consumer owns the partition now (fenced): stop, it continues;
 * ``hold`` — trying again cannot help (a bug, a configuration the record cannot be
   applied under): the record's realm stops at it, fail closed, until an operator fixes the
@@ -22,7 +23,7 @@ import enum
 from dataclasses import dataclass
 
 from tidegraph.schemas.errors import TidegraphError
-from tidegraph.store.errors import Fenced, RealmSwapped, classify_db_error
+from tidegraph.store.errors import AlreadySettled, Fenced, RealmSwapped, classify_db_error
 
 
 class RecordFailed(Exception):
@@ -66,7 +67,7 @@ def verdict(exc: BaseException) -> Verdict:
     cause = exc.cause if isinstance(exc, RecordFailed) else classify_db_error(exc)
     if isinstance(cause, Fenced):
         return Verdict.LOST
-    if isinstance(cause, RealmSwapped):
+    if isinstance(cause, RealmSwapped | AlreadySettled):
         return Verdict.RETRY_NOW
     if isinstance(cause, TidegraphError) and cause.retriable:
         return Verdict.RETRY

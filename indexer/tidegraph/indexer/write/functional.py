@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, NamedTuple
 
 from psycopg import AsyncCursor
@@ -46,10 +45,9 @@ class Scoped(NamedTuple):
     valid: tuple[str | None, str | None]
     """Stated period (valid_from, valid_to)."""
     state: str | None
-    """State of its open belief interval; ``None``: retracted."""
+    """Its belief state (``retracted`` included)."""
     superseded_by: int | None
     superseded_via: str | None
-    open_since: datetime | None
     in_scope: bool
     """In a touched functional scope (its state is decided); else context only."""
 
@@ -77,8 +75,7 @@ class PendingScope:
                 r[10],
                 int(r[11]) if r[11] is not None else None,
                 r[12],
-                r[13],
-                bool(r[14]),
+                bool(r[13]),
             )
             for r in await ctx.fetch(self.cursor)
         ]
@@ -117,12 +114,11 @@ async def send_functional_scope(
         "   WHERE predicate = ANY(%s)) k USING (space, object_id, predicate)"
         "  WHERE NOT r.negated)"
         " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
-        "  r.weight > 0, r.order_key, r.valid_from, r.valid_to, h.state, h.superseded_by,"
-        "  h.superseded_via, h.t_created, r.id IN (SELECT id FROM scope)"
+        "  r.weight > 0, r.order_key, r.valid_from, r.valid_to, r.status, r.superseded_by,"
+        "  r.superseded_via, r.id IN (SELECT id FROM scope)"
         " FROM {relations} r"
         " JOIN (SELECT DISTINCT space, subject_id, object_id FROM scope) q"
         "  USING (space, subject_id, object_id)"
-        " LEFT JOIN {relation_history} h ON h.relation_id = r.id AND h.t_expired IS NULL"
         " WHERE NOT EXISTS (SELECT 1 FROM pairs x WHERE x.space = r.space"
         "  AND x.subject_id = r.subject_id AND x.object_id = r.object_id)"
         " ORDER BY r.id",

@@ -16,6 +16,8 @@ from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
+from psycopg.types.json import Jsonb
+
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.graph.rules import (
     LiveRelation,
@@ -34,6 +36,7 @@ from tidegraph.indexer.write.contradictions import known_answers
 from tidegraph.indexer.write.functional import send_functional_scope
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
+from tidegraph.store.belief import RELATIONS
 
 RelationKey = tuple[int, str, int, bool]
 """(subject id, predicate, object id, negated): one edge per key (corroboration)."""
@@ -48,8 +51,6 @@ class _Move(NamedTuple):
     relation_id: int
     have: State
     want: State
-    open_since: datetime | None
-    """When its open belief interval began (``None`` when it had none)."""
 
 
 Pair = tuple[str, int, int]
@@ -102,8 +103,9 @@ async def attach_relations(
     # a symmetric statement also looks for its pair's edge the other way round
     probes = sorted({*grouped, *((k[2], k[1], k[0], k[3]) for k in grouped if k[1] in sym)})
     lookup = await ctx.send(
-        "WITH mentioned AS (INSERT INTO {mentions} (chunk_id, entity_id)"
-        "  SELECT * FROM unnest(%(mc)b::bigint[], %(me)b::bigint[]) ON CONFLICT DO NOTHING)"
+        "WITH mentioned AS (INSERT INTO {mentions} (chunk_id, entity_id, t_created)"
+        "  SELECT c, e, %(bt)s FROM unnest(%(mc)b::bigint[], %(me)b::bigint[]) AS u(c, e)"
+        "  ON CONFLICT DO NOTHING)"
         " SELECT r.subject_id, r.predicate, r.object_id, r.negated FROM {relations} r"
         " JOIN unnest(%(s)b::bigint[], %(p)b::text[], %(o)b::bigint[], %(n)b::bool[])"
         " AS k(s, p, o, n) ON r.subject_id = k.s AND r.predicate = k.p"
@@ -116,6 +118,7 @@ async def attach_relations(
             "o": [k[2] for k in probes],
             "n": [k[3] for k in probes],
             "space": doc.space,
+            "bt": bt,
         },
     )
     if not grouped:
@@ -172,8 +175,9 @@ async def _insert_fresh(
     said: dict[RelationKey, dict[int, RelationAttrs]],
     bt: datetime,
 ) -> None:
-    """New edges with their final attributes, born current with a belief interval opened
-    at ``bt`` (:attr:`WriteContext.unannounced` until reconciliation reports them).
+    """New edges with their final attributes, born current at ``bt``
+    (:attr:`WriteContext.unannounced` until reconciliation reports them; their belief
+    history opens with the rest of the write's, :func:`reconcile_relations`).
 
     Weight, order and attributes are what reconciliation computes from the provenance
     written next — the distinct chunks of this document, its order key — and current is
@@ -190,20 +194,19 @@ async def _insert_fresh(
     bounds = [period_bounds(a[2], a[3]) for a in attrs]
     new_ids = ctx.new_ids(len(fresh))
     await ctx.run(
-        "WITH born AS (INSERT INTO {relations} (id, space, subject_id, predicate, object_id,"
-        "  negated, description, confidence, valid_from, valid_to, valid_from_d,"
-        "  valid_to_d, weight, order_key, status, t_created, rendered, embedding)"
-        "  SELECT i, %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'current', %s,"
-        "  r, e FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::bigint[],"
-        "  %b::bool[], %b::text[], %b::real[], %b::text[], %b::text[], %b::date[],"
-        "  %b::date[], %b::int[], %b::text[], %b::vector[])"
-        "  AS u(i, s, p, o, n, d, c, vf, vt, lo, hi, w, r, e) RETURNING id, t_created)"
-        " INSERT INTO {relation_history} (relation_id, state, t_created)"
-        " SELECT id, 'current', t_created FROM born",
+        "INSERT INTO {relations} (id, space, subject_id, predicate, object_id,"
+        " negated, description, confidence, valid_from, valid_to, valid_from_d,"
+        " valid_to_d, weight, order_key, status, t_created, doc_keys, rendered, embedding)"
+        " SELECT i, %s, s, p, o, n, d, c, vf, vt, lo, hi, w, %s, 'current', %s, %s,"
+        " r, e FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::bigint[],"
+        " %b::bool[], %b::text[], %b::real[], %b::text[], %b::text[], %b::date[],"
+        " %b::date[], %b::int[], %b::text[], %b::vector[])"
+        " AS u(i, s, p, o, n, d, c, vf, vt, lo, hi, w, r, e)",
         (
             doc.space,
             doc.order_key or "",
             bt,
+            [doc.doc_key],
             new_ids,
             [k[0] for k in fresh],
             [k[1] for k in fresh],
@@ -260,15 +263,13 @@ async def reconcile_relations(
     edges = await ctx.send(
         pairs + " SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.negated,"
         "  r.weight, r.order_key, r.description, r.confidence, r.valid_from,"
-        "  r.valid_to, h.state, h.superseded_by, h.t_created, r.rendered, h.superseded_via"
-        " FROM {relations} r JOIN hit USING (id)"
-        " LEFT JOIN {relation_history} h ON h.relation_id = r.id AND h.t_expired IS NULL"
-        " ORDER BY r.id",
+        "  r.valid_to, r.status, r.superseded_by, r.doc_keys, r.rendered, r.superseded_via"
+        " FROM {relations} r JOIN hit USING (id) ORDER BY r.id",
         params,
     )
     sources = await ctx.send(
         pairs + " SELECT s.relation_id, s.chunk_id, s.order_key, s.description, s.confidence,"
-        "  s.valid_from, s.valid_to"
+        "  s.valid_from, s.valid_to, s.doc_key"
         " FROM hit JOIN {relation_sources} s ON s.relation_id = hit.id",
         params,
     )
@@ -279,9 +280,11 @@ async def reconcile_relations(
     rows = await ctx.fetch(edges)
     contributions: dict[int, list[tuple[str, RelationAttrs]]] = {}
     orders: dict[int, str] = {}
-    for rid, cid, order_key, d, c, vf, vt in await ctx.fetch(sources):
+    documents: dict[int, set[str]] = {}
+    for rid, cid, order_key, d, c, vf, vt, doc_key in await ctx.fetch(sources):
         contributions.setdefault(int(rid), []).append((str(cid), (d, float(c), vf, vt)))
         orders[int(rid)] = max(orders.get(int(rid), ""), order_key or "")
+        documents.setdefault(int(rid), set()).add(str(doc_key))
     merged = {rid: merge_relation_attrs(mine) for rid, mine in contributions.items()}
     loaded = {int(r[0]) for r in rows}
     around = [a for a in await scoped.rows(ctx) if a.id not in loaded]
@@ -344,25 +347,25 @@ async def reconcile_relations(
         predicate, negated = str(r[3]), bool(r[5])
         mine = contributions.get(rid)
         if mine:
-            weight, order_key = len(mine), orders[rid]
+            weight, order_key, docs = len(mine), orders[rid], sorted(documents[rid])
             attrs = merged[rid]
-            stored = (int(r[6]), r[7], r[8], float(r[9]), r[10], r[11])
-            if (weight, order_key, *attrs) != stored:
+            stored = (int(r[6]), r[7], r[8], float(r[9]), r[10], r[11], list(r[14]))
+            if (weight, order_key, *attrs, docs) != stored:
                 lo, hi = period_bounds(attrs[2], attrs[3])
-                attr_updates.append((weight, order_key, *attrs, lo, hi, rid))
+                attr_updates.append((weight, order_key, *attrs, lo, hi, docs, rid))
                 text = render_relation(subject, predicate, obj, negated, attrs[2], attrs[3])
                 if text != r[15]:
                     text_updates.append((rid, text))
             valid_from, valid_to = attrs[2], attrs[3]
         else:
             valid_from, valid_to = r[10], r[11]
-            if int(r[6]) != 0:
+            if int(r[6]) != 0 or r[14]:
                 zeroed.append(rid)
         have, want = _state(r[12], r[13], r[16]), desired.get(rid, RETRACTED)
         told = RETRACTED if rid in ctx.unannounced else have
         if want != have or want != told:
             ref = _ref(rid, int(r[2]), int(r[4]), names, predicate, negated, valid_from, valid_to)
-            _move(ctx, moves, space, ref, have, want, r[14], told)
+            _move(ctx, moves, space, ref, have, want, told)
     ctx.unannounced.difference_update(int(r[0]) for r in rows)
     for a in around:
         if not a.in_scope:
@@ -371,16 +374,19 @@ async def reconcile_relations(
         want = desired.get(a.id, RETRACTED)
         if want != have:
             ref = _ref(a.id, a.subject_id, a.object_id, names, a.predicate, a.negated, *a.valid)
-            _move(ctx, moves, a.space, ref, have, want, a.open_since, have)
+            _move(ctx, moves, a.space, ref, have, want, have)
     if attr_updates:
+        columns = [list(column) for column in zip(*attr_updates, strict=True)]
+        columns[8] = [Jsonb(docs) for docs in columns[8]]
         await ctx.run(
             "UPDATE {relations} r SET weight = u.w, order_key = u.k, description = u.d,"
             " confidence = u.c, valid_from = u.f, valid_to = u.t,"
-            " valid_from_d = u.fd, valid_to_d = u.td"
+            " valid_from_d = u.fd, valid_to_d = u.td,"
+            " doc_keys = ARRAY(SELECT jsonb_array_elements_text(u.dk))"
             " FROM unnest(%b::int[], %b::text[], %b::text[], %b::float8[], %b::text[],"
-            " %b::text[], %b::date[], %b::date[], %b::bigint[])"
-            " AS u(w, k, d, c, f, t, fd, td, i) WHERE r.id = u.i",
-            [list(column) for column in zip(*attr_updates, strict=True)],
+            " %b::text[], %b::date[], %b::date[], %s::jsonb[], %b::bigint[])"
+            " AS u(w, k, d, c, f, t, fd, td, dk, i) WHERE r.id = u.i",
+            columns,
         )
     if text_updates:
         vecs = await ctx.embeddings([t for _, t in text_updates])
@@ -391,14 +397,19 @@ async def reconcile_relations(
             ([t for _, t in text_updates], vecs, [rid for rid, _ in text_updates]),
         )
     if zeroed:
-        await ctx.run("UPDATE {relations} SET weight = 0 WHERE id = ANY(%s)", (zeroed,))
+        await ctx.run(
+            "UPDATE {relations} SET weight = 0, doc_keys = '{{}}' WHERE id = ANY(%s)", (zeroed,)
+        )
     if moves:
-        await _move_history(ctx, moves, bt)
+        await _move_states(ctx, moves, bt)
+    believed = sorted({int(r[0]) for r in rows} | {a.id for a in around if a.in_scope})
+    for statement in RELATIONS.statements():
+        await ctx.run(statement, {"ids": believed, "bt": bt})
 
 
 def _state(state: str | None, by: int | None, via: str | None) -> State:
-    """A stored open belief interval as a state (none: retracted)."""
-    if state is None:
+    """A stored state (``None`` or ``retracted``: retracted)."""
+    if state is None or state == "retracted":
         return RETRACTED
     return (str(state), int(by) if by is not None else None, cast("Mechanism | None", via))
 
@@ -434,13 +445,12 @@ def _move(
     ref: dict[str, Any],
     have: State,
     want: State,
-    open_since: datetime | None,
     told: State,
 ) -> None:
     """Record a relation's change of state (``have`` as stored), with its changes on the
     feed (from ``told``, what the feed last said: retracted for an edge born here)."""
     if want != have:
-        moves.append(_Move(int(ref["id"]), have, want, open_since))
+        moves.append(_Move(int(ref["id"]), have, want))
     if want == told:
         return
     for kind, by, via in _transition_kinds(told, want):
@@ -448,44 +458,16 @@ def _move(
         ctx.changes.add(kind, space, relation=ref, **extra)
 
 
-async def _move_history(ctx: WriteContext, moves: list[_Move], bt: datetime) -> None:
-    """Close each moved relation's open belief interval, open the new one, set its state.
-
-    An interval opened by this very transaction is deleted rather than closed, so the
-    history never holds an empty interval.
-    """
-    closing = [(m.relation_id, m.open_since) for m in moves if m.have[0] != "retracted"]
-    dropped = [rid for rid, since in closing if since == bt]
-    expired = [rid for rid, since in closing if since != bt]
-    opened = [(m.relation_id, m.want) for m in moves if m.want[0] != "retracted"]
-    if dropped:
-        await ctx.run(
-            "DELETE FROM {relation_history} WHERE relation_id = ANY(%s) AND t_created = %s",
-            (dropped, bt),
-        )
-    if expired:
-        await ctx.run(
-            "UPDATE {relation_history} SET t_expired = %s"
-            " WHERE relation_id = ANY(%s) AND t_expired IS NULL",
-            (bt, expired),
-        )
-    # The new intervals open with the edges' state update, in one statement (another
-    # table; the intervals closed above are closed by then).
+async def _move_states(ctx: WriteContext, moves: list[_Move], bt: datetime) -> None:
+    """Set each moved relation's state; its ``t_expired`` is the instant it stopped being
+    current (its belief history follows, :data:`~tidegraph.store.belief.RELATIONS`)."""
     await ctx.run(
-        "WITH opened AS (INSERT INTO {relation_history}"
-        "  (relation_id, state, superseded_by, superseded_via, t_created)"
-        "  SELECT i, s, b, v, %(bt)s FROM unnest(%(oi)b::bigint[], %(os)b::text[],"
-        "  %(ob)b::bigint[], %(ov)b::text[]) AS u(i, s, b, v))"
-        " UPDATE {relations} r SET status = u.s, superseded_by = u.b, superseded_via = u.v,"
+        "UPDATE {relations} r SET status = u.s, superseded_by = u.b, superseded_via = u.v,"
         " t_expired = CASE WHEN u.s = 'current' THEN NULL ELSE %(bt)s END"
         " FROM unnest(%(mi)b::bigint[], %(ms)b::text[], %(mb)b::bigint[], %(mv)b::text[])"
         " AS u(i, s, b, v) WHERE r.id = u.i",
         {
             "bt": bt,
-            "oi": [o[0] for o in opened],
-            "os": [o[1][0] for o in opened],
-            "ob": [o[1][1] for o in opened],
-            "ov": [o[1][2] for o in opened],
             "mi": [m.relation_id for m in moves],
             "ms": [m.want[0] for m in moves],
             "mb": [m.want[1] for m in moves],

@@ -11,7 +11,10 @@ A write that needs the model's answers about the residue (``contradictions``) is
 back, the unit asks its judge outside any transaction, and the record (or batch) is
 written again.
 
-Both move the consumer position in the transaction that writes, and both turn a value
+Both settle their records in the transaction that writes (:class:`Settlement`): the
+group's claim is checked first (a zombie writes nothing), then each realm's own position
+moves over its records, or the transaction is refused because another reader settled
+them first. Both turn a value
 PostgreSQL refuses into the recorded failure through :func:`_write_guarded`: the refusal is
 reported (``on_refused``: the live indexer dead-letters the record) and a ``failed``
 version is written in its place; when even that is refused, only the highest version seen
@@ -42,9 +45,10 @@ from tidegraph.indexer.write.writer import (
     refused_version,
     remember_version,
 )
-from tidegraph.store import positions
-from tidegraph.store.errors import Fenced, RealmSwapped, is_unstorable, refusal
-from tidegraph.store.positions import Claim, Position
+from tidegraph.store import positions, realm_positions
+from tidegraph.store.errors import AlreadySettled, Fenced, RealmSwapped, is_unstorable, refusal
+from tidegraph.store.positions import Claim
+from tidegraph.store.realm_positions import Mark
 from tidegraph.store.realms import RealmInfo
 
 Outcome = PreparedDocument | BaseException | None
@@ -53,6 +57,31 @@ is written, in order), or ``None`` for a record that prepares nothing (a delete)
 OnRefused = Callable[[Decision, psycopg.Error], Awaitable[None]]
 """Told of a record whose value PostgreSQL refused, before its failure is recorded."""
 Scope = Callable[[], contextlib.AbstractAsyncContextManager[Sequencer]]
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What a transaction settles: the records of one run, for the group and each realm."""
+
+    claim: Claim
+    """The group's claim on the partition: checked first, the fence against a zombie."""
+    cursor: int
+    """The group's cursor after the run (where it reads from after a restart)."""
+    marks: tuple[Mark, ...]
+    """Each realm's (or key's) position over its records in the run."""
+
+    @classmethod
+    def of_realm(cls, claim: Claim, info: RealmInfo, first: int, end: int) -> Settlement:
+        """Records ``first`` (included) to ``end`` (excluded) of one realm's reader (a
+        replay): the group's cursor and the realm's position both move to ``end``."""
+        return cls(claim, end, (Mark(info.realm, info.schema, first, end),))
+
+    async def take(self, conn: AsyncConnection[Any]) -> None:
+        """Settle inside the caller's transaction, before anything is written: raises
+        :class:`Fenced` (the group lost the partition), :class:`AlreadySettled` (another
+        reader applied the records first) or :class:`RealmSwapped`."""
+        await positions.advance(conn, self.claim, self.cursor)
+        await realm_positions.settle(conn, self.claim.topic, self.claim.partition, self.marks)
 
 
 def version_of(decision: Decision, doc: PreparedDocument | None) -> Version:
@@ -122,9 +151,10 @@ async def _write_guarded(
 
 
 def _failed(claim: Claim, decision: Decision, exc: BaseException) -> BaseException:
-    """``exc`` with the record's position as typed fields (fencing and swaps pass as they
-    are: they concern the partition or the realm, not the record)."""
-    if isinstance(exc, Fenced | RealmSwapped | RecordFailed | AnswersNeeded):
+    """``exc`` with the record's position as typed fields (fencing, swaps and records
+    settled by another reader pass as they are: they concern the partition or the realm,
+    not the record)."""
+    if isinstance(exc, Fenced | RealmSwapped | AlreadySettled | RecordFailed | AnswersNeeded):
         return exc
     rec = decision.record
     return RecordFailed(rec.realm, claim.topic, claim.partition, decision.offset, rec.doc_key, exc)
@@ -139,33 +169,31 @@ class RecordUnit:
     """One record, one transaction: the live indexer's unit of work (a partition carries
     several realms, so the realm comes with each record)."""
 
-    claim: Claim
     on_refused: OnRefused = _no_refusal
     judge: Judge | None = None
     """Asked about the residue when the record's realm asks the model (``contradictions``)."""
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, conn: AsyncConnection[Any], info: RealmInfo, at: int, now: Position
+        self, conn: AsyncConnection[Any], info: RealmInfo, settlement: Settlement
     ) -> AsyncIterator[Sequencer]:
         """One record's transaction and pipeline, with the sequencer its stamp is drawn
-        from; the position moves from ``at`` to ``now`` in it, first."""
+        from; the record is settled in it, first."""
         async with conn.transaction(), conn.pipeline():
-            # Fenced first: a zombie writes nothing, not even rows another owner wrote.
-            await positions.advance(conn, self.claim, at, now)
+            # Settled first: a zombie, or a reader that comes second, writes nothing.
+            await settlement.take(conn)
             yield LiveSequencer(info)
 
     async def settle(
         self,
         conn: AsyncConnection[Any],
-        at: int,
-        now: Position,
+        settlement: Settlement,
         quiet: Sequence[tuple[RealmInfo, Decision]] = (),
     ) -> None:
-        """Move the position from the record at ``at`` to ``now`` over records that write
-        nothing (no-op, stale, dead-lettered, other realms'), keeping their versions."""
+        """Settle records that write nothing (no-op, stale, dead-lettered), keeping their
+        versions."""
         async with conn.transaction():
-            await positions.advance(conn, self.claim, at, now)
+            await settlement.take(conn)
             for info, decision in quiet:
                 await remember(conn, info, decision)
 
@@ -174,15 +202,14 @@ class RecordUnit:
         conn: AsyncConnection[Any],
         info: RealmInfo,
         embedder: Embedder,
-        now: Position,
+        settlement: Settlement,
         decision: Decision,
         outcome: Outcome,
     ) -> WriteResult | None:
-        """Write one record that applies or deletes a version, and move the position to
-        ``now`` with it."""
+        """Write one record that applies or deletes a version, settling it with it."""
 
         def scope() -> contextlib.AbstractAsyncContextManager[Sequencer]:
-            return self.transaction(conn, info, decision.offset, now)
+            return self.transaction(conn, info, settlement)
 
         async def attempt() -> WriteResult | None:
             return await _write_guarded(
@@ -192,9 +219,9 @@ class RecordUnit:
         try:
             result = await answering(conn, info, self.judge, attempt)
             if result is None:
-                await self.settle(conn, decision.offset, now, [(info, decision)])
+                await self.settle(conn, settlement, [(info, decision)])
         except BaseException as exc:
-            raise _failed(self.claim, decision, exc) from exc
+            raise _failed(settlement.claim, decision, exc) from exc
         return result
 
 
@@ -204,7 +231,6 @@ class BatchUnit:
 
     info: RealmInfo
     embedder: Embedder
-    claim: Claim
     on_refused: OnRefused = _no_refusal
     after_write: Callable[[AsyncConnection[Any], int], Awaitable[None]] | None = None
     """Called after each written record with how many the batch wrote so far, in its
@@ -215,13 +241,12 @@ class BatchUnit:
     async def write(
         self,
         conn: AsyncConnection[Any],
-        at: int,
-        now: Position,
+        settlement: Settlement,
         decisions: Sequence[Decision],
         outcomes: Mapping[int, Outcome],
     ) -> int:
         """Write ``decisions`` (a realm's records in log order, their outcomes by offset)
-        and move the position from ``at`` to ``now``; returns how many records wrote.
+        and settle them; returns how many records wrote.
 
         First as one pipeline without a savepoint per record, so a record's last statements
         travel with the next record's first ones; when PostgreSQL refuses anything in it,
@@ -233,23 +258,24 @@ class BatchUnit:
             if not any(isinstance(o, BaseException) for o in outcomes.values()):
                 with contextlib.suppress(psycopg.Error):
                     async with conn.transaction(), conn.pipeline():
-                        return await self._write(conn, at, now, decisions, outcomes, guarded=False)
+                        return await self._write(
+                            conn, settlement, decisions, outcomes, guarded=False
+                        )
             async with conn.transaction():
-                return await self._write(conn, at, now, decisions, outcomes, guarded=True)
+                return await self._write(conn, settlement, decisions, outcomes, guarded=True)
 
         return await answering(conn, self.info, self.judge, attempt)
 
     async def _write(
         self,
         conn: AsyncConnection[Any],
-        at: int,
-        now: Position,
+        settlement: Settlement,
         decisions: Sequence[Decision],
         outcomes: Mapping[int, Outcome],
         *,
         guarded: bool,
     ) -> int:
-        await positions.advance(conn, self.claim, at, now)  # fenced before anything is written
+        await settlement.take(conn)  # settled before anything is written
         sequencer = await BatchSequencer.open(conn, self.info)
         opened = sequencer.meta
 
@@ -291,7 +317,7 @@ class BatchUnit:
             except BaseException as exc:
                 if not guarded and isinstance(exc, psycopg.Error):
                     raise  # the batch is written again, guarded
-                raise _failed(self.claim, decision, exc) from exc
+                raise _failed(settlement.claim, decision, exc) from exc
             written += 1
             if self.after_write is not None:
                 await self.after_write(conn, written)

@@ -53,6 +53,7 @@ from tidegraph.indexer.write.relations import Pair, attach_relations, reconcile_
 from tidegraph.indexer.write.sequencer import Stamp
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key
+from tidegraph.store.belief import DOCUMENTS
 from tidegraph.store.realms import RealmInfo
 
 __all__ = [
@@ -177,16 +178,31 @@ async def remember_version(
     re-send or a delete of a document not held, under a newer version): later records
     are then decided the same from the database as from the decide loop's memory. A
     document the realm never held is remembered as deleted. No sequence is drawn: the
-    graph and the feed do not change."""
-    await conn.execute(
+    graph and the feed do not change. The document's history takes the change at the later
+    of the realm's last belief instant and the record's log time, so a read
+    ``as_believed_at`` an earlier instant does not see it."""
+    cur = await conn.execute(
         realm_query(
             info.schema,
-            "INSERT INTO {documents} AS d (space, doc_key, status, content_hash,"
-            " source_version, indexed_at) VALUES (%s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (space, doc_key) DO UPDATE SET source_version = excluded.source_version",
+            "WITH kept AS (INSERT INTO {documents} AS d (space, doc_key, status, content_hash,"
+            " source_version, indexed_at) VALUES (%(space)s, %(doc_key)s, %(status)s,"
+            " %(hash)s, %(version)s, %(t)s) ON CONFLICT (space, doc_key)"
+            " DO UPDATE SET source_version = excluded.source_version)"
+            " SELECT greatest(coalesce(last_write_at, %(t)s), %(t)s) FROM {meta}",
         ),
-        (space, doc_key, state.status, state.content_hash, state.source_version, log_time),
+        {
+            "space": space,
+            "doc_key": doc_key,
+            "status": state.status,
+            "hash": state.content_hash,
+            "version": state.source_version,
+            "t": log_time,
+        },
     )
+    row = await cur.fetchone()
+    params = {"space": space, "doc_key": doc_key, "bt": row[0] if row else log_time}
+    for statement in DOCUMENTS.statements():
+        await conn.execute(realm_query(info.schema, statement), params)
 
 
 def refused_version(version: Version, content_hash: str | None, reason: str) -> Version | None:
@@ -219,8 +235,10 @@ Withdrawal = tuple[AsyncCursor[Any], AsyncCursor[Any]]
 
 
 async def _withdraw(ctx: WriteContext, space: str, doc_key: str, bt: datetime) -> Withdrawal:
-    """Read the previous version's status, expire its live chunks at the belief instant
-    and drop their mentions and relation provenance (read by :func:`_withdrawn`)."""
+    """Read the previous version's status, expire its live chunks and their mentions at
+    the belief instant and drop their relation provenance and entity contributions (the
+    relations' and entities' histories keep what they taught; read by
+    :func:`_withdrawn`)."""
     status = await ctx.send(
         "SELECT status FROM {documents} WHERE space = %s AND doc_key = %s FOR UPDATE",
         (space, doc_key),
@@ -228,7 +246,8 @@ async def _withdraw(ctx: WriteContext, space: str, doc_key: str, bt: datetime) -
     touched = await ctx.send(
         "WITH expired AS (UPDATE {chunks} SET t_expired = %(bt)s"
         "  WHERE space = %(space)s AND doc_key = %(key)s AND t_expired IS NULL RETURNING id),"
-        " mentioned AS (DELETE FROM {mentions} WHERE chunk_id IN (SELECT id FROM expired)"
+        " mentioned AS (UPDATE {mentions} SET t_expired = %(bt)s"
+        "  WHERE chunk_id IN (SELECT id FROM expired) AND t_expired IS NULL"
         "  RETURNING entity_id),"
         " sourced AS (DELETE FROM {relation_sources}"
         "  WHERE chunk_id IN (SELECT id FROM expired) RETURNING relation_id),"
@@ -333,3 +352,5 @@ async def _record_document(
             "changes": Jsonb(ctx.changes.items),
         },
     )
+    for statement in DOCUMENTS.statements():
+        await ctx.run(statement, {"space": version.space, "doc_key": version.doc_key, "bt": bt})

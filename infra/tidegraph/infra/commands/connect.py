@@ -1,4 +1,4 @@
-"""`tidegraph connect fs|http|postgres`: the long-running source connectors."""
+"""`tidegraph connect fs|http|postgres|debezium`: the long-running source connectors."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from tidegraph.connectors import pgoutput
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
 from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
-from tidegraph.connectors.postgres_facts import load_facts_mapping
 from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.connectors.row_mapping import load_row_mapping
 from tidegraph.connectors.textfiles import TEXT_GLOBS
 from tidegraph.infra import services as local_services
 from tidegraph.infra._proc import ensure_port_free
@@ -23,6 +23,7 @@ from tidegraph.infra.commands._connector_args import (
     prepare_topics,
     settings_from,
 )
+from tidegraph.infra.commands._debezium import register_debezium
 from tidegraph.infra.logs import set_service_level
 from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
@@ -45,13 +46,14 @@ def _stop_on_signals() -> asyncio.Event:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "connect",
-        help="run a source connector (files, HTTP ingest, PostgreSQL table)",
+        help="run a source connector (files, HTTP ingest, PostgreSQL table, Debezium topics)",
         description="Run a connector that turns upstream changes into document versions.",
     )
     kinds = parser.add_subparsers(dest="connector", metavar="SOURCE", required=True)
     _register_fs(kinds)
     _register_http(kinds)
     _register_postgres(kinds)
+    register_debezium(kinds)
 
 
 # ------------------------------------------------------------------------------------ fs
@@ -267,12 +269,12 @@ def run_postgres(args: argparse.Namespace) -> int:
 
 def capture_spec(args: argparse.Namespace) -> CaptureSpec:
     """The capture the flags describe: a text column, or facts per a mapping file."""
-    facts = load_facts_mapping(args.facts) if args.facts is not None else None
+    facts = load_row_mapping(args.facts) if args.facts is not None else None
     if facts is None and (args.content_column is None or args.key_column is None):
         raise ConfigError("connect postgres needs --key-column and --content-column, or --facts")
     if facts is not None and args.content_column is not None:
         raise ConfigError("give --content-column or --facts, not both")
-    key = args.key_column or (facts.table(args.table).key if facts is not None else None)
+    key = args.key_column or (facts.facts_table(args.table).key if facts is not None else None)
     assert key is not None
     return CaptureSpec(
         table=args.table,

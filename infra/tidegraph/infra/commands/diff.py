@@ -1,7 +1,8 @@
 """``tidegraph diff --realm A --against B``: do two realms hold the same graph?
 
 Compares documents, entities and relations with their states by names — ids differ between
-a realm and its rebuild — and prints one line per difference. ``B`` (and ``A``) may be a
+a realm and its rebuild — and the current community build by levels and members, and prints
+one line per difference. ``B`` (and ``A``) may be a
 realm name or the schema name of a shadow, audit copy or retired realm, so a rebuild can be
 checked before it is swapped in, or an audit copy against today's realm. ``--history`` adds
 the belief record (relation history intervals, chunk belief times, stamps).
@@ -39,8 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "diff",
         help="compare two realms (or a realm and a shadow/audit copy) by names",
         description=(
-            "Compare documents, entities and relations with their states. Exit 0 when the "
-            "two match, 1 when they differ, 2 on error."
+            "Compare documents, entities and relations with their states, and the current"
+            " communities by level and members. Exit 0 when the two match, 1 when they"
+            " differ, 2 on error."
         ),
     )
     p.add_argument("--realm", required=True, metavar="A", help="realm or schema name")
@@ -49,7 +51,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--history",
         action="store_true",
-        help="also compare belief history: relation history, chunk belief times",
+        help="also compare belief history: relation, entity and document history, chunk"
+        " belief times",
     )
     p.add_argument(
         "--limit",

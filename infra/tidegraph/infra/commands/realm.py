@@ -13,7 +13,13 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from tidegraph.infra.reach import check_kafka, check_pg, connect_pg, kafka_unreachable
+from tidegraph.infra.reach import (
+    check_kafka,
+    check_pg,
+    connect_pg,
+    kafka_unreachable,
+    log_ends,
+)
 from tidegraph.infra.realm_status import DataStatus, data_status
 from tidegraph.infra.runtime import read_realm_config
 from tidegraph.infra.tables import aligned
@@ -97,7 +103,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="delete a realm: its schema, positions and cache (needs --yes)",
         description="Drop REALM's schema (graph, history, change outbox, extraction cache),"
         " its catalogue entry, publisher position, indexer holds and replay positions, and"
-        " publish a `realm_deleted` change. Later records of the realm create it again.",
+        " publish a `realm_deleted` change. Records published before the deletion stay settled"
+        " for every reader; later records of the realm create it again.",
     )
     delete.add_argument("realm")
     delete.add_argument("--yes", action="store_true", help="confirm the deletion")
@@ -206,18 +213,19 @@ async def _list(args: argparse.Namespace) -> int:
     data = await data_status(dsn, settings.kafka_bootstrap, settings.documents_topic, args.group)
     lag_known = not any(p.startswith("Kafka") for p in data.problems)
     if args.json:
-        print(json.dumps(_listing(data, lag_known), indent=2))
+        print(json.dumps(_listing(data, lag_known, settings.documents_topic), indent=2))
     else:
-        print(_table(data, lag_known))
+        print(_table(data, lag_known, settings.documents_topic))
     for problem in data.problems:
         print(f"tidegraph: {problem} — lag unknown", file=sys.stderr)
     return 0
 
 
-def _listing(data: DataStatus, lag_known: bool) -> list[dict[str, object]]:
+def _listing(data: DataStatus, lag_known: bool, topic: str) -> list[dict[str, object]]:
     return [
         {
             "realm": r.realm,
+            "positions": {str(p): o for (t, p), o in sorted(r.positions.items()) if t == topic},
             "documents": r.documents,
             "entities": r.entities,
             "relations": r.relations,
@@ -230,13 +238,18 @@ def _listing(data: DataStatus, lag_known: bool) -> list[dict[str, object]]:
     ]
 
 
-def _table(data: DataStatus, lag_known: bool) -> str:
-    rows = [("REALM", "DOCUMENTS", "ENTITIES", "RELATIONS", "HEAD SEQ", "EMBEDDER", "LAG")]
-    for item in _listing(data, lag_known):
+def _table(data: DataStatus, lag_known: bool, topic: str) -> str:
+    rows = [
+        ("REALM", "DOCUMENTS", "ENTITIES", "RELATIONS", "HEAD SEQ", "EMBEDDER", "POSITION", "LAG")
+    ]
+    for item in _listing(data, lag_known, topic):
         docs = item["documents"]
         assert isinstance(docs, dict)
         shown = ", ".join(f"{n} {s}" for s, n in sorted(docs.items())) or "0"
         lag = "?" if item["lag"] is None else str(item["lag"])
+        stands = item["positions"]
+        assert isinstance(stands, dict)
+        position = ", ".join(f"{p}:{o}" for p, o in stands.items()) or "-"
         rows.append(
             (
                 str(item["realm"]),
@@ -245,6 +258,7 @@ def _table(data: DataStatus, lag_known: bool) -> str:
                 str(item["relations"]),
                 str(item["head_seq"]),
                 str(item["embedder"]),
+                position,
                 lag,
             )
         )
@@ -306,10 +320,11 @@ async def _delete(args: argparse.Namespace) -> int:
                 f" its history and cache) — run it again with --yes"
             )
         # The note is published inside the transaction: nothing is dropped unless the change
-        # feed says so.
+        # feed says so. Every record published until now stays settled (the log's end).
         await check_kafka(settings.kafka_bootstrap)
+        ends = await log_ends(settings.kafka_bootstrap, settings.documents_topic)
         async with conn.transaction():
-            dropped = await drop_realm(conn, realm)
+            dropped = await drop_realm(conn, realm, ends)
             if dropped is None:
                 raise RealmSchemaError(f"realm {realm!r} does not exist")
             await _publish_deleted(settings.kafka_bootstrap, settings.changes_topic, dropped)

@@ -98,12 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--drop",
         metavar="SCHEMA",
         help="drop a shadow, audit copy or retired schema of the realm (and its "
-        "replay position) instead of replaying",
-    )
-    p.add_argument(
-        "--group",
-        default="tidegraph-indexer",
-        help="the live indexer's consumer group (default: tidegraph-indexer)",
+        "replay claim) instead of replaying",
     )
     add_concurrency_option(p)
     p.add_argument(
@@ -169,7 +164,6 @@ def build_options(args: argparse.Namespace, settings: Settings) -> ReplayOptions
         bootstrap=settings.kafka_bootstrap,
         pg_dsn=settings.pg_dsn.get_secret_value(),
         topic=settings.documents_topic,
-        live_group=args.group,
         swap=not args.no_swap,
         label=args.shadow_name,
         until=until,
@@ -310,6 +304,7 @@ def summary_json(r: ReplayResult) -> dict[str, Any]:
             "committed_at": r.swap.committed_at.isoformat(),
             "archived_carried": r.swap.archived_carried,
             "retrievals_carried": r.swap.retrievals_carried,
+            "communities_carried": r.swap.communities_carried,
         }
     return body
 

@@ -1,0 +1,189 @@
+"""What the indexer does about a run that failed (the policy is ``write.failures``).
+
+* retriable (database, model endpoint) → the partition pauses, seeks back to the failed
+  record and retries after a bounded, growing backoff honouring ``Retry-After``;
+* a replay swapped the realm in, or another reader settled the records first → decide
+  again at once, from what the realm now holds;
+* anything else → the record's realm is held at the record (fail closed, never skipped):
+  its later records wait while the partition's other realms go on; it is tried again after
+  the longest backoff, and ``tidegraph status`` says why it waits (``tidegraph.indexer_holds``);
+* losing the partition (rebalance, fencing) → stop at once; the new owner continues.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from tidegraph.indexer.consumer import metrics
+from tidegraph.indexer.consumer.partition import Partition
+from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
+from tidegraph.schemas.errors import TidegraphError
+from tidegraph.store import holds
+from tidegraph.store.errors import classify_db_error
+
+log = logging.getLogger("tidegraph.indexer")
+
+
+@dataclass
+class FailurePolicy:
+    """Applies a verdict to the partition a run failed on."""
+
+    consumer: AIOKafkaConsumer
+    pool: AsyncConnectionPool[AsyncConnection[Any]]
+    backoff: Backoff
+    forget: Callable[[], None]
+    """Drop what the indexer remembers of realms (their state is read again)."""
+    lose: Callable[[TopicPartition], None]
+    """Give up a partition another consumer owns now."""
+
+    async def failed(
+        self,
+        tp: TopicPartition,
+        part: Partition,
+        offset: int,
+        key: str,
+        exc: BaseException,
+        *,
+        single: bool,
+    ) -> bool:
+        """Apply the failure policy to ``exc``, raised by the record at ``offset`` filed
+        under ``key`` (``single``) or by a run of records starting there; True when the
+        partition stops here (paused or lost), False when only the record's realm is held
+        and the others go on."""
+        judged = verdict(exc)
+        failed = exc if isinstance(exc, RecordFailed) else None
+        gone = _schema_gone(failed.cause if failed else exc)
+        if judged is Verdict.HOLD and (gone or not single):
+            # Not one record's: the partition waits (the longest, unless the realm's schema
+            # was dropped under us — `realm delete` — and is created again on the retry).
+            judged = Verdict.RETRY
+        self.forget()
+        cause = failed.cause if failed else classify_db_error(exc)
+        where = f"{tp.topic}/{tp.partition} offset {offset} (realm {key})"
+        if judged is Verdict.LOST:
+            log.warning("%s: %s", where, cause)
+            self.lose(tp)
+            return True
+        if judged is Verdict.HOLD:
+            await self._hold(tp, part, key, offset, failed, cause, where)
+            return False
+        if judged is Verdict.RETRY_NOW:
+            delay = 0.0  # the realm changed under us: decide again against it at once
+        elif verdict(exc) is Verdict.HOLD and not gone:
+            delay = self.backoff.longest
+        else:
+            part.failures += 1
+            delay = self.backoff.delay(part.failures, retry_after(exc))
+        log.log(
+            logging.INFO if judged is Verdict.RETRY_NOW else logging.WARNING,
+            "%s: %s: %s; partition paused, retrying in %.1fs",
+            where,
+            type(cause).__name__,
+            cause,
+            delay,
+        )
+        metrics.TRANSIENT_FAILURES.labels(type(cause).__name__).inc()
+        if judged is Verdict.RETRY:
+            await self.note(tp, part, key, "paused", offset, failed, cause, delay)
+        part.stands.forget()  # read every realm's position again when it resumes
+        self.consumer.pause(tp)
+        self.seek(tp, part, offset)
+        part.resume_at = time.monotonic() + delay
+        part.paused_for = f"{type(cause).__name__}: {cause}"
+        return True
+
+    async def _hold(
+        self,
+        tp: TopicPartition,
+        part: Partition,
+        key: str,
+        offset: int,
+        failed: RecordFailed | None,
+        cause: BaseException,
+        where: str,
+    ) -> None:
+        part.held[key] = offset
+        if part.retry_held_at is None:
+            part.retry_held_at = time.monotonic() + self.backoff.longest
+        first = key not in part.waiting
+        log.log(
+            logging.ERROR if first else logging.WARNING,
+            "%s: realm held at this record, other realms go on; %s: %s; trying it again in %.1fs",
+            where,
+            type(cause).__name__,
+            cause,
+            self.backoff.longest,
+            exc_info=cause if first and not isinstance(cause, TidegraphError) else None,
+        )
+        metrics.HELD_FAILURES.labels(key, type(cause).__name__).inc()
+        await self.note(tp, part, key, "held", offset, failed, cause, self.backoff.longest)
+
+    def seek(self, tp: TopicPartition, part: Partition, offset: int) -> None:
+        self.consumer.seek(tp, offset)
+        part.fetch_from = offset
+
+    async def note(
+        self,
+        tp: TopicPartition,
+        part: Partition,
+        realm: str,
+        kind: str,
+        offset: int,
+        failed: RecordFailed | None,
+        cause: BaseException,
+        retry_in: float,
+    ) -> None:
+        """Say in ``tidegraph.indexer_holds`` why ``realm`` waits (best effort: the
+        database may be what failed)."""
+        try:
+            async with self.pool.connection(timeout=2) as conn:
+                await holds.put(
+                    conn,
+                    part.claim.group_id,
+                    tp.topic,
+                    tp.partition,
+                    realm,
+                    kind=kind,
+                    offset=offset,
+                    doc_key=failed.doc_key if failed else None,
+                    error_class=type(cause).__name__,
+                    error=str(cause),
+                    retry_in=retry_in,
+                )
+            part.waiting.add(realm)
+        except Exception as exc:  # noqa: BLE001 - bookkeeping never stops the indexer
+            log.debug("could not record why realm %s waits: %s", realm, exc)
+
+    async def cleared(
+        self,
+        conn: AsyncConnection[Any],
+        tp: TopicPartition,
+        part: Partition,
+        keys: set[str],
+        offset: int,
+    ) -> None:
+        """Forget why the realms ``keys`` waited: their records are settled now."""
+        for realm in sorted(keys & part.waiting):
+            await holds.clear(conn, part.claim.group_id, tp.topic, tp.partition, realm)
+            part.waiting.discard(realm)
+            log.info(
+                "%s/%d: realm %s goes on: its record at offset %d is settled",
+                tp.topic,
+                tp.partition,
+                realm,
+                offset,
+            )
+
+
+def _schema_gone(cause: BaseException) -> bool:
+    """A realm's tables or schema missing: deleted while cached here (`realm delete`)."""
+    return isinstance(cause, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName)

@@ -1,0 +1,106 @@
+"""One owned partition as the indexer sees it: the claim, where to read, what waits, and
+where each realm on it stands.
+
+Whether a record is settled is the realm's to say (its own position, or its key's while no
+realm schema holds it: :mod:`tidegraph.store.realm_positions`). The partition remembers
+what it read of those positions (:class:`Stands`) so passing over settled records — a
+second consumer group reading the topic from the beginning, a restart from a cursor below
+a realm that went on — costs no statement per record; a write still compares and sets the
+stored position, so a stale memory can never apply a record twice, only cost a retry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from tidegraph.schemas.names import REALM_PATTERN, realm_schema
+from tidegraph.store import realm_positions
+from tidegraph.store.positions import Claim
+from tidegraph.store.realm_positions import Mark
+from tidegraph.store.realms import RealmInfo, realm_exists
+
+_REALM = re.compile(REALM_PATTERN)
+OpenRealm = Callable[[AsyncConnection[Any], str], Awaitable[RealmInfo]]
+"""Opens (or creates) a realm through the indexer's cache."""
+
+
+@dataclass
+class Stands:
+    """Where each key seen on the partition stands: key → (schema holding the position or
+    ``None`` for the control schema, next offset)."""
+
+    topic: str
+    partition: int
+    known: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+
+    def settled(self, key: str, offset: int) -> bool:
+        return offset < self.known[key][1]
+
+    def schema(self, key: str) -> str | None:
+        return self.known[key][0]
+
+    def forget(self) -> None:
+        """Read every position again (after a failure, a swap, a deletion)."""
+        self.known.clear()
+
+    async def learn(
+        self, conn: AsyncConnection[Any], keys: set[str], open_realm: OpenRealm
+    ) -> None:
+        """Read the positions of ``keys`` not known yet: a realm's own (created where its
+        key stood, for a realm that has none on this partition yet), else its key's."""
+        for key in sorted(keys - self.known.keys()):
+            if _REALM.fullmatch(key) and await realm_exists(conn, realm_schema(key)):
+                await self.hold(conn, await open_realm(conn, key))
+            else:
+                at = await realm_positions.key_position(conn, key, self.topic, self.partition)
+                self.known[key] = (None, at)
+
+    async def hold(self, conn: AsyncConnection[Any], info: RealmInfo) -> None:
+        """The realm ``info`` holds its key's position from now on (it was just created or
+        opened)."""
+        at = await realm_positions.ensure(conn, info.schema, info.realm, self.topic, self.partition)
+        self.known[info.realm] = (info.schema, at)
+
+    def mark(self, keyed: list[tuple[str, int]]) -> tuple[Mark, ...]:
+        """The marks settling records ``keyed`` ((key, offset), in log order)."""
+        return tuple(realm_positions.marks_of([(k, self.schema(k), o) for k, o in keyed]))
+
+    def moved(self, marks: tuple[Mark, ...]) -> None:
+        """The marks committed."""
+        for m in marks:
+            self.known[m.key] = (m.schema, max(self.known[m.key][1], m.after))
+
+
+@dataclass
+class Partition:
+    """A partition this process owns."""
+
+    claim: Claim
+    cursor: int
+    """The group's cursor as committed: where reading resumes after a restart."""
+    fetch_from: int
+    """Offset the consumer was last sought to: records fetched before are dropped."""
+    stands: Stands
+    reached: int = 0
+    """One past the last record settled or passed over in this process (the cursor the
+    next commit stores, unless a held realm keeps it lower)."""
+    failures: int = 0
+    resume_at: float | None = None
+    """A transient failure paused the partition until then."""
+    paused_for: str = ""
+    """Why (said again when it resumes)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Realm → offset of the record it is held at."""
+    retry_held_at: float | None = None
+    waiting: set[str] = field(default_factory=set)
+    """Realms with a row in ``tidegraph.indexer_holds``."""
+
+    def cursor_after(self, offset: int) -> int:
+        """The group's cursor once records up to ``offset`` are settled: never past a held
+        realm's record, whose realm reads from there again."""
+        return max(self.cursor, min([offset + 1, *self.held.values()]))
