@@ -17,6 +17,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.indexer.communities.auto import auto_build_loop
 from tidegraph.indexer.communities.detect import ClusterParams
 from tidegraph.indexer.communities.reports import (
     ClusterView,
@@ -26,7 +27,6 @@ from tidegraph.indexer.communities.reports import (
 )
 from tidegraph.indexer.communities.store import (
     BuildResult,
-    auto_build_loop,
     build_communities,
     read_snapshot,
 )

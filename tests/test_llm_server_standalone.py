@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 
 from tidegraph.infra import _proc
-from tidegraph.query_service.retrieval import ChunkHit, RetrievalResult
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, build_prompt
+from tidegraph.schemas.api import ChunkOut, QueryDataResponse
 
 SERVER = Path(__file__).with_name("llm_server.py")
 
@@ -37,12 +37,15 @@ def _exercise(process: subprocess.Popen[str], port: int) -> None:
         time.sleep(0.5)
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
         for order_key in (None, "1843"):  # a dated document's passage says when it stated it
-            chunk = ChunkHit(
-                "c1", "default", "bio.md", 0,
-                "Ada Lovelace worked with Charles Babbage. She wrote notes.", "bio.md#0", [], 1.0,
-                order_key=order_key,
+            chunk = ChunkOut(
+                id="c1", space="default", doc_key="bio.md", ordinal=0,
+                text="Ada Lovelace worked with Charles Babbage. She wrote notes.",
+                citation="bio.md#0", channels=[], score=1.0, order_key=order_key,
             )  # fmt: skip
-            prompt = build_prompt("Who did Ada work with?", RetrievalResult([], [], [chunk], []))
+            data = QueryDataResponse(
+                entities=[], relations=[], chunks=[chunk], communities=[], stats={}
+            )
+            prompt = build_prompt("Who did Ada work with?", data)
             body = {
                 "model": "scripted",
                 "messages": [

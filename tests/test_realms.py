@@ -93,7 +93,7 @@ async def test_foreign_keys_a_bulk_load_drops_come_back_as_declared_and_are_chec
         }
         await conn.execute(drop_foreign_keys_ddl(schema))
         assert await _foreign_keys(conn, schema) == set()
-        await conn.execute(f"INSERT INTO {schema}.mentions VALUES (1, 2)")
+        await conn.execute(f"INSERT INTO {schema}.mentions VALUES (1, 2, now())")
         with pytest.raises(psycopg.errors.ForeignKeyViolation, match="mentions_chunk_id_fkey"):
             await conn.execute(foreign_keys_ddl(schema))
         await conn.execute(f"DELETE FROM {schema}.mentions")

@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -64,7 +64,6 @@ from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.retrieval import (
     RetrievalLimits,
     RetrievalParams,
-    RetrievalResult,
     prepare,
     relation_cap,
     search,
@@ -233,10 +232,12 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
 
     async def run_retrieval(
         realm: str, auth: str | None, params: RetrievalParams, copy: str | None = None
-    ) -> RetrievalResult:
+    ) -> QueryDataResponse:
         meta = await lookup(realm, auth, copy)
         if params.mode == "bypass":
-            return RetrievalResult([], [], [], [], {"mode": "bypass"})
+            return QueryDataResponse(
+                entities=[], relations=[], chunks=[], communities=[], stats={"mode": "bypass"}
+            )
         embedder = embedder_for(meta)
         started = time.perf_counter()
         parts = sub_questions(params.query) if params.decompose else [params.query]
@@ -244,7 +245,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         # keywords and vectors may come from models: no connection is held meanwhile
         prepared = [await prepare(p, embedder, meta.dimension, deps.keyword_model) for p in asked]
 
-        async def searched(conn: AsyncConnection[Any]) -> list[RetrievalResult]:
+        async def searched(conn: AsyncConnection[Any]) -> list[QueryDataResponse]:
             return [
                 await search(conn, meta, pr, p, limits)
                 for pr, p in zip(prepared, asked, strict=True)
@@ -264,7 +265,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         return result
 
     async def record_coverage(
-        meta: RealmInfo, params: RetrievalParams, result: RetrievalResult
+        meta: RealmInfo, params: RetrievalParams, result: QueryDataResponse
     ) -> None:
         """Read-side bookkeeping: a failure is logged and counted, never answered."""
         try:
@@ -617,6 +618,8 @@ def _space(space: str, *, wildcard: bool) -> None:
 
 
 def _default(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump()
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 

@@ -6,8 +6,10 @@ service documents and validates with them, and :mod:`tidegraph.client` returns t
 Requests are validated here (unknown fields refused, unknown ``mode`` a 422, no NUL
 characters anywhere since PostgreSQL text cannot hold them); limits that depend on the
 service configuration (``top_k``, ``hops``, query length) are checked by the query service
-against its settings. Responses are serialised straight
-from the retrieval values; these models document their shape.
+against its settings. Responses are these models as they are: retrieval builds them, the
+service serialises them and the client returns them. An entity, relation or community
+report has one set of fields wherever it appears (``EntityFields`` …); each view adds what
+it knows of it (a retrieval score, a retention state, a place in the topic tree).
 """
 
 from __future__ import annotations
@@ -214,18 +216,27 @@ class QueryRequest(QueryDataRequest):
     )
 
 
-class EntityOut(BaseModel):
+class EntityFields(BaseModel):
+    """An entity as every answer shows it; each view adds what it knows of it."""
+
     id: str
     space: str
     name: str
     type: str
     description: str
     aliases: list[str]
-    matched: str
+
+
+class EntityOut(EntityFields):
+    """An entity a retrieval matched."""
+
+    matched: str = Field(description="`name` (named in the question) or `vector`.")
     score: float
 
 
-class RelationOut(BaseModel):
+class RelationFields(BaseModel):
+    """A relation as every answer shows it; each view adds what it knows of it."""
+
     id: str
     space: str
     subject: str
@@ -236,19 +247,10 @@ class RelationOut(BaseModel):
     valid_to: str | None
     t_created: datetime
     t_expired: datetime | None
-    superseded_by: str | None
-    status: str
-    weight: int
-    hop: int | None
-    channels: list[str]
-    doc_keys: list[str]
-    score: float
-    order_key: str | None = Field(
-        None,
-        description="Document order (`order_key`: publication date, fiscal year …) of the "
-        "latest live document asserting the relation; the synthesis prompt shows it as "
-        "`[stated …]` and resolves conflicting statements to the most recent one.",
+    status: str = Field(
+        description="Belief state in the view read: `current`, `superseded` or `retracted`."
     )
+    superseded_by: str | None
     superseded_via: str | None = Field(
         None,
         description="How the relation was superseded, when it is: `negation` (a later "
@@ -260,9 +262,29 @@ class RelationOut(BaseModel):
         "model said contradicts it). Null for a current relation, and for one superseded "
         "before realms recorded it.",
     )
+    weight: int
+    doc_keys: list[str]
+
+
+class RelationOut(RelationFields):
+    """A relation a retrieval found, with how it was found."""
+
+    hop: int | None = Field(
+        description="Hops from the nearest matched entity; null when the walk did not reach it."
+    )
+    channels: list[str]
+    score: float
+    order_key: str | None = Field(
+        None,
+        description="Document order (`order_key`: publication date, fiscal year …) of the "
+        "latest live document asserting the relation; the synthesis prompt shows it as "
+        "`[stated …]` and resolves conflicting statements to the most recent one.",
+    )
 
 
 class ChunkOut(BaseModel):
+    """A passage a retrieval found."""
+
     id: str
     space: str
     doc_key: str
@@ -276,16 +298,28 @@ class ChunkOut(BaseModel):
     )
 
 
-class CommunityOut(BaseModel):
+class CommunityFields(BaseModel):
+    """A community report as every answer shows it; each view adds what it knows of it."""
+
     id: str
     space: str
+    level: int = Field(
+        description="Level in the topic tree (paper §6.1): 0 the finest communities, each "
+        "higher level grouping those below it."
+    )
     title: str
     summary: str
-    findings: list[str]
-    level: int
     rating: float
-    size: int
+    size: int = Field(description="Member entities.")
     built_at: datetime
+
+
+class CommunityOut(CommunityFields):
+    """A community report a retrieval ranked."""
+
+    findings: list[str] = Field(
+        description="The report's findings, one statement each (denials stated as denials)."
+    )
     score: float
 
 
@@ -359,32 +393,8 @@ class DocumentResponse(BaseModel):
     title: str | None
 
 
-class RelationListed(BaseModel):
-    id: str
-    space: str
-    subject: str
-    predicate: str
-    object: str
-    negated: bool
-    valid_from: str | None
-    valid_to: str | None
-    t_created: datetime
-    t_expired: datetime | None
-    status: str
-    superseded_by: str | None
-    superseded_via: str | None = Field(
-        None,
-        description="How the relation was superseded, when it is: `negation` (a later "
-        "statement of the same predicate on the same pair with the opposite negation), "
-        "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
-        "same pair), `functional` (a later value of a predicate the realm declares "
-        "functional: another object for the same subject, or another subject for the same "
-        "object) or `model` (a later object for the same subject and predicate that the "
-        "model said contradicts it). Null for a current relation, and for one superseded "
-        "before realms recorded it.",
-    )
-    weight: int
-    doc_keys: list[str]
+class RelationListed(RelationFields):
+    """A relation as the relation list shows it."""
 
 
 class RelationsResponse(BaseModel):
@@ -431,13 +441,9 @@ class RelationHistoryResponse(BaseModel):
     )
 
 
-class EntityListed(BaseModel):
-    id: str
-    space: str
-    name: str
-    type: str
-    description: str
-    aliases: list[str]
+class EntityListed(EntityFields):
+    """An entity as the entity list shows it: with its retention state."""
+
     dormant_since: datetime | None
     archived_since: datetime | None = Field(
         None,
@@ -457,13 +463,9 @@ class EntitiesResponse(BaseModel):
     )
 
 
-class CommunityListed(BaseModel):
-    id: str
-    space: str
-    level: int = Field(
-        description="Level in the topic tree (paper §6.1): 0 the finest communities, each "
-        "higher level grouping those below it."
-    )
+class CommunityListed(CommunityFields):
+    """A community as the topic tree lists it: with its place in the tree."""
+
     parent_id: str | None = Field(
         description="The community one level up that contains this one; null for a root "
         "(the top level, or one whose parent's report failed at build)."
@@ -471,11 +473,6 @@ class CommunityListed(BaseModel):
     children: list[str] = Field(
         description="Ids of the communities one level down that this one contains, by id."
     )
-    title: str
-    summary: str
-    rating: float
-    size: int = Field(description="Member entities.")
-    built_at: datetime
 
 
 class CommunitiesResponse(BaseModel):

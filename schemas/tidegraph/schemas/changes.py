@@ -10,24 +10,21 @@ always written (``null`` means "no stated period", which is information, not abs
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, Literal
 
 import orjson
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
-    field_serializer,
     field_validator,
     model_validator,
 )
 
 from tidegraph.schemas._validation import RecordValidationError, load_object, problems_from
-from tidegraph.schemas.documents import RFC3339_PATTERN, format_utc
+from tidegraph.schemas.instants import Instant
 from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPACE_PATTERN
 
 CHANGE_SCHEMA: Final = "tidegraph.change.v1"
@@ -161,10 +158,7 @@ class GraphChange(BaseModel):
     realm: str = Field(pattern=REALM_PATTERN)
     space: str = Field(DEFAULT_SPACE, pattern=SPACE_PATTERN)
     seq: int = Field(ge=0, description="Commit sequence number of the realm, gap-free.")
-    belief_time: AwareDatetime = Field(
-        description="When the graph came to believe this.",
-        json_schema_extra={"pattern": RFC3339_PATTERN},
-    )
+    belief_time: Instant = Field(description="When the graph came to believe this.")
     kind: ChangeKind = Field(
         description="What happened. `entity_archived` / `entity_unarchived`: retention "
         "(paper §6.1) withheld the entity from retrieval and community construction, as "
@@ -204,22 +198,6 @@ class GraphChange(BaseModel):
         if value == ANY_SPACE:
             raise ValueError("'*' is a read-time wildcard and never valid on a change")
         return value
-
-    @field_validator("belief_time", mode="before")
-    @classmethod
-    def _rfc3339_only(cls, value: object) -> object:
-        if not isinstance(value, str | datetime):
-            raise ValueError("must be an ISO 8601 / RFC 3339 date-time string with an offset")
-        return value
-
-    @field_validator("belief_time")
-    @classmethod
-    def _to_utc(cls, value: datetime) -> datetime:
-        return value.astimezone(UTC)
-
-    @field_serializer("belief_time")
-    def _belief_time_z(self, value: datetime) -> str:
-        return format_utc(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphChange:

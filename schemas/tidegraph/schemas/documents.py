@@ -31,14 +31,12 @@ from typing import Any, Final, Literal
 
 import orjson
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     JsonValue,
     ValidationError,
     ValidationInfo,
-    field_serializer,
     field_validator,
 )
 
@@ -46,22 +44,13 @@ from tidegraph.schemas._validation import RecordValidationError, load_object, pr
 from tidegraph.schemas.extraction import ExtractionOutput
 from tidegraph.schemas.facts import render_facts, version_hash
 from tidegraph.schemas.hashing import CONTENT_HASH_PATTERN, content_hash
+from tidegraph.schemas.instants import Instant, format_utc
 from tidegraph.schemas.names import ANY_SPACE, DEFAULT_SPACE, REALM_PATTERN, SPACE_PATTERN
 
 DOCUMENT_SCHEMA: Final = "tidegraph.document.v1"
 DOC_KEY_MAX = 1024
-RFC3339_PATTERN = (
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}"
-    r"(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-)
-"""Stated in the JSON Schema files, where ``format: date-time`` is only advisory."""
 
 Op = Literal["upsert", "delete"]
-
-
-def format_utc(value: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z`` suffix, the form every tidegraph record uses."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _order_form(value: datetime) -> str:
@@ -143,10 +132,7 @@ class DocumentVersion(BaseModel):
         None,
         description="Document order for supersession, compared as strings; defaults to event_time.",
     )
-    event_time: AwareDatetime = Field(
-        description="When the source changed, with a UTC offset.",
-        json_schema_extra={"pattern": RFC3339_PATTERN},
-    )
+    event_time: Instant = Field(description="When the source changed, with a UTC offset.")
     facts: ExtractionOutput | None = Field(
         None,
         description=(
@@ -181,23 +167,6 @@ class DocumentVersion(BaseModel):
         if value is not None and info.data.get("op") == "delete":
             raise ValueError("must be absent when op is 'delete'")
         return value
-
-    @field_validator("event_time", mode="before")
-    @classmethod
-    def _rfc3339_only(cls, value: object) -> object:
-        # pydantic would also take a number as a Unix time; the contract says ISO text.
-        if not isinstance(value, str | datetime):
-            raise ValueError("must be an ISO 8601 / RFC 3339 date-time string with an offset")
-        return value
-
-    @field_validator("event_time")
-    @classmethod
-    def _to_utc(cls, value: datetime) -> datetime:
-        return value.astimezone(UTC)
-
-    @field_serializer("event_time")
-    def _event_time_z(self, value: datetime) -> str:
-        return format_utc(value)
 
     @property
     def effective_order_key(self) -> str:

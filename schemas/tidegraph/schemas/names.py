@@ -31,6 +31,11 @@ def validate_realm(name: str) -> str:
     return name
 
 
+def is_realm(name: str) -> bool:
+    """Whether ``name`` is a valid realm name (for a key that may name none)."""
+    return _REALM_RE.fullmatch(name) is not None
+
+
 def validate_space(name: str, *, allow_wildcard: bool = False) -> str:
     """Return ``name`` when it is a valid space name (``*`` only where reads allow it)."""
     if name == ANY_SPACE and allow_wildcard:

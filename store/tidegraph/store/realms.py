@@ -12,7 +12,7 @@ import orjson
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from tidegraph.schemas.names import REALM_PATTERN, realm_schema, validate_realm
+from tidegraph.schemas.names import is_realm, realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
 from tidegraph.store import realm_positions
 from tidegraph.store.ddl import (
@@ -66,7 +66,6 @@ class RealmInfo:
 
 
 _DIM = re.compile(r"^vector\((\d+)\)$")
-_REALM = re.compile(REALM_PATTERN)
 
 
 async def ensure_control(conn: AsyncConnection[Any]) -> None:
@@ -220,7 +219,7 @@ async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None
     A live realm missing the name-lookup indexes or the telemetry table gets them here
     rather than in :func:`open_realm`, which also opens shadow schemas a bulk load fills
     before it builds its search indexes."""
-    if _REALM.fullmatch(realm) is None:
+    if not is_realm(realm):
         return None
     schema = realm_schema(realm)
     if not await realm_exists(conn, schema):

@@ -1,5 +1,6 @@
 """Communities: detection over the current graph, their reports, and their storage (paper §6)."""
 
+from tidegraph.indexer.communities.auto import auto_build_loop
 from tidegraph.indexer.communities.detect import (
     ClusterParams,
     CommunityConfigError,
@@ -17,7 +18,6 @@ from tidegraph.indexer.communities.reports import (
 )
 from tidegraph.indexer.communities.store import (
     BuildResult,
-    auto_build_loop,
     build_communities,
     read_snapshot,
 )

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any, LiteralString
 import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.communities.detect import (
     ClusterParams,
@@ -61,26 +60,23 @@ from tidegraph.indexer.communities.reports import (
     cluster_views,
     disambiguate_titles,
     make_reports,
-    model_reporter,
     offline_reporter,
 )
 from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.write.context import ensure_vector_types, vec_param
-from tidegraph.schemas.errors import ConfigError, TidegraphError
+from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
-from tidegraph.schemas.realm_config import parse_embedder
+from tidegraph.store.entity_state import alive
 from tidegraph.store.errors import RealmSwapped
-from tidegraph.store.realms import RealmInfo, check_embedder, list_realms, open_realm
+from tidegraph.store.realms import RealmInfo, check_embedder
 
 if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
-    from tidegraph.indexer.models.client import LLMClient
+    pass
 
 __all__ = [
     "BuildResult",
     "Snapshot",
     "SpaceBuild",
-    "auto_build_loop",
     "build_communities",
     "read_snapshot",
 ]
@@ -164,41 +160,35 @@ async def read_snapshot(
         seq, taken_at = int(row[0]), row[1]
         if spaces is None:
             cur = await conn.execute(
-                _q(
-                    "SELECT space FROM {e} WHERE dormant_since IS NULL AND archived_since IS NULL"
-                    " UNION SELECT space FROM {c} WHERE t_expired IS NULL ORDER BY 1",
-                    s,
-                    e="entities",
-                    c="communities",
-                )
+                sql.SQL(
+                    "SELECT space FROM {e} WHERE {alive}"
+                    " UNION SELECT space FROM {c} WHERE t_expired IS NULL ORDER BY 1"
+                ).format(e=_t(s, "entities"), c=_t(s, "communities"), alive=alive())
             )
             spaces = [str(r[0]) for r in await cur.fetchall()] or [DEFAULT_SPACE]
         wanted = sorted({validate_space(sp) for sp in spaces})
         cur = await conn.execute(
-            _q(
+            sql.SQL(
                 "SELECT id, space, name, type, description FROM {e}"
-                " WHERE space = ANY(%s) AND dormant_since IS NULL AND archived_since IS NULL"
-                " ORDER BY id",
-                s,
-                e="entities",
-            ),
+                " WHERE space = ANY(%s) AND {alive} ORDER BY id"
+            ).format(e=_t(s, "entities"), alive=alive()),
             (wanted,),
         )
         entities: dict[str, list[Entity]] = {sp: [] for sp in wanted}
         for eid, sp, name, typ, desc in await cur.fetchall():
             entities[sp].append(Entity(int(eid), name, typ, desc or ""))
         cur = await conn.execute(
-            _q(
+            sql.SQL(
                 "SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.weight,"
                 " r.negated, r.description FROM {r} r"
-                " JOIN {e} es ON es.id = r.subject_id AND es.dormant_since IS NULL"
-                " AND es.archived_since IS NULL"
-                " JOIN {e} eo ON eo.id = r.object_id AND eo.dormant_since IS NULL"
-                " AND eo.archived_since IS NULL"
-                " WHERE r.space = ANY(%s) AND r.status = 'current' ORDER BY r.id",
-                s,
-                r="relations",
-                e="entities",
+                " JOIN {e} es ON es.id = r.subject_id AND {subject_alive}"
+                " JOIN {e} eo ON eo.id = r.object_id AND {object_alive}"
+                " WHERE r.space = ANY(%s) AND r.status = 'current' ORDER BY r.id"
+            ).format(
+                r=_t(s, "relations"),
+                e=_t(s, "entities"),
+                subject_alive=alive("es"),
+                object_alive=alive("eo"),
             ),
             (wanted,),
         )
@@ -313,30 +303,13 @@ async def _build(
         )
     lap("detect")
     for space, (hierarchy, views) in detected.items():
-        shown = time.monotonic()
-
-        def tick(finished: int, total: int, space: str = space) -> None:
-            nonlocal shown
-            if time.monotonic() - shown >= 2.0 and finished < total:
-                shown = time.monotonic()
-                say(f"{space}: {finished}/{total} reports")
-
-        reports = await make_reports(views, reporter, concurrency=concurrency, progress=tick)
-        say(f"{space}: {len(reports)}/{len(views)} reports")
+        reports = await _reports(space, views, reporter, concurrency, say)
         planned.append(
             _Planned(space, hierarchy, tuple(views), reports, len(snap.spaces[space][1]))
         )
     lap("reports")
     rows = _rows(planned)
-    vectors: list[list[float]] = []
-    texts = [r[3].text() for r in rows]
-    for start in range(0, len(texts), _EMBED_BATCH):
-        vectors.extend(await embedder.embed(texts[start : start + _EMBED_BATCH]))
-    if any(len(v) != info.dimension for v in vectors):
-        raise ConfigError(
-            f"embedder {embedder.id} returned vectors of another width than the realm's "
-            f"{info.dimension}"
-        )
+    vectors = await _embed(info, embedder, [r[3].text() for r in rows])
     lap("embed")
     seq, built_at, moved = await _write(conn, info, snap, planned, rows, vectors)
     lap("write")
@@ -361,6 +334,40 @@ async def _build(
         moved,
         tuple(timings),
     )
+
+
+async def _reports(
+    space: str,
+    views: Sequence[ClusterView],
+    reporter: Reporter,
+    concurrency: int,
+    say: Callable[[str], None],
+) -> Mapping[tuple[int, int], Report]:
+    """One space's reports, saying how far it got every two seconds."""
+    shown = time.monotonic()
+
+    def tick(finished: int, total: int) -> None:
+        nonlocal shown
+        if time.monotonic() - shown >= 2.0 and finished < total:
+            shown = time.monotonic()
+            say(f"{space}: {finished}/{total} reports")
+
+    reports = await make_reports(views, reporter, concurrency=concurrency, progress=tick)
+    say(f"{space}: {len(reports)}/{len(views)} reports")
+    return reports
+
+
+async def _embed(info: RealmInfo, embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    """The reports' vectors, refused when their width is not the realm's."""
+    vectors: list[list[float]] = []
+    for start in range(0, len(texts), _EMBED_BATCH):
+        vectors.extend(await embedder.embed(texts[start : start + _EMBED_BATCH]))
+    if any(len(v) != info.dimension for v in vectors):
+        raise ConfigError(
+            f"embedder {embedder.id} returned vectors of another width than the realm's "
+            f"{info.dimension}"
+        )
+    return vectors
 
 
 def _detect(
@@ -409,22 +416,7 @@ async def _write(
     s = info.schema
     await ensure_vector_types(conn)
     async with conn.transaction():
-        cur = await conn.execute(
-            _q(
-                "UPDATE {meta} m SET seq = m.seq + 1,"
-                " last_write_at = greatest(coalesce(m.last_write_at, now()), now())"
-                " FROM (SELECT seq FROM {meta} FOR UPDATE) old"
-                " RETURNING m.seq, m.last_write_at, old.seq <> %s, m.swapped_out",
-                s,
-                meta="meta",
-            ),
-            (snap.seq,),
-        )
-        row = await cur.fetchone()
-        assert row is not None
-        seq, bt, moved, swapped_out = int(row[0]), row[1], bool(row[2]), bool(row[3])
-        if swapped_out:
-            raise RealmSwapped(info.realm)
+        seq, bt, moved = await _stamp(conn, info, snap)
         built_at = snap.taken_at if moved else bt
         await conn.execute(
             _q(
@@ -442,180 +434,124 @@ async def _write(
             ),
             (bt, [p.space for p in planned]),
         )
-        ids: list[int] = []
-        if rows:
-            cur = await conn.execute(
-                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                (_t(s, "communities").as_string(conn), len(rows)),
-            )
-            ids = [int(r[0]) for r in await cur.fetchall()]
-        id_of = {(sp, v.cluster.key): i for (sp, v, _, _), i in zip(rows, ids, strict=True)}
-        await conn.execute(
-            _q(
-                "INSERT INTO {c} (id, space, level, parent_id, title, summary, findings,"
-                " rating, size, built_at, t_created, embedding)"
-                " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, %s, e"
-                " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[],"
-                " %s::text[], %s::jsonb[], %s::real[], %s::int[], %b::vector[])"
-                " AS u(i, sp, lv, pa, ti, su, fi, ra, sz, e)",
-                s,
-                c="communities",
-            ),
-            (
-                built_at,
-                bt,
-                ids,
-                [sp for sp, _, _, _ in rows],
-                [v.cluster.level for _, v, _, _ in rows],
-                [id_of[(sp, pk)] if pk is not None else None for sp, _, pk, _ in rows],
-                [r.title for _, _, _, r in rows],
-                [r.summary for _, _, _, r in rows],
-                [Jsonb([f.to_json() for f in r.findings]) for _, _, _, r in rows],
-                [r.rating for _, _, _, r in rows],
-                [len(v.cluster.members) for _, v, _, _ in rows],
-                [vec_param(x) for x in vectors],
-            ),
-        )
-        members = [
-            (i, m) for (_, v, _, _), i in zip(rows, ids, strict=True) for m in v.cluster.members
-        ]
-        if members:
-            await conn.execute(
-                _q(
-                    "INSERT INTO {m} (community_id, entity_id)"
-                    " SELECT * FROM unnest(%s::bigint[], %s::bigint[])",
-                    s,
-                    m="community_members",
-                ),
-                ([a for a, _ in members], [b for _, b in members]),
-            )
-        kinds, spaces, payloads = [], [], []
-        for p in planned:
-            kinds.append("communities_built")
-            spaces.append(p.space)
-            payloads.append(
-                Jsonb(
-                    {
-                        "communities": sum(1 for sp, *_ in rows if sp == p.space),
-                        "levels": len(p.hierarchy.levels),
-                    }
-                )
-            )
-            if moved:
-                kinds.append("communities_stale")
-                spaces.append(p.space)
-                payloads.append(Jsonb({}))
-        await conn.execute(
-            _q(
-                "INSERT INTO {o} (seq, idx, kind, space, belief_time, payload)"
-                " SELECT %s, i - 1, k, sp, %s, p FROM unnest(%s::text[], %s::text[],"
-                " %s::jsonb[]) WITH ORDINALITY AS u(k, sp, p, i)",
-                s,
-                o="outbox",
-            ),
-            (seq, bt, kinds, spaces, payloads),
-        )
+        await _insert(conn, s, rows, vectors, built_at, bt)
+        await _announce(conn, s, planned, rows, seq, bt, moved)
     return seq, built_at, moved
 
 
-# --------------------------------------------------------------------------- automatic
-
-
-def _hashing_only(info: RealmInfo) -> Embedder:
-    spec = parse_embedder(info.embedder)
-    if spec.kind != "hashing":
-        raise ConfigError(f"realm {info.realm!r} is pinned to {info.embedder!r}: pass embedder_for")
-    return HashingEmbedder(spec.dimension)
-
-
-async def auto_build_loop(
-    pool: AsyncConnectionPool[AsyncConnection[Any]],
-    quiet_seconds: float,
-    *,
-    embedder_for: Callable[[RealmInfo], Embedder] | None = None,
-    llm: LLMClient | None = None,
-    params: ClusterParams | None = None,
-    poll_seconds: float | None = None,
-    realms: Sequence[str] | None = None,
-) -> None:
-    """Rebuild a realm's communities once its graph has been quiet for ``quiet_seconds``.
-
-    Runs until cancelled; meant as a background task of the query service. A realm is due
-    when its feed said ``communities_stale`` since the last build, or it was never built
-    and has been written to; it is quiet when no document was applied for
-    ``quiet_seconds`` (database clock). Every space of a due realm is rebuilt in one
-    build. Replicas may all run it: a realm being built elsewhere is skipped. A build that
-    fails is logged and not retried until the realm is written again. ``embedder_for``
-    gives a realm's pinned embedder (the composition root's ``ModelRegistry.embedder_for``);
-    without it only ``hashing:*`` realms can be built. ``realms`` limits it to those.
-    """
-    poll = poll_seconds if poll_seconds is not None else max(1.0, min(quiet_seconds / 4, 30.0))
-    embedder_of = embedder_for or _hashing_only
-    failed_at: dict[str, int] = {}
-    while True:
-        try:
-            async with pool.connection() as conn:
-                for realm, schema in await list_realms(conn):
-                    if realms is not None and realm not in realms:
-                        continue
-                    await _maybe_build(
-                        conn,
-                        realm,
-                        schema,
-                        quiet_seconds,
-                        embedder_of,
-                        llm,
-                        params,
-                        failed_at,
-                    )
-        except (psycopg.Error, TidegraphError) as exc:
-            log.warning("automatic community builds: %s", exc)
-        await asyncio.sleep(poll)
-
-
-async def _maybe_build(
-    conn: AsyncConnection[Any],
-    realm: str,
-    schema: str,
-    quiet_seconds: float,
-    embedder_of: Callable[[RealmInfo], Embedder],
-    llm: LLMClient | None,
-    params: ClusterParams | None,
-    failed_at: dict[str, int],
-) -> None:
+async def _stamp(
+    conn: AsyncConnection[Any], info: RealmInfo, snap: Snapshot
+) -> tuple[int, datetime, bool]:
+    """The build's commit sequence and belief instant, under the realm lock the writer
+    takes; and whether the graph moved since the snapshot."""
     cur = await conn.execute(
         _q(
-            "SELECT seq, communities_stale OR (communities_built_at IS NULL AND seq > 0),"
-            " swapped_out FROM {meta}",
-            schema,
+            "UPDATE {meta} m SET seq = m.seq + 1,"
+            " last_write_at = greatest(coalesce(m.last_write_at, now()), now())"
+            " FROM (SELECT seq FROM {meta} FOR UPDATE) old"
+            " RETURNING m.seq, m.last_write_at, old.seq <> %s, m.swapped_out",
+            info.schema,
             meta="meta",
-        )
+        ),
+        (snap.seq,),
     )
     row = await cur.fetchone()
-    if row is None or not row[1] or row[2] or failed_at.get(realm) == int(row[0]):
-        return
-    cur = await conn.execute(
-        _q("SELECT extract(epoch FROM now() - max(applied_at)) FROM {d}", schema, d="documents")
+    assert row is not None
+    if row[3]:
+        raise RealmSwapped(info.realm)
+    return int(row[0]), row[1], bool(row[2])
+
+
+async def _insert(
+    conn: AsyncConnection[Any],
+    s: str,
+    rows: Sequence[_Row],
+    vectors: Sequence[list[float]],
+    built_at: datetime,
+    bt: datetime,
+) -> None:
+    """The new communities, believed from ``bt``, and their members."""
+    ids: list[int] = []
+    if rows:
+        cur = await conn.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            (_t(s, "communities").as_string(conn), len(rows)),
+        )
+        ids = [int(r[0]) for r in await cur.fetchall()]
+    id_of = {(sp, v.cluster.key): i for (sp, v, _, _), i in zip(rows, ids, strict=True)}
+    await conn.execute(
+        _q(
+            "INSERT INTO {c} (id, space, level, parent_id, title, summary, findings,"
+            " rating, size, built_at, t_created, embedding)"
+            " SELECT i, sp, lv, pa, ti, su, fi, ra, sz, %s, %s, e"
+            " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::bigint[], %s::text[],"
+            " %s::text[], %s::jsonb[], %s::real[], %s::int[], %b::vector[])"
+            " AS u(i, sp, lv, pa, ti, su, fi, ra, sz, e)",
+            s,
+            c="communities",
+        ),
+        (
+            built_at,
+            bt,
+            ids,
+            [sp for sp, _, _, _ in rows],
+            [v.cluster.level for _, v, _, _ in rows],
+            [id_of[(sp, pk)] if pk is not None else None for sp, _, pk, _ in rows],
+            [r.title for _, _, _, r in rows],
+            [r.summary for _, _, _, r in rows],
+            [Jsonb([f.to_json() for f in r.findings]) for _, _, _, r in rows],
+            [r.rating for _, _, _, r in rows],
+            [len(v.cluster.members) for _, v, _, _ in rows],
+            [vec_param(x) for x in vectors],
+        ),
     )
-    idle = await cur.fetchone()
-    if idle is not None and idle[0] is not None and float(idle[0]) < quiet_seconds:
-        return
-    try:
-        info = await open_realm(conn, realm, schema=schema)
-        reporter = model_reporter(llm, realm) if llm is not None else None
-        result = await build_communities(
-            conn, info, embedder_of(info), params=params, reporter=reporter, wait=False
+    members = [(i, m) for (_, v, _, _), i in zip(rows, ids, strict=True) for m in v.cluster.members]
+    if members:
+        await conn.execute(
+            _q(
+                "INSERT INTO {m} (community_id, entity_id)"
+                " SELECT * FROM unnest(%s::bigint[], %s::bigint[])",
+                s,
+                m="community_members",
+            ),
+            ([a for a, _ in members], [b for _, b in members]),
         )
-    except (psycopg.Error, TidegraphError) as exc:
-        if not getattr(exc, "retriable", False):
-            failed_at[realm] = int(row[0])  # retried once the realm is written again
-        log.warning("realm %s: automatic community build failed: %s", realm, exc)
-        return
-    if result is not None:
-        failed_at.pop(realm, None)
-        log.info(
-            "realm %s: communities rebuilt at seq %d (%s)",
-            realm,
-            result.seq,
-            ", ".join(f"{b.space}: {b.written}" for b in result.spaces),
+
+
+async def _announce(
+    conn: AsyncConnection[Any],
+    s: str,
+    planned: Sequence[_Planned],
+    rows: Sequence[_Row],
+    seq: int,
+    bt: datetime,
+    moved: bool,
+) -> None:
+    """One ``communities_built`` per space (and ``communities_stale`` when the graph moved
+    during the build) under the build's sequence."""
+    kinds, spaces, payloads = [], [], []
+    for p in planned:
+        kinds.append("communities_built")
+        spaces.append(p.space)
+        payloads.append(
+            Jsonb(
+                {
+                    "communities": sum(1 for sp, *_ in rows if sp == p.space),
+                    "levels": len(p.hierarchy.levels),
+                }
+            )
         )
+        if moved:
+            kinds.append("communities_stale")
+            spaces.append(p.space)
+            payloads.append(Jsonb({}))
+    await conn.execute(
+        _q(
+            "INSERT INTO {o} (seq, idx, kind, space, belief_time, payload)"
+            " SELECT %s, i - 1, k, sp, %s, p FROM unnest(%s::text[], %s::text[],"
+            " %s::jsonb[]) WITH ORDINALITY AS u(k, sp, p, i)",
+            s,
+            o="outbox",
+        ),
+        (seq, bt, kinds, spaces, payloads),
+    )

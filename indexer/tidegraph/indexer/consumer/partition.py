@@ -11,20 +11,18 @@ stored position, so a stale memory can never apply a record twice, only cost a r
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg import AsyncConnection
 
-from tidegraph.schemas.names import REALM_PATTERN, realm_schema
+from tidegraph.schemas.names import is_realm, realm_schema
 from tidegraph.store import realm_positions
 from tidegraph.store.positions import Claim
 from tidegraph.store.realm_positions import Mark
 from tidegraph.store.realms import RealmInfo, realm_exists
 
-_REALM = re.compile(REALM_PATTERN)
 OpenRealm = Callable[[AsyncConnection[Any], str], Awaitable[RealmInfo]]
 """Opens (or creates) a realm through the indexer's cache."""
 
@@ -54,7 +52,7 @@ class Stands:
         """Read the positions of ``keys`` not known yet: a realm's own (created where its
         key stood, for a realm that has none on this partition yet), else its key's."""
         for key in sorted(keys - self.known.keys()):
-            if _REALM.fullmatch(key) and await realm_exists(conn, realm_schema(key)):
+            if is_realm(key) and await realm_exists(conn, realm_schema(key)):
                 await self.hold(conn, await open_realm(conn, key))
             else:
                 at = await realm_positions.key_position(conn, key, self.topic, self.partition)

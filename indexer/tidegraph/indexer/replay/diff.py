@@ -24,7 +24,6 @@ replay of an unchanged configuration reproduces those exactly (DESIGN invariant 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,7 +32,7 @@ from typing import Any, LiteralString
 from psycopg import AsyncConnection, sql
 
 from tidegraph.schemas.changes import ChangeKind
-from tidegraph.schemas.names import REALM_PATTERN, realm_schema
+from tidegraph.schemas.names import is_realm, realm_schema
 from tidegraph.store.errors import RealmSchemaError
 from tidegraph.store.realms import realm_exists
 
@@ -56,8 +55,6 @@ COMMUNITY_KINDS: tuple[str, ...] = ("community",)
 ``diff_schemas`` compares it by default after :data:`KINDS`."""
 HISTORY_KINDS: tuple[str, ...] = ("relation_history", "entity_history", "document_history", "chunk")
 """Added with ``history=True``."""
-
-_REALM = re.compile(REALM_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -388,7 +385,7 @@ async def resolve_schema(conn: AsyncConnection[Any], name: str) -> str:
     """The schema ``name`` designates: realm ``name``'s schema, else a schema so named
     (a shadow, audit copy or retired realm) — either must hold a realm's ``meta`` table."""
     candidates = [name]
-    if _REALM.fullmatch(name):
+    if is_realm(name):
         candidates.insert(0, realm_schema(name))
     for schema in candidates:
         if await realm_exists(conn, schema):

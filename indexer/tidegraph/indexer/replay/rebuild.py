@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from aiokafka import TopicPartition
 from psycopg import AsyncConnection, sql
 from pydantic import ValidationError
 
@@ -307,9 +308,64 @@ class _Replay:
 
     async def _run(self) -> ReplayResult:
         o = self.o
+        swap = o.swap and o.until is None
+        info, tp, group, writer = await self._start(swap)
+        applier = self.applier
+        assert applier is not None
+        await self._run_to(await self._fixed_bound())
+        for _ in range(o.bulk_rounds):
+            # What arrived during the load is cheaper to apply before the search indexes
+            # exist than after (each write then maintains them): follow while it is a lot.
+            before = applier.next_offset
+            await self._run_to(await self._fixed_bound())
+            if applier.next_offset - before <= o.fetch_records:
+                break
+        load_seconds = time.perf_counter() - self.started
+        loaded = (applier.counters.read, applier.counters.written)
+        self._report("indexing")
+        index_started = time.perf_counter()
+        await self._build_indexes(writer, info)
+        index_seconds = time.perf_counter() - index_started
+        self.phase = "catching up"
+        outcome: SwapOutcome | None = None
+        if swap:
+            outcome = await self._swap(tp.partition, info, group)
+        else:
+            await self._run_to(await self._fixed_bound())
+        self._report("done")
+        return ReplayResult(
+            realm=o.realm,
+            schema=self.live if outcome else info.schema,
+            built_in=info.schema,
+            swapped=outcome is not None,
+            retired=outcome.retired if outcome else None,
+            partition=tp.partition,
+            position=applier.next_offset,
+            records_read=applier.counters.read,
+            realm_records=applier.counters.realm_records,
+            written=applier.counters.written,
+            load_seconds=load_seconds,
+            load_records=loaded[0],
+            load_written=loaded[1],
+            index_seconds=index_seconds,
+            total_seconds=time.perf_counter() - self.started,
+            swap=outcome,
+            config_changed=self.config_changed,
+            follow_seconds=self.follow_seconds,
+            baseline_seconds=self.baseline_seconds,
+        )
+
+    # -- setup -------------------------------------------------------------------------
+
+    async def _start(
+        self, swap: bool
+    ) -> tuple[RealmInfo, TopicPartition, str, AsyncConnection[Any]]:
+        """Step 1: the replay's lock (a swapping one), the shadow, the partition reader, the
+        claim and where the shadow starts; returns (shadow, partition, claim group, the
+        write connection)."""
+        o = self.o
         control = await self._connect()
         await ensure_control(control)
-        swap = o.swap and o.until is None
         if swap:
             cur = await control.execute(
                 "SELECT pg_try_advisory_lock(hashtext(%s))", (replay_lock_key(o.realm),)
@@ -317,9 +373,7 @@ class _Replay:
             row = await cur.fetchone()
             if row is None or not row[0]:
                 raise ReplayBusy(o.realm)
-        live_info = await self._live_info(control)
-        info = await self._create_target(control, live_info)
-
+        info = await self._create_target(control, await self._live_info(control))
         self.reader = PartitionReader(
             o.bootstrap, o.topic, o.realm, fetch_max_records=o.fetch_records
         )
@@ -345,52 +399,7 @@ class _Replay:
         log.info(
             "replaying realm %s from %s/%d into %s", o.realm, o.topic, tp.partition, info.schema
         )
-
-        await self._run_to(await self._fixed_bound())
-        for _ in range(o.bulk_rounds):
-            # What arrived during the load is cheaper to apply before the search indexes
-            # exist than after (each write then maintains them): follow while it is a lot.
-            before = self.applier.next_offset
-            await self._run_to(await self._fixed_bound())
-            if self.applier.next_offset - before <= o.fetch_records:
-                break
-        load_seconds = time.perf_counter() - self.started
-        loaded = (self.applier.counters.read, self.applier.counters.written)
-        self._report("indexing")
-        index_started = time.perf_counter()
-        await self._build_indexes(writer, info)
-        index_seconds = time.perf_counter() - index_started
-        self.phase = "catching up"
-        outcome: SwapOutcome | None = None
-        if swap:
-            outcome = await self._swap(tp.partition, info, group)
-        else:
-            await self._run_to(await self._fixed_bound())
-        self._report("done")
-        applier = self.applier
-        return ReplayResult(
-            realm=o.realm,
-            schema=self.live if outcome else info.schema,
-            built_in=info.schema,
-            swapped=outcome is not None,
-            retired=outcome.retired if outcome else None,
-            partition=tp.partition,
-            position=applier.next_offset,
-            records_read=applier.counters.read,
-            realm_records=applier.counters.realm_records,
-            written=applier.counters.written,
-            load_seconds=load_seconds,
-            load_records=loaded[0],
-            load_written=loaded[1],
-            index_seconds=index_seconds,
-            total_seconds=time.perf_counter() - self.started,
-            swap=outcome,
-            config_changed=self.config_changed,
-            follow_seconds=self.follow_seconds,
-            baseline_seconds=self.baseline_seconds,
-        )
-
-    # -- setup -------------------------------------------------------------------------
+        return info, tp, group, writer
 
     async def _live_info(self, conn: AsyncConnection[Any]) -> RealmInfo | None:
         if not await realm_exists(conn, self.live):

@@ -228,36 +228,25 @@ async def swap_in(
         ) from None
 
 
+@dataclass
+class _Held:
+    """The live realm as the swap found it under its lock (step 1)."""
+
+    exists: bool
+    seq: int = 0
+    last: datetime | None = None
+    started: float = 0.0
+    """When the hold began (``time.perf_counter``)."""
+
+
 async def _swap(
     conn: AsyncConnection[Any], plan: SwapPlan, catch_up: CatchUp, base: Baseline | None
 ) -> SwapOutcome:
-    await conn.execute(
-        sql.SQL("SET LOCAL lock_timeout = {}").format(
-            sql.Literal(f"{int(plan.lock_timeout * 1000)}ms")
-        )
-    )
-    await lock_realm_schema(conn, plan.live)
-    live_exists = await realm_exists(conn, plan.live)
-    started = time.perf_counter()
-    old_seq, old_last = 0, None
-    if live_exists:
-        cur = await conn.execute(
-            sql.SQL("SELECT seq, last_write_at, swapped_out FROM {} FOR UPDATE").format(
-                _t(plan.live, "meta")
-            )
-        )
-        row = await cur.fetchone()
-        started = time.perf_counter()
-        if row is None or row[2]:
-            raise SwapRefused(
-                f"realm {plan.realm!r}: {plan.live}.meta is missing or already swapped out; "
-                "another replay replaced the realm meanwhile"
-            )
-        old_seq, old_last = int(row[0]), row[1]
-
+    """The steps of the module docstring, in order, in the caller's transaction."""
+    held = await _hold(conn, plan)
     live_position = (
         await realm_positions.stand(conn, plan.live, plan.topic, plan.partition)
-        if live_exists
+        if held.exists
         else None
     )
     caught_from = time.perf_counter()
@@ -268,35 +257,84 @@ async def _swap(
             f"realm {plan.realm!r}: the shadow stands at offset {shadow_position} but the "
             f"live realm at {live_position}; refusing to swap"
         )
+    carried = await carry_retention(conn, plan.live, plan.shadow) if held.exists else (0, 0)
+    communities = await carry_communities(conn, plan.live, plan.shadow) if held.exists else 0
+    diff_from = time.perf_counter()
+    changes = (
+        feed_changes(await rebuild_differences(conn, plan.live, plan.shadow, base))
+        if held.exists
+        else []
+    )
+    diff_seconds = time.perf_counter() - diff_from
+    if held.exists:
+        await _hand_over(conn, plan)
+    seq, entries = await _announce(conn, plan, held, shadow_position, changes)
+    await _rename(conn, plan, held, shadow_position, seq)
+    cur = await conn.execute("SELECT clock_timestamp()")
+    clock = await cur.fetchone()
+    assert clock is not None
+    return SwapOutcome(
+        plan.retired if held.exists else None,
+        shadow_position,
+        seq,
+        entries,
+        time.perf_counter() - held.started,
+        caught,
+        catch_up_seconds,
+        diff_seconds,
+        clock[0],
+        *carried,
+        communities,
+    )
 
-    carried = await carry_retention(conn, plan.live, plan.shadow) if live_exists else (0, 0)
-    communities = await carry_communities(conn, plan.live, plan.shadow) if live_exists else 0
+
+async def _hold(conn: AsyncConnection[Any], plan: SwapPlan) -> _Held:
+    """Step 1: the live realm's lock, and what its ``meta`` row says."""
+    await conn.execute(
+        sql.SQL("SET LOCAL lock_timeout = {}").format(
+            sql.Literal(f"{int(plan.lock_timeout * 1000)}ms")
+        )
+    )
+    await lock_realm_schema(conn, plan.live)
+    if not await realm_exists(conn, plan.live):
+        return _Held(False, started=time.perf_counter())
+    cur = await conn.execute(
+        sql.SQL("SELECT seq, last_write_at, swapped_out FROM {} FOR UPDATE").format(
+            _t(plan.live, "meta")
+        )
+    )
+    row = await cur.fetchone()
+    started = time.perf_counter()
+    if row is None or row[2]:
+        raise SwapRefused(
+            f"realm {plan.realm!r}: {plan.live}.meta is missing or already swapped out; "
+            "another replay replaced the realm meanwhile"
+        )
+    return _Held(True, int(row[0]), row[1], started)
+
+
+async def _announce(
+    conn: AsyncConnection[Any],
+    plan: SwapPlan,
+    held: _Held,
+    position: int,
+    changes: list[tuple[str, str, dict[str, Any]]],
+) -> tuple[int, int]:
+    """Step 7: the rebuild commit on the feed, and the shadow's ``meta`` continuing from
+    it; returns its sequence number and how many changes it holds."""
     cur = await conn.execute(
         sql.SQL("SELECT seq, last_write_at FROM {}").format(_t(plan.shadow, "meta"))
     )
     shadow_row = await cur.fetchone()
     assert shadow_row is not None
-    shadow_seq, shadow_last = int(shadow_row[0]), shadow_row[1]
-    changes: list[tuple[str, str, dict[str, Any]]] = []
-    diff_from = time.perf_counter()
-    if live_exists:
-        differences = await rebuild_differences(conn, plan.live, plan.shadow, base)
-        changes = feed_changes(differences)
-    diff_seconds = time.perf_counter() - diff_from
-    if live_exists:
-        await _hand_over(conn, plan)
     # The feed continues the old head; with no old realm, the shadow's own history is the
     # feed (nothing was published from it) and the notice follows it.
-    seq = (old_seq if live_exists else shadow_seq) + 1
-    belief = _latest(old_last, shadow_last)
+    seq = (held.seq if held.exists else int(shadow_row[0])) + 1
+    belief = _latest(held.last, shadow_row[1])
     notice = {
         "rebuild": {
-            "retired_schema": plan.retired if live_exists else None,
-            "log_position": {
-                "topic": plan.topic,
-                "partition": plan.partition,
-                "offset": shadow_position,
-            },
+            "retired_schema": plan.retired if held.exists else None,
+            "log_position": {"topic": plan.topic, "partition": plan.partition, "offset": position},
             "differences": len(changes),
         }
     }
@@ -321,7 +359,14 @@ async def _swap(
         ),
         (seq, belief),
     )
-    if live_exists:
+    return seq, len(entries)
+
+
+async def _rename(
+    conn: AsyncConnection[Any], plan: SwapPlan, held: _Held, position: int, seq: int
+) -> None:
+    """Steps 8 and 9: the old schema retired, the shadow live, the catalogue and claims."""
+    if held.exists:
         await conn.execute(
             sql.SQL("UPDATE {} SET swapped_out = true").format(_t(plan.live, "meta"))
         )
@@ -335,7 +380,7 @@ async def _swap(
             sql.Identifier(plan.shadow), sql.Identifier(plan.live)
         )
     )
-    if live_exists:
+    if held.exists:
         for table in ("outbox", *CACHES):
             await conn.execute(
                 sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
@@ -347,7 +392,7 @@ async def _swap(
                 sql.Identifier(plan.retired),
                 sql.Literal(
                     f"tidegraph: realm {plan.realm} before the rebuild swapped in at "
-                    f"offset {shadow_position} of {plan.topic}/{plan.partition}; its change "
+                    f"offset {position} of {plan.topic}/{plan.partition}; its change "
                     f"feed and extraction cache moved on with {plan.live} (feed seq {seq})"
                 ),
             )
@@ -357,29 +402,12 @@ async def _swap(
         "INSERT INTO tidegraph.realms (realm, schema_name) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         (plan.realm, plan.live),
     )
-    if not live_exists:
+    if not held.exists:
         await conn.execute(
             "INSERT INTO tidegraph.publisher_positions (realm, published_seq) VALUES (%s, %s)"
             " ON CONFLICT (realm) DO NOTHING",
             (plan.realm, seq - 1),
         )
-    cur = await conn.execute("SELECT clock_timestamp()")
-    clock = await cur.fetchone()
-    assert clock is not None
-    hold = time.perf_counter() - started
-    return SwapOutcome(
-        plan.retired if live_exists else None,
-        shadow_position,
-        seq,
-        len(entries),
-        hold,
-        caught,
-        catch_up_seconds,
-        diff_seconds,
-        clock[0],
-        *carried,
-        communities,
-    )
 
 
 async def carry_retention(conn: AsyncConnection[Any], live: str, shadow: str) -> tuple[int, int]:

@@ -44,6 +44,10 @@ async def resolve_entities(
     proves them one entity: they merge into one survivor, the others are absorbed
     (resolution.py: entities are the connected components of "shares a surface form",
     whatever the arrival order).
+
+    Longer than most functions on purpose: one pass over the document's facts updates six
+    lookup tables together (names, aliases, hits, absorbed, pending, latest), and each
+    step reads what the previous fact left in them.
     """
     facts = _facts(doc)
     keys = sorted({k for k in facts} | {name_key(a) for f in facts.values() for a in f.aliases})
@@ -231,17 +235,11 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
     survivor, already holding the merged record).
 
     Mentions (their belief intervals closed and opened) and relations move to the
-    survivor. A relation keeps its id (and so its
-    belief history) when the survivor has no edge with the same key — for a symmetric
-    predicate, on the same unordered pair, whichever way round (``graph.symmetry``: an
-    edge keeps its orientation, so the feed's ``merged_into`` tells its new ends); otherwise its
-    provenance moves into that edge and it is left without any, so reconciliation
-    retracts it in belief time. The absorbed row stays, dormant, without surface forms of
-    its own and marked ``merged_into`` (resolution never finds it again): what was believed
-    of it before the merge is read back from it, its vector included.
+    survivor (:func:`_move_relations`). The absorbed row stays, dormant, without surface
+    forms of its own and marked ``merged_into`` (resolution never finds it again): what was
+    believed of it before the merge is read back from it, its vector included.
     """
     repointed: list[_Repointed] = []
-    symmetric = ctx.info.config.symmetric_predicates
     for x, k in sorted(moves.items()):
         await ctx.run(
             "INSERT INTO {mentions} (chunk_id, entity_id, t_created)"
@@ -257,45 +255,7 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
         )
         await ctx.run("DELETE FROM {entity_aliases} WHERE entity_id = %s", (x,))
         await ctx.run("DELETE FROM {community_members} WHERE entity_id = %s", (x,))
-        for rid, s_id, p, o_id, n, vf, vt in await ctx.rows(
-            "SELECT id, subject_id, predicate, object_id, negated, valid_from, valid_to"
-            " FROM {relations} WHERE space = %s AND (subject_id = %s OR object_id = %s)"
-            " ORDER BY id",
-            (space, x, x),
-        ):
-            s2 = k if s_id == x else int(s_id)
-            o2 = k if o_id == x else int(o_id)
-            ctx.touched_relations.add(int(rid))
-            other = (
-                None
-                if s2 == o2
-                else await ctx.rows(
-                    "SELECT id FROM {relations} WHERE space = %(sp)s AND predicate = %(p)s"
-                    " AND negated = %(n)s AND (subject_id = %(s)s AND object_id = %(o)s"
-                    " OR %(sym)s AND subject_id = %(o)s AND object_id = %(s)s) ORDER BY id",
-                    {"sp": space, "p": p, "n": n, "s": s2, "o": o2, "sym": p in symmetric},
-                )
-            )
-            if s2 != o2 and not other:
-                await ctx.run(
-                    "UPDATE {relations} SET subject_id = %s, object_id = %s WHERE id = %s",
-                    (s2, o2, rid),
-                )
-                repointed.append(_Repointed(int(rid), s2, str(p), o2, bool(n), vf, vt))
-                continue
-            # a self-loop now, or a duplicate of the survivor's edge
-            if other:
-                target = int(other[0][0])
-                ctx.touched_relations.add(target)
-                await ctx.run(
-                    "INSERT INTO {relation_sources} (relation_id, chunk_id, doc_key, order_key,"
-                    " description, confidence, valid_from, valid_to)"
-                    " SELECT %s, chunk_id, doc_key, order_key, description, confidence,"
-                    " valid_from, valid_to FROM {relation_sources} WHERE relation_id = %s"
-                    " ON CONFLICT DO NOTHING",
-                    (target, rid),
-                )
-            await ctx.run("DELETE FROM {relation_sources} WHERE relation_id = %s", (rid,))
+        repointed += await _move_relations(ctx, space, x, k)
         ((name, typ),) = await ctx.rows("SELECT name, type FROM {entities} WHERE id = %s", (x,))
         ref = {"id": str(x), "name": str(name), "type": str(typ)}
         ctx.changes.add(ChangeKind.ENTITY_DORMANT, space, entity=ref, merged_into=str(k))
@@ -310,20 +270,69 @@ async def _absorb(ctx: WriteContext, space: str, moves: dict[int, int], bt: date
         )
         texts = [
             render_relation(
-                names[r.subject_id],
-                r.predicate,
-                names[r.object_id],
-                r.negated,
-                r.valid_from,
-                r.valid_to,
+                names[r.subject_id], r.predicate, names[r.object_id], r.negated,
+                r.valid_from, r.valid_to,
             )
             for r in repointed
-        ]
+        ]  # fmt: skip
         vecs = await ctx.embeddings(texts)
         await ctx.many(
             "UPDATE {relations} SET rendered = %s, embedding = %b WHERE id = %s",
             [(t, v, r.relation_id) for r, t, v in zip(repointed, texts, vecs, strict=True)],
         )
+
+
+async def _move_relations(ctx: WriteContext, space: str, x: int, k: int) -> list[_Repointed]:
+    """Move the relations of absorbed ``x`` to survivor ``k``; return those re-pointed.
+
+    A relation keeps its id (and so its belief history) when the survivor has no edge with
+    the same key — for a symmetric predicate, on the same unordered pair, whichever way
+    round (``graph.symmetry``: an edge keeps its orientation, so the feed's
+    ``merged_into`` tells its new ends); otherwise its provenance moves into that edge and
+    it is left without any, so reconciliation retracts it in belief time.
+    """
+    repointed: list[_Repointed] = []
+    symmetric = ctx.info.config.symmetric_predicates
+    for rid, s_id, p, o_id, n, vf, vt in await ctx.rows(
+        "SELECT id, subject_id, predicate, object_id, negated, valid_from, valid_to"
+        " FROM {relations} WHERE space = %s AND (subject_id = %s OR object_id = %s)"
+        " ORDER BY id",
+        (space, x, x),
+    ):
+        s2 = k if s_id == x else int(s_id)
+        o2 = k if o_id == x else int(o_id)
+        ctx.touched_relations.add(int(rid))
+        other = (
+            None
+            if s2 == o2
+            else await ctx.rows(
+                "SELECT id FROM {relations} WHERE space = %(sp)s AND predicate = %(p)s"
+                " AND negated = %(n)s AND (subject_id = %(s)s AND object_id = %(o)s"
+                " OR %(sym)s AND subject_id = %(o)s AND object_id = %(s)s) ORDER BY id",
+                {"sp": space, "p": p, "n": n, "s": s2, "o": o2, "sym": p in symmetric},
+            )
+        )
+        if s2 != o2 and not other:
+            await ctx.run(
+                "UPDATE {relations} SET subject_id = %s, object_id = %s WHERE id = %s",
+                (s2, o2, rid),
+            )
+            repointed.append(_Repointed(int(rid), s2, str(p), o2, bool(n), vf, vt))
+            continue
+        # a self-loop now, or a duplicate of the survivor's edge
+        if other:
+            target = int(other[0][0])
+            ctx.touched_relations.add(target)
+            await ctx.run(
+                "INSERT INTO {relation_sources} (relation_id, chunk_id, doc_key, order_key,"
+                " description, confidence, valid_from, valid_to)"
+                " SELECT %s, chunk_id, doc_key, order_key, description, confidence,"
+                " valid_from, valid_to FROM {relation_sources} WHERE relation_id = %s"
+                " ON CONFLICT DO NOTHING",
+                (target, rid),
+            )
+        await ctx.run("DELETE FROM {relation_sources} WHERE relation_id = %s", (rid,))
+    return repointed
 
 
 async def mention_states(

@@ -49,7 +49,8 @@ from tidegraph.indexer.write.entities import (
     reconcile_entities,
     resolve_entities,
 )
-from tidegraph.indexer.write.relations import Pair, attach_relations, reconcile_relations
+from tidegraph.indexer.write.reconcile import reconcile_relations
+from tidegraph.indexer.write.relations import Pair, attach_relations
 from tidegraph.indexer.write.sequencer import Stamp
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.names import name_key

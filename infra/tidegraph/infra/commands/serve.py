@@ -198,7 +198,7 @@ async def serve(
         task = asyncio.create_task(publisher.run(), name="change-publisher")
     builder: asyncio.Task[None] | None = None
     if getattr(args, "communities_quiet", 0.0) > 0:
-        from tidegraph.indexer.communities.store import auto_build_loop
+        from tidegraph.indexer.communities.auto import auto_build_loop
         from tidegraph.infra.composition import ModelRegistry
 
         builder = asyncio.create_task(
