@@ -268,9 +268,14 @@ def server_bin_dir(state_dir: Path, run_as: _proc.RunAs | None) -> Path:
             shutil.copytree(libs, partial / _LIBS, symlinks=True)
         _readable_by_others(partial)
         for old in base.iterdir():  # an earlier wheel's copy: no server of ours uses it now
-            if old.name != partial.name:
+            if old.name != version and not old.name.startswith("."):
                 shutil.rmtree(old, ignore_errors=True)
-        partial.rename(copy)
+        try:
+            partial.rename(copy)
+        except OSError:  # another `up` finished the same copy first: use that one
+            shutil.rmtree(partial, ignore_errors=True)
+            if not (copy / inner / "bin" / "postgres").is_file():
+                raise
     return copy / inner / "bin"
 
 
