@@ -6,6 +6,7 @@ nothing else shared.
 """
 
 from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
+from tidegraph.schemas._version import __version__ as VERSION
 from tidegraph.schemas.changes import (
     CHANGE_SCHEMA,
     ChangeKind,
@@ -54,6 +55,7 @@ __all__ = [
     "DOCUMENT_SCHEMA",
     "REALM_PATTERN",
     "SPACE_PATTERN",
+    "VERSION",
     "ChangeKind",
     "ConfigError",
     "ContractError",
