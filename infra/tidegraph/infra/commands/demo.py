@@ -19,7 +19,6 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +130,59 @@ async def _demo(
             preset("narrative", extractor=defaults.extractor, embedder=defaults.embedder),
         )
     _say(f"realm {args.realm}: extractor {info.extractor}, embedder {info.embedder}")
+    first, *rest = _waves(corpus, args.realm, args.later)
+    async with DocumentProducer.from_settings(settings) as producer:
+        await _publish(producer, first)
+        indexer, stop, indexing, serving = _start(args, settings, dsn)
+        try:
+            failed = await _wait_indexed(dsn, args.realm, _hashes(first), args.timeout, indexing)
+            for wave in rest:  # once the rest is indexed: later in belief time
+                await _publish(producer, wave)
+                failed.update(
+                    await _wait_indexed(dsn, args.realm, _hashes(wave), args.timeout, indexing)
+                )
+            _report_indexed(expected, failed, corpus)
+            base = f"http://{args.host}:{args.port}"
+            answer = await _ask(base, args.realm, indexing, serving)
+            print(json.dumps(answer, indent=2, default=str))
+            if not answer["relations"]:
+                raise DemoError(
+                    f"the question found no relation in what was indexed from {corpus} "
+                    f"(extractor {info.extractor})"
+                )
+            async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+                for line in await time_lines(client, args.realm):
+                    _say(line)
+            _say(f"query service answering at {base} (POST /v1/realms/{args.realm}/query_data)")
+            if not args.once:
+                _say("serving until interrupted (Ctrl-C)")
+                await stop.wait()
+        finally:
+            indexer.stop()
+            stop.set()
+            for task in (indexing, serving):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, 30)
+    return 0
 
-    items = [i for i in read_inputs([corpus], args.realm) if isinstance(i, Input)]
-    later = set(args.later if args.later is not None else LATER)
-    waves = [[i for i in items if i.doc.doc_key not in later]]
-    waves.append([i for i in items if i.doc.doc_key in later])
+
+def _waves(corpus: Path, realm: str, later_keys: list[str] | None) -> list[list[Input]]:
+    """The corpus in two waves: all but the ``--later`` documents, then those."""
+    items = [i for i in read_inputs([corpus], realm) if isinstance(i, Input)]
+    later = set(later_keys if later_keys is not None else LATER)
+    first = [i for i in items if i.doc.doc_key not in later]
+    rest = [i for i in items if i.doc.doc_key in later]
+    return [first, rest] if rest else [first]
+
+
+def _hashes(wave: list[Input]) -> dict[str, str | None]:
+    return {i.doc.doc_key: i.doc.content_hash for i in wave}
+
+
+def _start(
+    args: argparse.Namespace, settings: Settings, dsn: str
+) -> tuple[Indexer, asyncio.Event, asyncio.Task[None], asyncio.Task[None]]:
+    """The indexer and ``serve`` (query API and change publisher) as tasks of this loop."""
     config = IndexerConfig(
         bootstrap=settings.kafka_bootstrap,
         pg_dsn=dsn,
@@ -165,53 +212,15 @@ async def _demo(
         serve_command.serve(serve_args, settings, load_query_settings(), stop), name="serve"
     )
     on_termination(stop.set)
-    try:
-        failed = await _publish_in_waves(
-            settings,
-            waves,
-            lambda wave: _wait_indexed(dsn, args.realm, wave, args.timeout, indexing),
-        )
-        _report_indexed(expected, failed, corpus)
-        base = f"http://{args.host}:{args.port}"
-        answer = await _ask(base, args.realm, indexing, serving)
-        print(json.dumps(answer, indent=2, default=str))
-        if not answer["relations"]:
-            raise DemoError(
-                f"the question found no relation in what was indexed from {corpus} "
-                f"(extractor {info.extractor})"
-            )
-        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
-            for line in await time_lines(client, args.realm):
-                _say(line)
-        _say(f"query service answering at {base} (POST /v1/realms/{args.realm}/query_data)")
-        if not args.once:
-            _say("serving until interrupted (Ctrl-C)")
-            await stop.wait()
-    finally:
-        indexer.stop()
-        stop.set()
-        for task in (indexing, serving):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 30)
-    return 0
+    return indexer, stop, indexing, serving
 
 
-async def _publish_in_waves(
-    settings: Settings,
-    waves: list[list[Input]],
-    indexed: Callable[[dict[str, str | None]], Awaitable[dict[str, str]]],
-) -> dict[str, str]:
-    """Publish each wave once the one before is indexed (a later wave arrives later in
-    belief time); returns the reason of every document stored as ``failed``."""
-    failed: dict[str, str] = {}
-    async with DocumentProducer.from_settings(settings) as producer:
-        for wave in (w for w in waves if w):
-            report = await publish_items(producer, wave)
-            _say(report.summary())
-            if not report.ok or report.published != len(wave):
-                raise DemoError(f"published {report.published} of the {len(wave)} documents")
-            failed.update(await indexed({i.doc.doc_key: i.doc.content_hash for i in wave}))
-    return failed
+async def _publish(producer: DocumentProducer, wave: list[Input]) -> None:
+    """One wave of the corpus onto the topic, all of it or an error."""
+    report = await publish_items(producer, wave)
+    _say(report.summary())
+    if not report.ok or report.published != len(wave):
+        raise DemoError(f"published {report.published} of the {len(wave)} documents")
 
 
 async def _wait_indexed(
