@@ -29,7 +29,7 @@ from pydantic import AwareDatetime, BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tidegraph.query_service import channels, reads, telemetry, topics
+from tidegraph.query_service import channels, history, reads, telemetry, topics
 from tidegraph.query_service.auth import (
     authorize,
     reaches_every_realm,
@@ -52,6 +52,7 @@ from tidegraph.query_service.errors import (
     InvalidRequest,
     MalformedJson,
     QueryServiceError,
+    RelationNotFound,
     TelemetryOff,
     Unavailable,
     UnknownParameter,
@@ -71,7 +72,9 @@ from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_pr
 from tidegraph.schemas import VERSION
 from tidegraph.schemas.api import (
     AS_OF_DOC,
+    BELIEVED_AT_DOC,
     ENTITIES_BELIEVED_AT_DOC,
+    BeliefInstant,
     ChangesResponse,
     CommunitiesResponse,
     CoverageCommunitiesResponse,
@@ -84,6 +87,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
     no_nul,
     valid_as_of,
@@ -175,6 +179,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     app.add_middleware(_Observed, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.database_gate = gate
+    gate.observe = lambda result: metrics.db_checks.labels(result).inc()
 
     def embedder_for(meta: RealmInfo) -> QueryEmbedder:
         key = (meta.realm, meta.embedder)
@@ -400,7 +405,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         realm: RealmPath,
         doc_key: Annotated[str, Path(min_length=1, max_length=1024)],
         space: Annotated[str, Query(max_length=64)] = "default",
-        as_believed_at: Annotated[AwareDatetime | None, Query()] = None,
+        as_believed_at: Annotated[BeliefInstant | None, Query(description=BELIEVED_AT_DOC)] = None,
         copy: CopyQuery = None,
         auth: Auth = None,
     ) -> Response:
@@ -424,7 +429,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         object: Annotated[str | None, Query(max_length=1024)] = None,  # noqa: A002
         space: Annotated[str, Query(max_length=64)] = "*",
         as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None,
-        as_believed_at: Annotated[AwareDatetime | None, Query()] = None,
+        as_believed_at: Annotated[BeliefInstant | None, Query(description=BELIEVED_AT_DOC)] = None,
         include_superseded: bool = False,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
@@ -451,8 +456,27 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 limit=limit,
             )
         )
-        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        nxt = rows[-1]["id"] if len(rows) == limit else None
         return _json({"relations": rows, "next_after_id": nxt})
+
+    @app.get(
+        "/v1/realms/{realm}/relations/{relation_id}/history",
+        tags=["graph"],
+        response_model=RelationHistoryResponse,
+    )
+    async def relation_belief_history(
+        realm: RealmPath,
+        relation_id: Annotated[int, Path(ge=1, le=2**63 - 1, description="A relation id.")],
+        copy: CopyQuery = None,
+        auth: Auth = None,
+    ) -> Response:
+        """A relation's belief history: each interval it was believed current or
+        superseded (by what, how), oldest first."""
+        meta = await lookup(realm, auth, copy)
+        found = await gate.run(lambda conn: history.relation_history(conn, meta, relation_id))
+        if found is None:
+            raise RelationNotFound(realm, relation_id)
+        return _json(found)
 
     @app.get("/v1/realms/{realm}/entities", tags=["graph"], response_model=EntitiesResponse)
     async def entities(
@@ -462,7 +486,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         include_dormant: bool = False,
         include_archived: bool = False,
         as_believed_at: Annotated[
-            AwareDatetime | None, Query(description=ENTITIES_BELIEVED_AT_DOC)
+            BeliefInstant | None, Query(description=ENTITIES_BELIEVED_AT_DOC)
         ] = None,
         after_id: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
@@ -491,7 +515,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 believed_at=as_believed_at,
             )
         )
-        nxt = int(rows[-1]["id"]) if len(rows) == limit and name is None else None
+        nxt = rows[-1]["id"] if len(rows) == limit and name is None else None
         return _json({"entities": rows, "next_after_id": nxt})
 
     @app.get("/v1/realms/{realm}/communities", tags=["graph"], response_model=CommunitiesResponse)
@@ -567,7 +591,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             return rows, await telemetry.since(conn, meta)
 
         rows, first = await gate.run(read)
-        nxt = int(rows[-1]["id"]) if len(rows) == limit else None
+        nxt = rows[-1]["id"] if len(rows) == limit else None
         return _json({"entities": rows, "since": first, "next_after_id": nxt})
 
     return app
@@ -700,7 +724,7 @@ def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+        parts.append(f"{loc}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 

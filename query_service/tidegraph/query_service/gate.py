@@ -16,6 +16,16 @@ database coming back. The gate keeps one bit, *up* or *down*:
    gate up. Stale pooled connections are dropped by the pool's own ``check`` on checkout
    (:func:`tidegraph.query_service.db.make_pool`), so the first request after recovery
    gets a live connection.
+
+Slow is not down. A check is one round trip on a connection the gate keeps between checks
+(a fresh one, made as the pool makes them, when it has none or the kept one broke), so it
+does not pay a backend start and a password exchange on a loaded machine. And a check that
+times out while other requests' database work went on completing meanwhile means the
+server is slow, not gone: the gate stays up, those requests keep their answers (bounded by
+``work_timeout``), and nothing is shed. Only a server that answers nobody within
+``probe_timeout`` (stopped, unreachable, frozen, or so slow that no request completes) turns
+it down. Each check's outcome — ``answered``, ``slow`` or ``down`` — is counted (``observe``;
+the app exports ``tidegraph_db_checks_total{result}``).
 """
 
 from __future__ import annotations
@@ -82,6 +92,10 @@ class DatabaseGate:
         self._outage: asyncio.Future[None] | None = None
         self._checker: asyncio.Task[None] | None = None
         self._orphans: set[asyncio.Task[Any]] = set()
+        self._probe: AsyncConnection[Any] | None = None
+        self._last_answer = float("-inf")
+        self.observe: Callable[[str], None] = _ignore
+        """Told each check's outcome: ``answered``, ``slow`` or ``down``."""
 
     @property
     def up(self) -> bool:
@@ -131,7 +145,9 @@ class DatabaseGate:
 
     async def _with_connection(self, work: Work[T]) -> T:
         async with self.pool.connection() as conn:
-            return await work(conn)
+            result = await work(conn)
+        self._last_answer = time.monotonic()  # the database answered a request
+        return result
 
     def _abandon(self, child: asyncio.Task[Any]) -> None:
         """Cancel ``child`` without waiting for it; keep a reference until it ends."""
@@ -158,29 +174,65 @@ class DatabaseGate:
 
     async def _check_loop(self) -> None:
         while True:
+            started = time.monotonic()
             problem = await self.check()
             if problem is None:
+                self.observe("answered")
                 self._mark_up()
                 return
+            if problem.startswith(_NO_ANSWER) and self._last_answer >= started:
+                # requests completed while the check waited: slow, not gone
+                self.observe("slow")
+                log.info("database slow (%s) but answering requests: not an outage", problem)
+                self._mark_up()
+                return
+            self.observe("down")
             self._mark_down(problem)
             await asyncio.sleep(self.timings.recheck_every)
 
     async def check(self) -> str | None:
-        """``None`` when a fresh connection answers ``SELECT 1`` in time, else the reason."""
-        try:
-            async with asyncio.timeout(self.timings.probe_timeout):
-                conn = await self._connect()
-                try:
-                    await conn.execute("SELECT 1")
-                finally:
-                    await conn.close()
-        except TimeoutError:
-            return f"no answer within {self.timings.probe_timeout:g}s"
-        except psycopg.Error as exc:
+        """``None`` when the database answers ``SELECT 1`` within ``probe_timeout`` — on the
+        connection kept from the last check, else on a fresh one — else the reason.
+
+        The attempt runs as a task of its own and is abandoned, not awaited, when late:
+        cancelling a statement in flight makes psycopg ask the server to cancel it and wait
+        for that, which on an unresponsive link takes seconds the check must not spend."""
+        attempt = asyncio.create_task(self._answer(), name="db-gate-probe")
+        done, _ = await asyncio.wait({attempt}, timeout=self.timings.probe_timeout)
+        if not done:
+            self._abandon(attempt)  # it closes its connection once the cancellation is over
+            return f"{_NO_ANSWER} {self.timings.probe_timeout:g}s"
+        exc = attempt.exception()
+        if exc is None:
+            return None
+        if isinstance(exc, psycopg.Error):
             return _first_line(exc)
-        except OSError as exc:
+        if isinstance(exc, OSError):
             return str(exc)
-        return None
+        raise exc
+
+    async def _answer(self) -> None:
+        """``SELECT 1`` on the kept connection, else on a fresh one, kept on success; a
+        connection that failed (or whose attempt was abandoned) is closed, never kept."""
+        kept, self._probe = self._probe, None
+        if kept is not None:
+            try:
+                await kept.execute("SELECT 1")
+            except psycopg.Error:
+                await _close(kept)  # broken since the last check: a fresh one decides
+            except BaseException:
+                await _close(kept)
+                raise
+            else:
+                self._probe = kept
+                return
+        conn = await self._connect()
+        try:
+            await conn.execute("SELECT 1")
+        except BaseException:
+            await _close(conn)
+            raise
+        self._probe = conn
 
     async def _connect(self) -> AsyncConnection[Any]:
         """A connection outside the pool, made the way the pool makes them."""
@@ -213,6 +265,21 @@ class DatabaseGate:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._probe is not None:
+            conn, self._probe = self._probe, None
+            await _close(conn)
+
+
+_NO_ANSWER = "no answer within"
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+async def _close(conn: AsyncConnection[Any]) -> None:
+    with contextlib.suppress(psycopg.Error, OSError):
+        await conn.close()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -150,6 +150,14 @@ async def realm_exists(conn: AsyncConnection[Any], schema: str) -> bool:
     return await cur.fetchone() is not None
 
 
+async def control_exists(conn: AsyncConnection[Any]) -> bool:
+    """Whether the control schema is there: a server no tidegraph process has written to yet
+    (a fresh `up`) has no catalogue, no positions and no holds to read."""
+    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 @dataclass(frozen=True)
 class Placement:
     """A catalogue row: where a realm lives."""
@@ -162,9 +170,7 @@ class Placement:
 async def placements(conn: AsyncConnection[Any], server: str | None = None) -> list[Placement]:
     """Every registered realm (on ``server`` only, when given), by name; empty before the
     control schema exists. ``conn`` is the catalogue's (``main``)."""
-    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
-    row = await cur.fetchone()
-    if not row or not row[0]:
+    if not await control_exists(conn):
         return []
     cur = await conn.execute(
         "SELECT realm, schema_name, server FROM tidegraph.realms"

@@ -18,6 +18,7 @@ from tidegraph.infra.placed import command_cluster, on_realm
 from tidegraph.infra.reach import check_kafka, check_pg, kafka_unreachable, log_ends
 from tidegraph.infra.realm_status import DataStatus, data_status
 from tidegraph.infra.runtime import read_realm_config
+from tidegraph.infra.tables import aligned
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.kafka_security import kafka_client_options
@@ -325,11 +326,7 @@ def _table(data: DataStatus, lag_known: bool, topic: str) -> str:
         )
     if len(rows) == 1:
         return "no realms yet"
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return "\n".join(aligned(rows))
 
 
 async def _copies(args: argparse.Namespace) -> int:
