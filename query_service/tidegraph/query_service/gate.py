@@ -43,6 +43,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tidegraph.query_service.errors import Unavailable
+from tidegraph.schemas.servers import MAIN
+from tidegraph.store.cluster import Cluster
 from tidegraph.store.errors import is_transient
 
 log = logging.getLogger(__name__)
@@ -83,10 +85,14 @@ class DatabaseGate:
     """Runs request work on pooled connections, answering 503 fast while PostgreSQL is down."""
 
     def __init__(
-        self, pool: AsyncConnectionPool[AsyncConnection[Any]], timings: GateTimings
+        self,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        timings: GateTimings,
+        server: str = MAIN,
     ) -> None:
         self.pool = pool
         self.timings = timings
+        self.server = server
         self._down_since: float | None = None
         self._reason = ""
         self._outage: asyncio.Future[None] | None = None
@@ -104,7 +110,10 @@ class DatabaseGate:
 
     def raise_if_down(self) -> None:
         if self._down_since is not None:
-            raise DatabaseDown(self._down_since, self._reason)
+            raise DatabaseDown(self._down_since, self._where(self._reason))
+
+    def _where(self, reason: str) -> str:
+        return reason if self.server == MAIN else f"server {self.server!r}: {reason}"
 
     async def run(self, work: Work[T], *, within: float | None = None) -> T:
         """``work(conn)`` on a pooled connection, or a 503 as soon as the gate is down."""
@@ -247,13 +256,19 @@ class DatabaseGate:
         self._reason = reason
         if self._down_since is None:
             self._down_since = time.monotonic()
-            log.warning("database unreachable: %s; answering 503 until it is back", reason)
+            log.warning(
+                "database unreachable: %s; answering 503 until it is back", self._where(reason)
+            )
         if self._outage is not None and not self._outage.done():
             self._outage.set_result(None)
 
     def _mark_up(self) -> None:
         if self._down_since is not None:
-            log.warning("database answers again after %.1fs", time.monotonic() - self._down_since)
+            log.warning(
+                "database answers again after %.1fs%s",
+                time.monotonic() - self._down_since,
+                "" if self.server == MAIN else f" (server {self.server!r})",
+            )
         self._down_since = None
         self._reason = ""
 
@@ -268,6 +283,33 @@ class DatabaseGate:
         if self._probe is not None:
             conn, self._probe = self._probe, None
             await _close(conn)
+
+
+class Gates:
+    """A gate per server realms live on (``main``'s given, the others made when first
+    needed over the cluster's pools): one server's outage answers 503 for its realms only."""
+
+    def __init__(self, cluster: Cluster, main: DatabaseGate, observe: Callable[[str], None]):
+        self.cluster = cluster
+        self._gates = {MAIN: main}
+        self._observe = observe
+        main.observe = observe
+
+    async def of(self, server: str) -> DatabaseGate:
+        gate = self._gates.get(server)
+        if gate is None:
+            pool = self.cluster.pool(server)
+            await pool.open(wait=False)
+            gate = DatabaseGate(pool, self._gates[MAIN].timings, server)
+            gate.observe = self._observe
+            self._gates[server] = gate
+        return gate
+
+    async def aclose(self) -> None:
+        """Close every gate but ``main``'s (its owner closes it)."""
+        for server, gate in list(self._gates.items()):
+            if server != MAIN:
+                await gate.aclose()
 
 
 _NO_ANSWER = "no answer within"
