@@ -17,11 +17,11 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.infra.reach import CONNECT_TIMEOUT, check_pg
-from tidegraph.schemas.servers import Servers, load_servers
+from tidegraph.schemas.servers import MAIN, Servers, load_servers
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.errors import RealmSchemaError
 from tidegraph.store.placement import find_placed
-from tidegraph.store.realms import RealmInfo
+from tidegraph.store.realms import RealmInfo, realm_server
 
 
 def servers_for(main_dsn: str) -> Servers:
@@ -53,6 +53,17 @@ async def command_cluster(main_dsn: str, connections: int = 2) -> AsyncIterator[
         yield cluster
     finally:
         await cluster.close()
+
+
+async def realm_dsn(main_dsn: str, realm: str) -> str:
+    """The DSN of the server holding ``realm`` (``main``'s for a realm not created yet):
+    for commands that work on one realm with a connection of their own."""
+    servers = servers_for(main_dsn)
+    if len(servers) == 1:
+        return main_dsn
+    async with command_cluster(main_dsn) as cluster, cluster.connection() as main:
+        server = await realm_server(main, realm)
+    return servers.dsn(server or MAIN)
 
 
 @asynccontextmanager
