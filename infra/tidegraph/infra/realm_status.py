@@ -169,13 +169,13 @@ async def _scan_unsettled(
 def render(status: DataStatus) -> str:
     lines = []
     if status.realms:
-        rows = [("REALM", "DOCUMENTS", "HEAD SEQ", "LAST WRITE", "EMBEDDER")]
+        rows = [("REALM", "SERVER", "DOCUMENTS", "HEAD SEQ", "LAST WRITE", "EMBEDDER")]
         for r in status.realms:
             docs = ", ".join(f"{n} {s}" for s, n in sorted(r.documents.items())) or "none"
             if r.refused_facts:
                 docs += f" ({r.refused_facts} with refused facts)"
             when = r.last_write_at.isoformat(timespec="seconds") if r.last_write_at else "-"
-            rows.append((r.realm, docs, str(r.head_seq), when, r.embedder))
+            rows.append((r.realm, r.server, docs, str(r.head_seq), when, r.embedder))
         lines.extend(aligned(rows))
     else:
         lines.append("no realms yet")
@@ -187,7 +187,12 @@ def render(status: DataStatus) -> str:
         doc = f", doc_key {h.doc_key!r}" if h.doc_key is not None else ""
         since = h.since.isoformat(timespec="seconds")
         retry = f"; retried at {h.retry_at.isoformat(timespec='seconds')}" if h.retry_at else ""
-        if h.kind == "paused":
+        if h.error_class == "ServerUnavailable":
+            lines.append(
+                f"indexer: realm {h.realm} waits at partition {h.partition} offset {h.offset}"
+                f" since {since}: {h.error} — the partition's other realms go on{retry}"
+            )
+        elif h.kind == "paused":
             lines.append(
                 f"indexer paused partition {h.partition} at offset {h.offset} (realm {h.realm}"
                 f"{doc}) since {since}: {h.error_class}: {h.error}{retry}"
@@ -214,6 +219,7 @@ def as_json(status: DataStatus) -> dict[str, Any]:
     return {
         "realms": {
             r.realm: {
+                "server": r.server,
                 "documents": r.documents,
                 "refused_facts": r.refused_facts,
                 "head_seq": r.head_seq,

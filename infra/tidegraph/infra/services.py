@@ -28,7 +28,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tidegraph.infra import _proc, local_kafka, local_pg
+from tidegraph.infra import _proc, local_kafka, local_pg, local_pg_servers
 from tidegraph.infra.errors import (
     InfraError,
     ServiceUnreachableError,
@@ -46,6 +46,8 @@ ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
 KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
 REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
+PG_SERVERS_KEY = "TIDEGRAPH_PG_SERVERS"
+"""Where `up --pg-servers` names its extra servers (:mod:`tidegraph.schemas.servers`)."""
 """The PostgreSQL connector's DSN on the local server (its own role)."""
 CLIENT_PROPERTIES = "client.properties"
 """Kafka's own client configuration for the local broker, beside the env file."""
@@ -158,6 +160,11 @@ def _write_env_file(
             and secrets.get(KAFKA_PASSWORD_KEY)
         ):
             values.update(local_kafka.local_security(secrets[KAFKA_PASSWORD_KEY]).env())
+    pg = next((s for s in states if s.name == POSTGRES), None)
+    if pg is not None and pg.origin == "local" and pg.running:
+        extra = local_pg_servers.running(state_dir, local_pg.PgCredentials.from_env(secrets))
+        if extra:
+            values[PG_SERVERS_KEY] = local_pg_servers.servers_entry(extra)
     values.update(secrets)
     _write_client_properties(state_dir, states, secrets)
     if not values:
@@ -374,11 +381,15 @@ def up(
     timeout: float | None = None,
     progress: Progress = _silent,
     kafka_advertised_port: int | None = None,
+    pg_servers: int = 1,
 ) -> ServiceStatus:
     """Start (or reuse, or check) the services and write ``<state>/env``.
 
     ``kafka_advertised_port``: the port a started broker tells clients to use after
-    bootstrap (default: its own), for a proxy standing in front of it."""
+    bootstrap (default: its own), for a proxy standing in front of it. ``pg_servers``:
+    local PostgreSQL servers to run, ``main`` and ``pg2`` … (:mod:`local_pg_servers`)."""
+    if pg_servers < 1:
+        raise StateDirError(f"--pg-servers {pg_servers}: at least one server (main)")
     unknown = set(services) - set(SERVICES)
     if unknown:
         raise StateDirError(f"unknown service(s) {sorted(unknown)}; choose from {SERVICES}")
@@ -467,6 +478,11 @@ def up(
             started.append(POSTGRES)
             local_pg.wait_ready(pg_layout, pg_process, timeout=wait)
             local_pg.ensure_vector(pg_process.dsn)
+        if POSTGRES in services and ext_pg is None and pg_servers > 1:
+            main = local_pg.running(pg_layout)
+            if main is None:
+                raise StateDirError(f"PostgreSQL from {state} does not run: `tidegraph up` again")
+            local_pg_servers.start(state, pg_servers, main.port, credentials, wait, progress)
         if kafka_process is not None:
             progress("kafka: waiting for the broker to answer")
             local_kafka.wait_ready(kafka_layout, kafka_process, timeout=wait)
@@ -507,6 +523,8 @@ class Stopped:
 def _stop(state: Path, services: Collection[str]) -> list[Stopped]:
     stopped: list[Stopped] = []
     if POSTGRES in services:
+        for name, extra in local_pg_servers.stop_all(state):
+            stopped.append(Stopped(f"{POSTGRES} {name}", extra))
         pid = local_pg.stop(local_pg.PgLayout.under(state))
         if pid is not None:
             stopped.append(Stopped(POSTGRES, pid))

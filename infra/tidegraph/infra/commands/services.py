@@ -9,7 +9,7 @@ import os
 import sys
 
 from tidegraph.connectors.topics import ensure_topics
-from tidegraph.infra import services
+from tidegraph.infra import local_pg, local_pg_servers, services
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
 from tidegraph.infra.tables import aligned
@@ -29,6 +29,9 @@ def _print_status(status: services.ServiceStatus) -> None:
         if s.started:
             state = "started"
         rows.append((s.name, state, s.origin, s.shown or "-", str(s.pid or "-"), s.detail))
+    for name, extra in local_pg_servers.processes(status.state_dir).items():
+        address = local_pg.redact(extra.dsn)
+        rows.append((f"postgres {name}", "running", "local", address, str(extra.pid), ""))
     for line in aligned(rows):
         print(line)
     print(f"state dir: {status.state_dir}")
@@ -70,6 +73,7 @@ def run_up(args: argparse.Namespace) -> int:
         services=_selected(args),
         timeout=args.timeout,
         progress=_progress,
+        pg_servers=args.pg_servers,
     )
     _print_status(status)
     if "kafka" in _selected(args):
@@ -142,6 +146,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     up.add_argument("--pg-port", type=int, help="PostgreSQL port ($TIDEGRAPH_PG_PORT, 54329)")
     up.add_argument("--timeout", type=float, help="seconds to wait for each service (90)")
+    up.add_argument(
+        "--pg-servers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="local PostgreSQL servers to run: main and pg2 … pgN on the next ports, named"
+        " in the env file as TIDEGRAPH_PG_SERVERS (default 1)",
+    )
     _only_option(up)
     add_state_dir_option(up)
     up.set_defaults(func=run_up)
