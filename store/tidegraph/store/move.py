@@ -61,6 +61,10 @@ MOVES_DDL = sql.SQL(
 
 Say = Callable[[str], None]
 
+NEAR = 0.25
+"""Seconds a marker may take to reach the target before the pause starts."""
+NEAR_TRIES = 40
+
 
 class MoveError(TidegraphError):
     """A move that cannot go on; what was done stays recorded and the realm is served
@@ -286,20 +290,31 @@ class RealmMove:
         """The pause (see the module docstring); returns how long writes waited."""
         fenced = await _fenced(src, names.schema)
         if not fenced:
-            await self._catch_up(src, names)  # most of the stream, before writes wait
+            await self._near(src, names)
+        steps: dict[str, float] = {}
         async with self.cluster.connection(source) as guard:
             self.say("pausing the realm's writes")
-            paused = time.monotonic()
+            paused = last = time.monotonic()
+
+            def lap(name: str) -> None:
+                nonlocal last
+                now = time.monotonic()
+                steps[name] = now - last
+                last = now
+
             async with guard.transaction():
                 await guard.execute(
                     sql.SQL("SELECT swapped_out FROM {} FOR UPDATE").format(
                         sql.Identifier(names.schema, "meta")
                     )
                 )
+                lap("lock")
                 if not fenced:
                     await self._catch_up(src, names)
-                    await _unlink(src, self.cluster, self.target, names)
+                    lap("catch-up")
+                    await _unsubscribe(self.cluster, self.target, names)
                     await _carry_sequences(src, self.cluster, self.target, names.schema)
+                    lap("unsubscribe")
                     await guard.execute(
                         sql.SQL("UPDATE {} SET swapped_out = true").format(
                             sql.Identifier(names.schema, "meta")
@@ -315,9 +330,22 @@ class RealmMove:
                     " WHERE realm = %s",
                     (SWITCHED, self.realm),
                 )
+            lap("fence and switch")
             pause = time.monotonic() - paused
-        self.say(f"step: {SWITCHED} (writes waited {pause:.2f}s)")
+        await _unpublish(src, names)
+        laps = ", ".join(f"{k} {v:.2f}s" for k, v in steps.items())
+        self.say(f"step: {SWITCHED} (writes waited {pause:.2f}s: {laps})")
         return pause
+
+    async def _near(self, src: AsyncConnection[Any], names: _Names) -> None:
+        """Follow the stream until the target is close behind (a marker comes through
+        quickly), so the pause waits for little: under steady writes, until a round trip
+        takes under :data:`NEAR` seconds (at most :data:`NEAR_TRIES` rounds)."""
+        for _ in range(NEAR_TRIES):
+            started = time.monotonic()
+            await self._catch_up(src, names)
+            if time.monotonic() - started < NEAR:
+                return
 
     async def _catch_up(self, src: AsyncConnection[Any], names: _Names) -> None:
         """Write a marker on the source and wait until the target has applied it."""
@@ -352,6 +380,7 @@ class RealmMove:
             await asyncio.sleep(self.grace - waited)
         kept = None
         async with self.cluster.connection(source) as conn:
+            await _unpublish(conn, names)  # left by a mover that stopped after the switch
             if await realm_exists(conn, names.schema):
                 if keep:
                     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
@@ -460,13 +489,25 @@ async def _fenced(conn: AsyncConnection[Any], schema: str) -> bool:
 
 async def _unlink(src: AsyncConnection[Any], cluster: Cluster, target: str, names: _Names) -> None:
     """Drop the subscription, its slot and the publication (each only if there)."""
+    await _unsubscribe(cluster, target, names)
+    await _unpublish(src, names)
+
+
+async def _unsubscribe(cluster: Cluster, target: str, names: _Names) -> None:
+    """Stop and drop the subscription on the target, its slot left to :func:`_unpublish`
+    (dropping it here would wait for the source's sender to let it go, inside the pause).
+    Dropping a subscription stops its workers first: nothing is applied after."""
     async with cluster.connection(target) as conn:
         if await _subscribed(conn, names):
             sub = sql.Identifier(names.link)
             await conn.execute(sql.SQL("ALTER SUBSCRIPTION {} DISABLE").format(sub))
             await conn.execute(sql.SQL("ALTER SUBSCRIPTION {} SET (slot_name = NONE)").format(sub))
             await conn.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sub))
-    for _ in range(500):  # the sender lets the slot go a moment after the disable
+
+
+async def _unpublish(src: AsyncConnection[Any], names: _Names) -> None:
+    """Drop the replication slot (once its sender let it go) and the publication."""
+    for _ in range(500):
         cur = await src.execute(
             "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (names.link,)
         )
