@@ -28,7 +28,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +93,11 @@ class ClusterLayout:
     @property
     def ports_file(self) -> Path:
         return self.root / "ports.json"
+
+    @property
+    def recorded(self) -> bool:
+        """True from a node's start until `down`, even if it died meanwhile."""
+        return any(self.node(i).record.exists() for i in self.node_ids)
 
     @property
     def has_data(self) -> bool:
@@ -310,15 +315,22 @@ def wait_ready(layout: ClusterLayout, cluster: ClusterView, *, timeout: float) -
 
 
 def stop(layout: ClusterLayout, *, timeout: float = 60.0) -> list[int]:
-    """Stop every node; return the pids stopped.
+    """Stop every node; return the pids stopped."""
+    return stop_nodes(layout, layout.node_ids, timeout=timeout)
+
+
+def stop_nodes(
+    layout: ClusterLayout, node_ids: Collection[int], *, timeout: float = 60.0
+) -> list[int]:
+    """Stop the nodes named; return the pids stopped.
 
     All are told at once, so each shuts down cleanly while the quorum still stands (one at
     a time, the last would wait for a quorum long gone), then each is waited for as the
     single broker is."""
-    alive = running(layout)
+    alive = {i: p for i, p in running(layout).items() if i in node_ids}
     for process in alive.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGTERM)
-    for i in layout.node_ids:
+    for i in node_ids:
         local_kafka.stop(layout.node(i), timeout=timeout)
     return [process.pid for process in alive.values()]
