@@ -178,7 +178,7 @@ def view(layout: ClusterLayout, password: str = "") -> ClusterView | None:
 def to_start(
     layout: ClusterLayout, wanted: Mapping[int, NodePorts], *, explicit: bool
 ) -> dict[int, NodePorts]:
-    """The nodes `up` must start, with their ports, checked free; empty when all run.
+    """The nodes `up` must start, with their ports; empty when all run.
 
     While any node runs the cluster keeps its recorded ports: a missing node rejoins where
     the others expect it, and ``explicit`` ports that differ are refused.
@@ -198,12 +198,16 @@ def to_start(
     used = [port for p in chosen.values() for port in (p.client, p.controller)]
     if len(set(used)) != len(used):
         raise StateDirError(f"the Kafka cluster's nodes cannot share ports: {sorted(used)}")
-    for i, p in chosen.items():
+    return chosen
+
+
+def ensure_ports_free(start: Mapping[int, NodePorts]) -> None:
+    """Raise :class:`~tidegraph.infra.errors.PortInUseError` for the first port taken."""
+    for i, p in start.items():
         _proc.ensure_port_free(f"Kafka node {i}", p.client, option="--kafka-port")
         _proc.ensure_port_free(
             f"the controller of Kafka node {i}", p.controller, option="--kafka-controller-port"
         )
-    return chosen
 
 
 def launch(

@@ -68,7 +68,7 @@ class KafkaStart:
         return ClusterLayout.under(self.state)
 
     def needed(self) -> bool:
-        """Check without starting anything; False when everything already runs."""
+        """Whether anything must start; False when everything already runs."""
         if self.brokers > 1:
             wanted = local_kafka_cluster.node_ports(self.port, self.controller_port, self.brokers)
             self._nodes = local_kafka_cluster.to_start(self.cluster, wanted, explicit=self.explicit)
@@ -83,9 +83,15 @@ class KafkaStart:
             return False
         if self.port == self.controller_port:
             raise StateDirError(f"Kafka and its controller cannot share port {self.port}")
+        return True
+
+    def check_ports(self) -> None:
+        """Every port :meth:`launch` will bind is free now."""
+        if self.brokers > 1:
+            local_kafka_cluster.ensure_ports_free(self._nodes)
+            return
         _proc.ensure_port_free("Kafka", self.port)
         _proc.ensure_port_free("the Kafka controller", self.controller_port)
-        return True
 
     def launch(
         self, runtime: local_kafka.KafkaRuntime, password: str, progress: Callable[[str], None]

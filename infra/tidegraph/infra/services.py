@@ -470,6 +470,7 @@ def up(
         start_pg = False
     if start_kafka:
         local_kafka.check_prerequisites()
+        kafka_start.check_ports()
     if start_pg:
         local_pg.check_prerequisites()
         _proc.ensure_port_free("PostgreSQL", ports.pg)
