@@ -144,27 +144,36 @@ async def test_every_topic_three_copies_two_in_sync(
         assert len(described[name]) == 4
         for p in described[name]:
             assert sorted(p["replicas"]) == [1, 2, 3] and sorted(p["isr"]) == [1, 2, 3]
-        assert configs[name]["min.insync.replicas"] == "2"
-        assert configs[name]["unclean.leader.election.enable"] == "false"
-    assert configs["1"]["unclean.leader.election.enable"] == "false"
-    assert configs["1"]["min.insync.replicas"] == "2"
+        # set on the topic itself, so they hold on a cluster whose defaults say otherwise
+        assert configs[name]["min.insync.replicas"] == ("2", TOPIC_SETTING)
+        assert configs[name]["unclean.leader.election.enable"] == ("false", TOPIC_SETTING)
+    assert configs["1"]["unclean.leader.election.enable"][0] == "false"
+    assert configs["1"]["min.insync.replicas"][0] == "2"
     # leadership spread over the nodes, so any node's loss moves some of it
     assert {p["leader"] for p in described[names[0]]} == {1, 2, 3}
 
 
-async def _configs(bootstrap: str, resources: list[ConfigResource]) -> dict[str, dict[str, str]]:
-    """Each resource's configuration in force, by name."""
+TOPIC_SETTING = 1
+"""DescribeConfigs' ``config_source`` of a value set on the topic (DYNAMIC_TOPIC_CONFIG)."""
+
+
+async def _configs(
+    bootstrap: str, resources: list[ConfigResource]
+) -> dict[str, dict[str, tuple[str, int]]]:
+    """Each resource's configuration in force, by name: value and where it comes from."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
     await admin.start()
     try:
         responses = await admin.describe_configs(resources)
     finally:
         await admin.close()
-    found: dict[str, dict[str, str]] = {}
+    found: dict[str, dict[str, tuple[str, int]]] = {}
     for response in responses:
         for res in response.to_object()["resources"]:
-            entries = res["config_entries"]
-            found[res["resource_name"]] = {e["config_names"]: e["config_value"] for e in entries}
+            found[res["resource_name"]] = {
+                e["config_names"]: (e["config_value"], e["config_source"])
+                for e in res["config_entries"]
+            }
     return found
 
 
