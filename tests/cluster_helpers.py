@@ -11,6 +11,7 @@ takes one of its ports between the check and the bind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -98,6 +99,19 @@ class LocalCluster:
         killed_at = time.monotonic()
         assert _proc.wait_for(lambda: not _proc.is_alive(pid), 30), f"node {node} survived"
         return killed_at
+
+    @contextmanager
+    def frozen(self, *nodes: int) -> Iterator[None]:
+        """SIGSTOP the nodes for the block (they neither fetch nor answer), SIGCONT after."""
+        pids = [self.pid(node) for node in nodes]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def quorum_leader(self) -> int:
         """The active controller: the leader of the highest epoch any running node wrote in
