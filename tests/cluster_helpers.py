@@ -131,7 +131,9 @@ class LocalCluster:
     def restore(self) -> None:
         """Start the nodes that died (as `up` does) and wait until they answer."""
         status = self.up()
-        assert status.kafka.running and all(b.running for b in status.kafka.brokers)
+        assert status.kafka.running, status.kafka.detail
+        down = [b for b in status.kafka.brokers if not b.running]
+        assert not down, f"nodes not answering after up: {down}"
 
 
 @contextmanager

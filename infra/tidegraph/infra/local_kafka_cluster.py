@@ -31,6 +31,7 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from tidegraph.infra import _proc, local_kafka
 from tidegraph.infra.errors import ServiceStartError, StateDirError
@@ -283,36 +284,37 @@ def _cluster_id(layout: ClusterLayout) -> str | None:
 
 
 def wait_ready(layout: ClusterLayout, cluster: ClusterView, *, timeout: float) -> None:
-    """Block until the metadata lists every node as a live broker, or raise: topics created
-    before would get fewer copies than the cluster has brokers for."""
+    """Block until every node answers a metadata request itself, listing every node as a
+    live broker, or raise. Asked of the whole bootstrap list, a node not yet serving could
+    hide behind the others, and a node killed moments ago stays listed until the
+    controller fences it; topics created too early would get fewer copies."""
     deadline = time.monotonic() + timeout
+    waiting = {n.node_id: n for n in cluster.running}
     while True:
-        for node in cluster.running:
+        for node in list(waiting.values()):
             assert node.process is not None
             if not _proc.is_alive(node.process.pid):
-                log = layout.node(node.node_id).log
-                raise ServiceStartError(
-                    "kafka",
-                    f"node {node.node_id} exited during start-up",
-                    log_path=str(log),
-                    log_tail=_proc.log_tail(log),
-                )
-        left = deadline - time.monotonic()
-        count = local_kafka.broker_count(
-            cluster.bootstrap, timeout=max(1.0, min(5.0, left)), security=cluster.security
-        )
-        if count >= layout.size:
+                _raise_start_error(layout, node.node_id, "exited during start-up")
+            left = max(1.0, min(5.0, deadline - time.monotonic()))
+            address = local_bootstrap(node.ports.client)
+            count = local_kafka.broker_count(address, timeout=left, security=cluster.security)
+            if count >= layout.size:
+                del waiting[node.node_id]
+        if not waiting:
             return
         if time.monotonic() >= deadline:
-            log = layout.node(min(layout.node_ids)).log
-            raise ServiceStartError(
-                "kafka",
-                f"{count} of {layout.size} brokers answered on {cluster.bootstrap} "
-                f"within {timeout:g}s",
-                log_path=str(log),
-                log_tail=_proc.log_tail(log),
+            first = min(waiting)
+            _raise_start_error(
+                layout, first, f"did not list {layout.size} brokers within {timeout:g}s"
             )
         time.sleep(0.2)
+
+
+def _raise_start_error(layout: ClusterLayout, node_id: int, what: str) -> NoReturn:
+    log = layout.node(node_id).log
+    raise ServiceStartError(
+        "kafka", f"node {node_id} {what}", log_path=str(log), log_tail=_proc.log_tail(log)
+    )
 
 
 # --- stop ---------------------------------------------------------------------------------------
