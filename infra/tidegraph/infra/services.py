@@ -17,6 +17,7 @@ Rules the command line and the test fixtures rely on:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 from collections.abc import Callable, Collection, Mapping
@@ -33,18 +34,24 @@ from tidegraph.infra.errors import (
     ServiceUnreachableError,
     StateDirError,
 )
+from tidegraph.schemas import local_state
+from tidegraph.schemas.local_state import ENV_FILE, read_env_file
+from tidegraph.schemas.local_state import find_state_dir as find_state_dir
 from tidegraph.schemas.settings import Settings, load_settings, local_bootstrap
 
 KAFKA = "kafka"
 POSTGRES = "postgres"
 SERVICES: tuple[str, ...] = (KAFKA, POSTGRES)
-ENV_FILE = "env"
-STATE_FOLDER = ".tidegraph"
 ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
 KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
 REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
 """The PostgreSQL connector's DSN on the local server (its own role)."""
+CLIENT_PROPERTIES = "client.properties"
+"""Kafka's own client configuration for the local broker, beside the env file."""
+UP_WROTE_KEY = "TIDEGRAPH_UP_WROTE"
+"""Which addresses of the env file `up` wrote (a digest of each), so that a shell that
+loaded the file still tells them from addresses given by hand once the file has changed."""
 
 Origin = Literal["local", "external"]
 Progress = Callable[[str], None]
@@ -148,63 +155,11 @@ class ServiceStatus:
 # --- state folder and env file ----------------------------------------------------------------
 
 
-def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The per-user state folder: ``$XDG_STATE_HOME/tidegraph`` (``~/.local/state/tidegraph``)."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
-    return Path(base).expanduser().resolve() / "tidegraph"
-
-
-def _holds_state(folder: Path) -> bool:
-    """A ``.tidegraph/`` someone meant as a state folder: empty, or with `up`'s files in it.
-
-    A folder holding only the test suite's ``test*/`` areas does not count, so running the
-    tests in a checkout never hides the services `up` started elsewhere.
-    """
-    try:
-        names = {child.name for child in folder.iterdir()}
-    except OSError:
-        return False
-    return not names or bool(names & {ENV_FILE, KAFKA, POSTGRES})
-
-
-def find_state_dir(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """The state folder every command uses when none is given.
-
-    The nearest ``.tidegraph/`` from ``start`` (the working directory) upwards that holds
-    state, else :func:`user_state_dir`. `up` and every other command look the same way, so
-    from any directory they agree on where the services are.
-    """
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / STATE_FOLDER
-        if candidate.is_dir() and _holds_state(candidate):
-            return candidate
-    return user_state_dir(environ)
-
-
 def state_path(state_dir: str | os.PathLike[str] | None, settings: Settings | None = None) -> Path:
     """The state folder as an absolute path: ``--state-dir``, ``TIDEGRAPH_STATE_DIR``, else
-    :func:`find_state_dir`."""
+    :func:`find_state_dir` (:mod:`tidegraph.schemas.local_state`)."""
     chosen = state_dir if state_dir is not None else (settings or load_settings()).state_dir
-    if chosen is None:
-        return find_state_dir()
-    return Path(chosen).expanduser().resolve()
-
-
-def read_env_file(state_dir: Path) -> dict[str, str]:
-    """The ``KEY=value`` pairs `up` wrote into ``<state>/env`` (empty when absent)."""
-    values: dict[str, str] = {}
-    try:
-        text = (state_dir / ENV_FILE).read_text()
-    except OSError:
-        return values
-    for line in text.splitlines():
-        words = shlex.split(line, comments=True)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            key, value = words[1].split("=", 1)
-            values[key] = value
-    return values
+    return local_state.state_path(chosen)
 
 
 def _write_env_file(
@@ -226,19 +181,48 @@ def _write_env_file(
         ):
             values.update(local_kafka.local_security(secrets[KAFKA_PASSWORD_KEY]).env())
     values.update(secrets)
+    _write_client_properties(state_dir, states, secrets)
     if not values:
         path.unlink(missing_ok=True)
         return None
-    state_dir.mkdir(parents=True, exist_ok=True)
+    addresses = {ENV_KEYS[s.name]: s.address for s in states if s.origin == "local" and s.running}
+    if addresses:
+        values[UP_WROTE_KEY] = _wrote(addresses)
     header = "# Written by `tidegraph up`; load into a shell with: . " + shlex.quote(str(path))
     lines = [header] + [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
-    partial = path.with_name(ENV_FILE + ".partial")
+    _write_private(path, lines)
+    return path
+
+
+def _write_client_properties(
+    state_dir: Path, states: Collection[ServiceState], secrets: Mapping[str, str]
+) -> None:
+    """``<state>/client.properties`` (0600) while the local broker runs: its address and
+    login as Kafka's own tools and Java clients take them; removed when it does not run."""
+    path = state_dir / CLIENT_PROPERTIES
+    kafka = next((s for s in states if s.name == KAFKA), None)
+    password = secrets.get(KAFKA_PASSWORD_KEY)
+    if kafka is None or kafka.origin != "local" or not kafka.running or not password:
+        path.unlink(missing_ok=True)
+        return
+    security = local_kafka.local_security(password)
+    header = [
+        "# Written by `tidegraph up`: the local broker for Kafka's own tools and Java clients,",
+        f"#   kafka-console-consumer.sh --bootstrap-server {kafka.address} \\",
+        f"#     --consumer.config {path} --topic tidegraph.changes --from-beginning",
+    ]
+    _write_private(path, header + security.java_properties(kafka.address))
+
+
+def _write_private(path: Path, lines: list[str]) -> None:
+    """Replace ``path`` with ``lines``, mode 0600 from its first byte."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
     partial.unlink(missing_ok=True)
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     os.replace(partial, path)
-    return path
 
 
 def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
@@ -261,13 +245,31 @@ def _close_state_dir(state: Path) -> None:
     state.chmod(state.stat().st_mode & 0o001 | 0o700)
 
 
+def _digest(key: str, value: str) -> str:
+    return key + "=" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def _wrote(addresses: Mapping[str, str]) -> str:
+    """The marker naming ``addresses`` (variable → value) as `up`'s own."""
+    return " ".join(_digest(key, value) for key, value in sorted(addresses.items()))
+
+
 def _external(settings: Settings, service: str, written: dict[str, str]) -> str | None:
-    """The external address for ``service`` when the environment names one."""
+    """The external address for ``service`` when the environment names one.
+
+    An address `up` wrote is not external, whether it still stands in the env file or came
+    through a shell that loaded an earlier one (the marker travels with it): values that
+    `up` wrote never change what `up` does."""
     fieldname = "kafka_bootstrap" if service == KAFKA else "pg_dsn"
     if fieldname not in settings.model_fields_set:
         return None
     value = settings.kafka_bootstrap if service == KAFKA else settings.pg_dsn.get_secret_value()
-    return None if written.get(ENV_KEYS[service]) == value else value
+    key = ENV_KEYS[service]
+    if written.get(key) == value:
+        return None
+    if _digest(key, value) in os.environ.get(UP_WROTE_KEY, "").split():
+        return None
+    return value
 
 
 # --- status -------------------------------------------------------------------------------------

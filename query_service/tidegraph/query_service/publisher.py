@@ -162,6 +162,16 @@ class ChangePublisher:
                 continue
             try:
                 total += await self.publish_realm(conn, realm, schema)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                if realm in dict(await list_realms(conn)):
+                    raise
+                # `realm delete` dropped it between the listing and the read: nothing left
+                # to publish (the deletion published its own `realm_deleted` change).
+                await conn.execute(
+                    "SELECT pg_advisory_unlock(hashtext(%s))", (LOCK_PREFIX + realm,)
+                )
+                self._release(realm)
+                log.info("realm %s was deleted; no longer publishing its changes", realm)
             except KafkaError as exc:
                 self.metrics.failures.labels(realm).inc()
                 log.warning("publishing changes of realm %s failed, will retry: %s", realm, exc)

@@ -13,7 +13,9 @@ from tidegraph.connectors.topics import ensure_topics
 from tidegraph.infra import local_kafka_plan, services
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
+from tidegraph.infra.tables import aligned
 from tidegraph.schemas import kafka_security
+from tidegraph.schemas.local_state import read_env_file
 from tidegraph.schemas.settings import load_settings
 
 
@@ -29,10 +31,8 @@ def _print_status(status: services.ServiceStatus) -> None:
             state = "started"
         rows.append((s.name, state, s.origin, s.shown or "-", str(s.pid or "-"), s.detail))
         rows += [_broker_row(b) for b in s.brokers]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]).rstrip())
+    for line in aligned(rows):
+        print(line)
     print(f"state dir: {status.state_dir}")
     if status.env_file is not None:
         print(f"env file:  {status.env_file}  (load into a shell with: . {status.env_file})")
@@ -92,7 +92,7 @@ def run_up(args: argparse.Namespace) -> int:
     _print_status(status)
     if "kafka" in _selected(args):
         # This process read the env file before `up` wrote it: log in as it now says.
-        written = services.read_env_file(status.state_dir)
+        written = read_env_file(status.state_dir)
         os.environ.update({k: v for k, v in written.items() if k in kafka_security.ENV_KEYS})
         settings = load_settings(kafka_bootstrap=status.kafka_bootstrap)
         for warning in asyncio.run(ensure_topics(status.kafka_bootstrap, settings)):
