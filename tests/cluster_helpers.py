@@ -150,20 +150,31 @@ def local_cluster() -> Iterator[LocalCluster]:
         shutil.rmtree(cluster.state, ignore_errors=True)
 
 
-async def describe(bootstrap: str, topics: list[str]) -> dict[str, list[dict[str, Any]]]:
+async def describe(
+    bootstrap: str, topics: list[str], limit: float = 30.0
+) -> dict[str, list[dict[str, Any]]]:
     """Each topic's partitions as the cluster describes them now (leader, replicas, isr),
-    ordered by partition."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
-    await admin.start()
-    try:
-        found = await admin.describe_topics(topics)
-    finally:
-        await admin.close()
-    return {t["topic"]: sorted(t["partitions"], key=lambda p: p["partition"]) for t in found}
+    ordered by partition; asked again while a broker does not know a topic yet (metadata
+    reaches each broker a moment after the topic's creation)."""
+    deadline = time.monotonic() + limit
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_client_options())
+        await admin.start()
+        try:
+            found = await admin.describe_topics(topics)
+        finally:
+            await admin.close()
+        described = {
+            t["topic"]: sorted(t["partitions"], key=lambda p: p["partition"]) for t in found
+        }
+        if all(described.get(t) for t in topics):
+            return described
+        assert time.monotonic() < deadline, f"not described: {topics}"
+        await asyncio.sleep(0.2)
 
 
 async def wait_in_sync(bootstrap: str, topics: list[str], limit: float = 120.0) -> None:
-    """Until every partition of ``topics`` has all its replicas in sync again."""
+    """Until every partition of ``topics`` has a leader and all its replicas in sync."""
     deadline = time.monotonic() + limit
     while True:
         described = await describe(bootstrap, topics)
@@ -171,9 +182,9 @@ async def wait_in_sync(bootstrap: str, topics: list[str], limit: float = 120.0) 
             (topic, p["partition"])
             for topic, partitions in described.items()
             for p in partitions
-            if len(p["isr"]) < len(p["replicas"])
+            if len(p["isr"]) < len(p["replicas"]) or p["leader"] < 0
         ]
-        if not lagging and len(described) == len(topics):
+        if not lagging:
             return
         assert time.monotonic() < deadline, f"replicas still out of sync: {lagging[:5]}"
         await asyncio.sleep(0.5)

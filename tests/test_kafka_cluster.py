@@ -73,6 +73,10 @@ def test_three_closed_nodes_each_with_its_own_ports_and_folder(cluster: LocalClu
     # the env file carries every node, so clients reach the cluster while any one answers
     assert cluster.env()["TIDEGRAPH_KAFKA_BOOTSTRAP"] == ",".join(f"127.0.0.1:{p}" for p in ports)
     assert kafka.address == cluster.bootstrap
+    # and so does Kafka's own client configuration, for its tools and Java clients
+    properties = cluster.state / services.CLIENT_PROPERTIES
+    assert properties.stat().st_mode & 0o777 == 0o600
+    assert f"bootstrap.servers={cluster.bootstrap}" in properties.read_text().splitlines()
     layout = local_kafka_cluster.ClusterLayout.under(cluster.state)
     password = services.read_env_file(cluster.state)[services.KAFKA_PASSWORD_KEY]
     for broker in kafka.brokers:
@@ -135,6 +139,7 @@ async def test_every_topic_three_copies_two_in_sync(
     specs = topic_specs(unique_name("c"), partitions=4)
     assert await ensure_topic_specs(cluster_login, specs) == []
     names = [s.name for s in specs]
+    await wait_in_sync(cluster_login, names)
     described = await describe(cluster_login, names)
     resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
     configs = await _configs(
