@@ -69,7 +69,7 @@ class LocalSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TIDEGRAPH_", extra="ignore")
 
     kafka_controller_port: int | None = Field(
-        None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + 1)."
+        None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + nodes)."
     )
     start_timeout: float = Field(90.0, gt=0, description="Seconds to wait for each service.")
     kafka_brokers: int | None = Field(
