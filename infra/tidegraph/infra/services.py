@@ -28,7 +28,14 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tidegraph.infra import _proc, local_kafka, local_pg, local_pg_servers
+from tidegraph.infra import (
+    _proc,
+    local_kafka,
+    local_kafka_cluster,
+    local_kafka_plan,
+    local_pg,
+    local_pg_servers,
+)
 from tidegraph.infra.errors import (
     InfraError,
     ServiceUnreachableError,
@@ -37,7 +44,7 @@ from tidegraph.infra.errors import (
 from tidegraph.schemas import local_state
 from tidegraph.schemas.local_state import ENV_FILE, read_env_file
 from tidegraph.schemas.local_state import find_state_dir as find_state_dir
-from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.schemas.settings import Settings, load_settings, local_bootstrap
 
 KAFKA = "kafka"
 POSTGRES = "postgres"
@@ -60,7 +67,8 @@ Progress = Callable[[str], None]
 
 
 class LocalSettings(BaseSettings):
-    """What only `up` needs (``TIDEGRAPH_KAFKA_CONTROLLER_PORT``, ``_START_TIMEOUT``).
+    """What only `up` needs (``TIDEGRAPH_KAFKA_CONTROLLER_PORT``, ``_START_TIMEOUT``,
+    ``_KAFKA_BROKERS``).
 
     The service ports themselves (``TIDEGRAPH_KAFKA_PORT``, ``TIDEGRAPH_PG_PORT``) are in
     :class:`~tidegraph.schemas.settings.Settings`, because every command's default address
@@ -70,9 +78,28 @@ class LocalSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TIDEGRAPH_", extra="ignore")
 
     kafka_controller_port: int | None = Field(
-        None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + 1)."
+        None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + nodes)."
     )
     start_timeout: float = Field(90.0, gt=0, description="Seconds to wait for each service.")
+    kafka_brokers: int | None = Field(
+        None, description="Kafka nodes: 1 or 3 (default: as many as run, else 1)."
+    )
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """One node of a local Kafka cluster."""
+
+    node_id: int
+    """The node's id (1, 2, 3)."""
+    address: str
+    """Its client listener, ``127.0.0.1:port``."""
+    controller: str
+    """Its controller listener, ``127.0.0.1:port``."""
+    pid: int | None
+    """Process id while it runs."""
+    running: bool
+    """Answering right now."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +122,8 @@ class ServiceState:
     """Version or the reason it is not running."""
     replication_address: str = field(default="", repr=False)
     """The local server's DSN for the PostgreSQL connector's role (holds its password)."""
+    brokers: tuple[BrokerState, ...] = ()
+    """The nodes, when the local Kafka is a cluster (`up --brokers 3`)."""
 
     @property
     def shown(self) -> str:
@@ -217,7 +246,8 @@ def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
     if credentials is not None and local_pg.PgLayout.under(state).data.exists():
         kept.update(credentials.env())
     password = written.get(KAFKA_PASSWORD_KEY)
-    if password and local_kafka.KafkaLayout.under(state).data.exists():
+    single = local_kafka.KafkaLayout.under(state).data.exists()
+    if password and (single or local_kafka_cluster.ClusterLayout.under(state).has_data):
         kept[KAFKA_PASSWORD_KEY] = password
     return kept
 
@@ -263,6 +293,9 @@ def _kafka_state(state: Path, external: str | None) -> ServiceState:
     if external is not None:
         up_ = local_kafka.brokers_answering(external, timeout=3.0)
         return ServiceState(KAFKA, "external", up_, external, detail="" if up_ else "no answer")
+    cluster = local_kafka_cluster.ClusterLayout.under(state)
+    if cluster.recorded:
+        return _cluster_state(cluster)
     layout = local_kafka.KafkaLayout.under(state)
     process = local_kafka.running(layout)
     if process is None:
@@ -277,6 +310,36 @@ def _kafka_state(state: Path, external: str | None) -> ServiceState:
         process.bootstrap,
         pid=process.pid,
         detail=f"Kafka {process.version}" if answering else "process up, port not answering",
+    )
+
+
+def _cluster_state(layout: local_kafka_cluster.ClusterLayout) -> ServiceState:
+    """The cluster runs while a majority of its nodes answer; each node is listed."""
+    cluster = local_kafka_cluster.view(layout)
+    if cluster is None:
+        return ServiceState(KAFKA, "local", False, "", detail="not running")
+    nodes = tuple(
+        BrokerState(
+            node_id=n.node_id,
+            address=local_bootstrap(n.ports.client),
+            controller=local_bootstrap(n.ports.controller),
+            pid=n.process.pid if n.process else None,
+            running=n.process is not None and _proc.port_answers(n.ports.client),
+        )
+        for n in cluster.nodes
+    )
+    up_ = [n for n in nodes if n.running]
+    down_ = [str(n.node_id) for n in nodes if not n.running]
+    detail = f"Kafka {cluster.version}, {len(up_)} of {len(nodes)} brokers" if up_ else ""
+    if down_:
+        detail += f"{'; ' if detail else ''}node {', '.join(down_)} down"
+    return ServiceState(
+        KAFKA,
+        "local",
+        len(up_) > len(nodes) // 2,
+        cluster.bootstrap,
+        detail=detail,
+        brokers=nodes,
     )
 
 
@@ -353,11 +416,15 @@ class _Ports:
 
 
 def _ports(
-    settings: Settings, kafka_port: int | None, controller_port: int | None, pg_port: int | None
+    settings: Settings,
+    kafka_port: int | None,
+    controller_port: int | None,
+    pg_port: int | None,
+    brokers: int = 1,
 ) -> _Ports:
     local = LocalSettings()
     kafka = kafka_port or settings.kafka_port
-    controller = controller_port or local.kafka_controller_port or kafka + 1
+    controller = controller_port or local.kafka_controller_port or kafka + brokers
     return _Ports(
         kafka=kafka,
         controller=controller,
@@ -382,12 +449,16 @@ def up(
     progress: Progress = _silent,
     kafka_advertised_port: int | None = None,
     pg_servers: int = 1,
+    kafka_brokers: int | None = None,
 ) -> ServiceStatus:
     """Start (or reuse, or check) the services and write ``<state>/env``.
 
     ``kafka_advertised_port``: the port a started broker tells clients to use after
-    bootstrap (default: its own), for a proxy standing in front of it. ``pg_servers``:
-    local PostgreSQL servers to run, ``main`` and ``pg2`` … (:mod:`local_pg_servers`)."""
+    bootstrap (default: its own), for a proxy standing in front of it. ``kafka_brokers``:
+    1 or 3 nodes (:mod:`~tidegraph.infra.local_kafka_plan`); node ``i`` of a cluster listens
+    on ``kafka_port + i - 1``, its controller on ``kafka_controller_port + i - 1``.
+    ``pg_servers``: local PostgreSQL servers to run, ``main`` and ``pg2`` …
+    (:mod:`local_pg_servers`)."""
     if pg_servers < 1:
         raise StateDirError(f"--pg-servers {pg_servers}: at least one server (main)")
     unknown = set(services) - set(SERVICES)
@@ -396,23 +467,21 @@ def up(
     settings = load_settings()
     state = state_path(state_dir, settings)
     written = read_env_file(state)
-    ports = _ports(settings, kafka_port, kafka_controller_port, pg_port)
     wait = timeout or LocalSettings().start_timeout
     ext_kafka = _external(settings, KAFKA, written)
     ext_pg = _external(settings, POSTGRES, written)
-    kafka_layout = local_kafka.KafkaLayout.under(state)
+    local_kafka_asked = KAFKA in services and ext_kafka is None
+    asked = kafka_brokers or LocalSettings().kafka_brokers
+    brokers = local_kafka_plan.brokers(state, asked) if local_kafka_asked else 1
+    ports = _ports(settings, kafka_port, kafka_controller_port, pg_port, brokers)
+    kafka_start = local_kafka_plan.KafkaStart(
+        state, brokers, ports.kafka, ports.controller, ports.kafka_explicit, kafka_advertised_port
+    )
     pg_layout = local_pg.PgLayout.under(state)
 
     # 1. Decide, and check everything, before anything starts.
-    start_kafka = KAFKA in services and ext_kafka is None
+    start_kafka = local_kafka_asked and kafka_start.needed()
     start_pg = POSTGRES in services and ext_pg is None
-    if start_kafka and (running_kafka := local_kafka.running(kafka_layout)) is not None:
-        if ports.kafka_explicit and running_kafka.port != ports.kafka:
-            raise StateDirError(
-                f"Kafka from {state} already runs on port {running_kafka.port}, not "
-                f"{ports.kafka}: run `tidegraph down` first"
-            )
-        start_kafka = False
     if start_pg and (running_pg := local_pg.running(pg_layout)) is not None:
         if ports.pg_explicit and running_pg.port != ports.pg:
             raise StateDirError(
@@ -422,10 +491,7 @@ def up(
         start_pg = False
     if start_kafka:
         local_kafka.check_prerequisites()
-        if ports.kafka == ports.controller:
-            raise StateDirError(f"Kafka and its controller cannot share port {ports.kafka}")
-        _proc.ensure_port_free("Kafka", ports.kafka)
-        _proc.ensure_port_free("the Kafka controller", ports.controller)
+        kafka_start.check_ports()
     if start_pg:
         local_pg.check_prerequisites()
         _proc.ensure_port_free("PostgreSQL", ports.pg)
@@ -456,21 +522,12 @@ def up(
         _write_env_file(state, [], written)
     started: list[str] = []
     try:
-        kafka_process = None
         if start_kafka:
             cache = local_kafka.cache_root()
             if not local_kafka.jars_cached(cache):
                 progress(f"kafka: fetching the broker jars with Maven into {cache}")
             runtime = local_kafka.prepare(cache)
-            progress(f"kafka: starting Kafka {runtime.version} on 127.0.0.1:{ports.kafka}")
-            kafka_process = local_kafka.launch(
-                kafka_layout,
-                runtime,
-                port=ports.kafka,
-                controller_port=ports.controller,
-                password=written[KAFKA_PASSWORD_KEY],
-                advertised_port=kafka_advertised_port,
-            )
+            kafka_start.launch(runtime, written[KAFKA_PASSWORD_KEY], progress)
             started.append(KAFKA)
         if start_pg:
             progress(f"postgres: starting on 127.0.0.1:{ports.pg}")
@@ -483,11 +540,13 @@ def up(
             if main is None:
                 raise StateDirError(f"PostgreSQL from {state} does not run: `tidegraph up` again")
             local_pg_servers.start(state, pg_servers, main.port, credentials, wait, progress)
-        if kafka_process is not None:
-            progress("kafka: waiting for the broker to answer")
-            local_kafka.wait_ready(kafka_layout, kafka_process, timeout=wait)
+        if start_kafka:
+            progress("kafka: waiting for Kafka to answer")
+            kafka_start.wait_ready(wait)
     except (InfraError, OSError) as exc:
-        _stop(state, started)
+        if KAFKA in started:
+            kafka_start.undo()
+        _stop(state, [s for s in started if s != KAFKA])
         if isinstance(exc, OSError):
             raise StateDirError(f"could not start services under {state}: {exc}") from exc
         raise
@@ -532,6 +591,8 @@ def _stop(state: Path, services: Collection[str]) -> list[Stopped]:
         pid = local_kafka.stop(local_kafka.KafkaLayout.under(state))
         if pid is not None:
             stopped.append(Stopped(KAFKA, pid))
+        cluster = local_kafka_cluster.ClusterLayout.under(state)
+        stopped += [Stopped(KAFKA, pid) for pid in local_kafka_cluster.stop(cluster)]
     return stopped
 
 

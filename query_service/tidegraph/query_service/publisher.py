@@ -37,7 +37,7 @@ from psycopg import AsyncConnection, sql
 from tidegraph.query_service.db import table
 from tidegraph.query_service.metrics import PublisherMetrics
 from tidegraph.query_service.reads import OUTBOX_COLUMNS, change_from_row
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import producer_options
 from tidegraph.schemas.servers import MAIN
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.realms import placements
@@ -66,12 +66,10 @@ class KafkaChangeSink:
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,
-            acks="all",
-            enable_idempotence=True,
             compression_type="lz4",
             linger_ms=5,
             max_batch_size=1024 * 1024,
-            **kafka_client_options(),
+            **producer_options(),
         )
         await producer.start()
         self._producer = producer

@@ -7,7 +7,8 @@
 the first four for its local broker (SASL/SCRAM with a generated password) into the env
 file every command reads; for a broker elsewhere with TLS and SASL set
 ``SASL_SSL`` and the rest by hand. Every producer, consumer and admin client is built with
-``**KafkaSecurity().client_options()``, so no client connects any other way.
+``**KafkaSecurity().client_options()``, so no client connects any other way; every producer
+with ``**producer_options()``, which adds how its records are acknowledged.
 """
 
 from __future__ import annotations
@@ -104,3 +105,11 @@ def _jaas(value: str) -> str:
     """A JAAS option value inside double quotes (a properties file keeps backslashes as
     escapes too, so they are doubled twice)."""
     return value.replace("\\", "\\\\\\\\").replace('"', '\\\\\\"')
+
+
+def producer_options() -> dict[str, Any]:
+    """:func:`kafka_client_options` plus what every tidegraph producer needs for "acknowledged
+    means kept": ``acks=all`` (the leader answers once every in-sync replica, at least the
+    topic's ``min.insync.replicas``, holds the record) and idempotence (a batch retried
+    after a lost answer or a leader change is written once, in order)."""
+    return {**kafka_client_options(), "acks": "all", "enable_idempotence": True}

@@ -21,7 +21,7 @@ from tidegraph.infra.runtime import read_realm_config
 from tidegraph.infra.tables import aligned
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import producer_options
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
 from tidegraph.schemas.servers import MAIN, validate_server
@@ -423,9 +423,8 @@ async def _publish_deleted(bootstrap: str, topic: str, dropped: DroppedRealm) ->
     )
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
-        acks="all",
         client_id="tidegraph-realm-delete",
-        **kafka_client_options(),
+        **producer_options(),
     )
     try:
         await producer.start()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
 
 from tidegraph.connectors.topics import ensure_topics
-from tidegraph.infra import local_pg, local_pg_servers, services
+from tidegraph.infra import local_kafka_plan, local_pg, local_pg_servers, services
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
 from tidegraph.infra.tables import aligned
@@ -29,6 +30,7 @@ def _print_status(status: services.ServiceStatus) -> None:
         if s.started:
             state = "started"
         rows.append((s.name, state, s.origin, s.shown or "-", str(s.pid or "-"), s.detail))
+        rows += [_broker_row(b) for b in s.brokers]
     for name, extra in local_pg_servers.processes(status.state_dir).items():
         address = local_pg.redact(extra.dsn)
         rows.append((f"postgres {name}", "running", "local", address, str(extra.pid), ""))
@@ -37,6 +39,18 @@ def _print_status(status: services.ServiceStatus) -> None:
     print(f"state dir: {status.state_dir}")
     if status.env_file is not None:
         print(f"env file:  {status.env_file}  (load into a shell with: . {status.env_file})")
+
+
+def _broker_row(broker: services.BrokerState) -> tuple[str, str, str, str, str, str]:
+    """One node of a local cluster, under the kafka row."""
+    return (
+        f"  node {broker.node_id}",
+        "running" if broker.running else "stopped",
+        "local",
+        broker.address,
+        str(broker.pid or "-"),
+        f"controller {broker.controller}",
+    )
 
 
 def _as_json(status: services.ServiceStatus) -> str:
@@ -51,6 +65,9 @@ def _as_json(status: services.ServiceStatus) -> str:
                     "address": s.shown,
                     "pid": s.pid,
                     "detail": s.detail,
+                    **(
+                        {"brokers": [dataclasses.asdict(b) for b in s.brokers]} if s.brokers else {}
+                    ),
                 }
                 for s in status.services
             },
@@ -74,6 +91,7 @@ def run_up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress=_progress,
         pg_servers=args.pg_servers,
+        kafka_brokers=args.brokers,
     )
     _print_status(status)
     if "kafka" in _selected(args):
@@ -135,14 +153,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "up",
         help="start (or reuse) the local Kafka broker and PostgreSQL server",
         description=(
-            "Start Apache Kafka (KRaft, one node) and PostgreSQL with pgvector under the state "
-            "folder, or reuse them when they already run; write <state>/env. A service named "
-            "by TIDEGRAPH_KAFKA_BOOTSTRAP or TIDEGRAPH_PG_DSN is only checked, not started."
+            "Start Apache Kafka (KRaft, one node, or three with --brokers 3) and PostgreSQL "
+            "with pgvector under the state folder, or reuse them when they already run; write "
+            "<state>/env. A service named by TIDEGRAPH_KAFKA_BOOTSTRAP or TIDEGRAPH_PG_DSN is "
+            "only checked, not started."
         ),
     )
     up.add_argument("--kafka-port", type=int, help="broker port ($TIDEGRAPH_KAFKA_PORT, 9092)")
     up.add_argument(
-        "--kafka-controller-port", type=int, help="KRaft controller port (Kafka port + 1)"
+        "--kafka-controller-port",
+        type=int,
+        help="KRaft controller port (Kafka port + number of brokers)",
+    )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        choices=local_kafka_plan.SUPPORTED,
+        help="Kafka nodes: 1, or a cluster of 3 (each broker and controller; node i on Kafka "
+        "port + i - 1, controller port + i - 1) ($TIDEGRAPH_KAFKA_BROKERS; default: as many "
+        "as run here, else 1)",
     )
     up.add_argument("--pg-port", type=int, help="PostgreSQL port ($TIDEGRAPH_PG_PORT, 54329)")
     up.add_argument("--timeout", type=float, help="seconds to wait for each service (90)")
