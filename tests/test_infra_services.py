@@ -6,9 +6,11 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,6 +142,30 @@ def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
     assert again.pg_dsn == written["TIDEGRAPH_PG_DSN"]
     with psycopg.connect(again.pg_dsn) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_postgres_killed_while_it_holds_a_logical_slot_comes_back_with_up(
+    state_dir: Path,
+) -> None:
+    port = _proc.free_port()
+    first = services.up(state_dir, services=["postgres"], pg_port=port)
+    assert first.pg_dsn is not None and first.postgres.pid is not None
+    with psycopg.connect(first.pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('left_behind', 'pgoutput')")
+    # no shutdown checkpoint: recovery next start; the dead postmaster may stay a zombie
+    # that nothing reaps, which PostgreSQL's own lock check takes for a running server
+    os.kill(first.postgres.pid, signal.SIGKILL)
+    while _proc.is_alive(first.postgres.pid):
+        time.sleep(0.05)
+    again = services.up(state_dir, services=["postgres"], pg_port=port)
+    assert again.postgres.started and again.pg_dsn == first.pg_dsn
+    with psycopg.connect(again.pg_dsn, autocommit=True) as conn:
+        slots = conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()
+        assert slots == [("left_behind",)]
+        conn.execute("SELECT pg_drop_replication_slot('left_behind')")
+    services.down(state_dir)
 
 
 @pytest.mark.slow

@@ -357,6 +357,7 @@ def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = N
             cwd=layout.root, run_as=run_as,
         )  # fmt: skip
     (layout.data / "pg_hba.conf").write_text(HBA)
+    _drop_stale_lock(layout)
     _set_passwords(layout, binaries, credentials, run_as)
     command = [str(binaries / "postgres"), "-D", str(layout.data)]
     settings = (f"listen_addresses={_proc.LOOPBACK}", f"port={port}", "unix_socket_directories=")
@@ -367,6 +368,19 @@ def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = N
     record = {"pid": pid, "port": port, "started_at": time.time()}
     layout.record.write_text(json.dumps(record) + "\n")
     return process
+
+
+def _drop_stale_lock(layout: PgLayout) -> None:
+    """Remove ``postmaster.pid`` when its postmaster is gone. PostgreSQL's own check takes a
+    killed postmaster that no one reaped (a zombie, under an init that does not reap) for a
+    running one and refuses to start."""
+    lock = layout.data / "postmaster.pid"
+    try:
+        pid = int(lock.read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return
+    if not _proc.is_alive(pid):
+        lock.unlink(missing_ok=True)
 
 
 def _set_passwords(
@@ -390,7 +404,10 @@ def _set_passwords(
         sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(DATABASE), role),
     ]
     script = "".join(f"{statement.as_string(None)};\n" for statement in statements)
-    command = [str(binaries / "postgres"), "--single", "-D", str(layout.data), DATABASE]
+    # the server's own settings: a data folder left by a crash that had a logical slot
+    # (a realm move, a CDC connector) refuses to start under the default wal_level
+    settings = [arg for setting in SERVER_SETTINGS for arg in ("-c", setting)]
+    command = [str(binaries / "postgres"), "--single", *settings, "-D", str(layout.data), DATABASE]
     done = _run(command, cwd=layout.root, run_as=run_as, stdin=script)
     problems = [line for line in done.stderr.splitlines() if "ERROR" in line or "FATAL" in line]
     if problems:
