@@ -25,6 +25,7 @@ from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.embedding import QueryEmbedder
+from tidegraph.query_service.rerank_endpoint import Reranker
 from tidegraph.query_service.synthesis import ChatModel
 
 from graph_helpers import GraphHarness, HashEmbedder
@@ -78,12 +79,13 @@ async def api_client(
     api_keys: str | None = None,
     chat: ChatModel | None = None,
     embedder: QueryEmbedder | None = None,
+    reranker: Reranker | None = None,
     **settings: Any,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client talking to a fresh app over ASGI (no sockets)."""
     app = create_app(
         QuerySettings(api_keys=api_keys, **settings),
-        Deps(pool=pool, embedders=embedders(embedder), chat=chat),
+        Deps(pool=pool, embedders=embedders(embedder), chat=chat, reranker=reranker),
     )
     transport = httpx.ASGITransport(app=app)
     try:

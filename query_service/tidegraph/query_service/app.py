@@ -60,6 +60,7 @@ from tidegraph.query_service.explorer import mount_explorer
 from tidegraph.query_service.gate import DatabaseGate
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
+from tidegraph.query_service.rerank_endpoint import Reranker, rerank_answer, wanted
 from tidegraph.query_service.retrieval import (
     RetrievalLimits,
     RetrievalParams,
@@ -127,6 +128,8 @@ class Deps:
     gate: DatabaseGate | None = None
     """The pool's outage gate; one over ``pool`` with the settings' timings when ``None``
     (the app keeps it in ``app.state.database_gate``; close it with the pool)."""
+    reranker: Reranker | None = None
+    """The rerank endpoint (:mod:`~tidegraph.query_service.rerank_endpoint`), if any."""
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -218,6 +221,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             body.node_distance,
             body.max_relation_edges,
             body.decompose,
+            body.rerank,
         )
 
     async def lookup(realm: str, auth: str | None, copy: str | None = None) -> RealmInfo:
@@ -234,6 +238,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
                 entities=[], relations=[], chunks=[], communities=[], stats={"mode": "bypass"}
             )
         embedder = embedder_for(meta)
+        rerank = wanted(params.rerank, deps.reranker)
         started = time.perf_counter()
         parts = sub_questions(params.query) if params.decompose else [params.query]
         asked = [replace(params, query=part) for part in parts]
@@ -254,6 +259,8 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         if params.decompose:
             result.stats["decomposition"] = parts
         metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
+        if rerank and deps.reranker is not None:
+            result = await rerank_answer(deps.reranker, params.query, result, metrics)
         result.stats["embedder"] = meta.embedder
         if meta.config.coverage_telemetry:
             await record_coverage(meta, params, result)

@@ -35,6 +35,7 @@ from tidegraph.query_service.keywords import (
     parse_model_keywords,
 )
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
+from tidegraph.query_service.rerank_endpoint import RerankEndpoint, RerankSettings
 from tidegraph.query_service.synthesis import ChatModel
 from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
@@ -164,6 +165,8 @@ async def serve(
     pool = make_pool(dsn, min_size=2, max_size=args.pool_size, ef_search=query.ef_search)
     await pool.open(wait=True)
     llm = llm_client_if_configured()
+    rerank_settings = RerankSettings()
+    reranker = RerankEndpoint(rerank_settings) if rerank_settings.url else None
     gate = DatabaseGate(pool, query.gate_timings())
     app = create_app(
         query,
@@ -174,6 +177,7 @@ async def serve(
             keyword_model=keyword_model(llm),
             registry=registry,
             gate=gate,
+            reranker=reranker,
         ),
     )
     server = uvicorn.Server(
@@ -235,6 +239,8 @@ async def serve(
             await sink.stop()
         if llm is not None:
             await llm.aclose()
+        if reranker is not None:
+            await reranker.aclose()
         await gate.aclose()
         await pool.close()
 
