@@ -57,6 +57,7 @@ from tidegraph.query_service.errors import (
     UnknownParameter,
 )
 from tidegraph.query_service.explorer import mount_explorer
+from tidegraph.query_service.export_routes import export_router
 from tidegraph.query_service.gate import DatabaseGate
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
@@ -228,6 +229,8 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         """The realm (or its read-only ``copy``) after the key check."""
         authorize(keys, auth, realm)
         return await gate.run(lambda conn: catalog.get(conn, realm, copy))
+
+    app.include_router(export_router(lookup, deps.pool, gate))
 
     async def run_retrieval(
         realm: str, auth: str | None, params: RetrievalParams, copy: str | None = None
