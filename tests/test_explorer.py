@@ -191,6 +191,14 @@ async def test_explorer_in_headless_chromium(
             )
             driver.save_screenshot(str(tmp_path / "explorer-believed.png"))
 
+            # the download button: the graph as believed then, fetched with the key
+            driver.find_element(By.ID, "download").click()
+            await until(
+                lambda: "downloaded" in driver.find_element(By.ID, "status").text, "a download"
+            )
+            status = driver.find_element(By.ID, "status").text
+            assert f"{realm}-" in status and status.endswith(".graphml"), status
+
             # a document published now shows up in the live panel
             await live.publish(
                 [upsert(realm, "news.md", "Ada Lovelace worked with Michael Faraday.")]
