@@ -126,7 +126,11 @@ async def bench_size(dsn: str, size: int, formats: list[str]) -> None:
     ns = argparse.Namespace(reuse=None, load="copy", cache=True, dsn=dsn)
     realm = await build_realm(ns, size, SHAPE, docs)
     half = (T0 + timedelta(seconds=len(docs) // 2)).isoformat()
-    print(f"  {'format':<24}{'time':>8}{'rows/s':>10}{'peak RSS':>10}{'output':>10}", flush=True)
+    print(
+        f"  {'format':<30}{'rows':>9}{'wall':>8}{'export':>8}{'rows/s':>9}{'peak RSS':>10}"
+        f"{'output':>10}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         runs = [(f, []) for f in formats] + [("graphml", ["--as-believed-at", half])]
         for fmt, extra in runs:
