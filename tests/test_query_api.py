@@ -12,6 +12,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.schemas import VERSION
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store.realms import create_realm, ensure_control
 
@@ -336,6 +337,7 @@ async def test_service_routes(pool: AsyncConnectionPool[Any], realms: tuple[str,
         assert 'route="/v1/realms/{realm}/query_data"' in metrics
         assert "tidegraph_retrieval_seconds_bucket" in metrics
         spec = (await client.get("/openapi.json")).json()
+        assert spec["info"]["version"] == VERSION  # the release, from the one version source
         assert "/v1/realms/{realm}/query_data" in spec["paths"]
         modes = spec["components"]["schemas"]["QueryDataRequest"]["properties"]["mode"]
         assert set(modes["enum"]) == {"mix", "local", "global", "hybrid", "naive", "bypass"}

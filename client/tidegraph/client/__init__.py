@@ -3,7 +3,9 @@
 :class:`Client` (blocking) and :class:`AsyncClient` (asyncio) return the contract's models
 (:mod:`tidegraph.schemas.api`, :class:`~tidegraph.schemas.GraphChange`); errors are the
 classes below, one per HTTP error status. ``subscribe`` iterates over a realm's changes from
-a position the caller keeps. Depends on ``tidegraph.schemas``, httpx and aiokafka only.
+a position the caller keeps. Depends on ``tidegraph.schemas`` and httpx only; reading the
+changes topic (``subscribe(..., bootstrap=...)``) also needs aiokafka, the ``kafka`` extra of
+the ``tidegraph-client`` distribution.
 """
 
 from tidegraph.client._async import AsyncClient

@@ -6,15 +6,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import date, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from tidegraph.client import _calls as calls
 from tidegraph.client._calls import Call, M
 from tidegraph.client._config import ClientConfig
-from tidegraph.client._errors import ConnectError
-from tidegraph.client._kafka import topic_changes
+from tidegraph.client._errors import ClientError, ConnectError
 from tidegraph.client._position import Position, later
 from tidegraph.schemas.api import (
     ChangesResponse,
@@ -209,6 +208,7 @@ class AsyncClient:
         position = Position.after(after_seq, after_id)
         if bootstrap is not None:
             topic = changes_topic(topic_prefix).name
+            topic_changes = _topic_reader()
             async for change in topic_changes(bootstrap, topic, realm, position, follow=follow):
                 yield change
             return
@@ -224,3 +224,24 @@ class AsyncClient:
                 if not follow:
                     return
                 await asyncio.sleep(poll_interval)
+
+
+class _TopicChanges(Protocol):
+    def __call__(
+        self, bootstrap: str, topic: str, realm: str, position: Position, *, follow: bool
+    ) -> AsyncIterator[GraphChange]: ...
+
+
+def _topic_reader() -> _TopicChanges:
+    """The topic path, imported when first used: aiokafka comes with the ``kafka`` extra
+    (``pip install 'tidegraph-client[kafka]'``), and the HTTP feed needs none of it."""
+    try:
+        from tidegraph.client._kafka import topic_changes
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "aiokafka":
+            raise
+        raise ClientError(
+            "reading the changes topic needs aiokafka: pip install 'tidegraph-client[kafka]' "
+            "(or leave bootstrap unset to read the HTTP feed)"
+        ) from exc
+    return topic_changes

@@ -32,6 +32,7 @@ from starlette.requests import ClientDisconnect
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
+from tidegraph.schemas import VERSION
 from tidegraph.schemas.api import ErrorResponse
 from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion, with_facts_passage
@@ -279,6 +280,7 @@ def create_app(
 
     app = FastAPI(
         title="tidegraph ingest",
+        version=VERSION,
         summary="Documents in, document versions on Kafka out.",
         lifespan=lifespan,
     )

@@ -37,7 +37,6 @@ import time
 import uuid
 from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +50,7 @@ from tidegraph.infra.errors import (
     ServiceStartError,
     StateDirError,
 )
+from tidegraph.infra.package_files import kafka_file
 from tidegraph.schemas.kafka_security import KafkaSecurity
 from tidegraph.schemas.settings import local_bootstrap
 
@@ -76,26 +76,14 @@ _T = TypeVar("_T")
 # --- where things are ---------------------------------------------------------------------
 
 
-def _kafka_file(name: str) -> Path:
-    """A file shipped beside the broker pom: inside the installed package first, else in
-    the source tree."""
-    packaged = resources.files("tidegraph.infra").joinpath("kafka", name)
-    if isinstance(packaged, Path) and packaged.is_file():
-        return packaged
-    source = Path(__file__).resolve().parents[2] / "kafka" / name
-    if source.is_file():
-        return source
-    raise StateDirError(f"the Kafka file {name} is missing (looked in {packaged} and {source})")
-
-
 def pom_path() -> Path:
     """The broker pom."""
-    return _kafka_file("pom.xml")
+    return kafka_file("pom.xml")
 
 
 def stdin_args_path() -> Path:
     """``StdinArgs.java``: runs a tool with secret arguments read from stdin, not argv."""
-    return _kafka_file("StdinArgs.java")
+    return kafka_file("StdinArgs.java")
 
 
 def kafka_version(pom: Path | None = None) -> str:

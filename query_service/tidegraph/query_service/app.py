@@ -70,6 +70,7 @@ from tidegraph.query_service.retrieval import (
     search,
 )
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
+from tidegraph.schemas import VERSION
 from tidegraph.schemas.api import (
     AS_OF_DOC,
     ENTITIES_BELIEVED_AT_DOC,
@@ -165,7 +166,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
     gate = deps.gate or DatabaseGate(deps.pool, settings.gate_timings())
     app = FastAPI(
         title="tidegraph query API",
-        version="1",
+        version=VERSION,  # the release; the contract's version is in its paths (/v1/…)
         description="Retrieval and synthesis over tidegraph's bi-temporal knowledge graph.",
         responses=_ERRORS,
         dependencies=[Depends(_known_query_parameters)],

@@ -4,6 +4,7 @@ No I/O happens here; every other package depends on this one and on nothing else
 """
 
 from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
+from tidegraph.schemas._version import __version__ as VERSION
 from tidegraph.schemas.changes import (
     CHANGE_SCHEMA,
     ChangeKind,
@@ -52,6 +53,7 @@ __all__ = [
     "DOCUMENT_SCHEMA",
     "REALM_PATTERN",
     "SPACE_PATTERN",
+    "VERSION",
     "ChangeKind",
     "ConfigError",
     "ContractError",

@@ -8,6 +8,7 @@
     ├── RealmBusy            a replay of the realm runs: it cannot be deleted now
     └── TransientError
         ├── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
+        │   └── ServerUnavailable     one named server of several does not answer
         └── RealmSwapped          a replay replaced the realm's schema under this write
 
 ``classify_db_error`` maps psycopg's SQLSTATE classes onto ``retriable``;
@@ -80,6 +81,15 @@ class RealmBusy(TidegraphError):
 
 class DatabaseUnavailable(TransientError):
     """PostgreSQL cannot serve the write now; the partition pauses and retries."""
+
+
+class ServerUnavailable(DatabaseUnavailable):
+    """A named server does not answer (a connection to it failed or was lost): the work
+    on its realms waits, work on other servers' realms goes on."""
+
+    def __init__(self, server: str, cause: BaseException) -> None:
+        super().__init__(f"server {server!r} does not answer: {refusal(cause)}")
+        self.server = server
 
 
 class RealmSwapped(TransientError):

@@ -32,6 +32,7 @@ from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.write.contradictions import Judge
 from tidegraph.indexer.write.failures import RecordFailed, Verdict, verdict
 from tidegraph.indexer.write.units import BatchUnit, Outcome, RecordUnit, Settlement
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store.errors import refusal
 from tidegraph.store.realms import RealmInfo
 
@@ -47,6 +48,8 @@ class Item:
     info: RealmInfo | None = None
     error: str | None = None
     error_class: str | None = None
+    server: str = MAIN
+    """The server keeping the key's position: a run's items share one."""
 
     @property
     def quiet(self) -> bool:
@@ -70,7 +73,7 @@ def runs(items: Sequence[Item], catch_up_run: int) -> list[Run]:
     """Items in log order, in units of work: a realm's records decided back to back make
     one catch-up run when there are at least ``catch_up_run`` of them (and one writes);
     otherwise each record that writes is its own run, and consecutive records that write
-    nothing share one."""
+    nothing share one when their positions are kept on one server."""
     out: list[list[Item]] = []
     catch_up: list[bool] = []
     for segment in _same_realm_segments(items):
@@ -79,7 +82,14 @@ def runs(items: Sequence[Item], catch_up_run: int) -> list[Run]:
             catch_up.append(True)
             continue
         for item in segment:
-            if item.quiet and out and not catch_up[-1] and out[-1][-1].quiet:
+            last = out[-1][-1] if out else None
+            if (
+                item.quiet
+                and last is not None
+                and not catch_up[-1]
+                and last.quiet
+                and last.server == item.server
+            ):
                 out[-1].append(item)
             else:
                 out.append([item])
