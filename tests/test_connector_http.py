@@ -166,9 +166,10 @@ async def test_malformed_json(make_client: ClientFactory) -> None:
 async def test_missing_content_and_bad_fields(make_client: ClientFactory) -> None:
     client = await make_client()
     response = await client.put("/v1/ingest/acme/documents/k", json={"title": "no content"})
-    assert _error(response, 422, "invalid_document") == (
-        "content: required when op is 'upsert'; content_hash: required when op is 'upsert'"
-    )
+    assert _error(response, 422, "invalid_document") == "content: required when op is 'upsert'"
+    # the service computes content_hash: only what the caller sent wrong is named
+    response = await client.put("/v1/ingest/acme/documents/k", json={"content": 5})
+    assert _error(response, 422, "invalid_document") == "content: Input should be a valid string"
     response = await client.put("/v1/ingest/acme/documents/k", json={"content": "x", "space": "*"})
     assert "space" in _error(response, 422, "invalid_document")
     response = await client.put(

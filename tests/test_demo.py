@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from demo_checks import check_time_lines
 
 from local_services import env_without_settings
 
@@ -63,6 +64,7 @@ def test_demo_indexes_the_sample_corpus_and_answers(
     assert "Ada Lovelace worked_with Charles Babbage" in out
     assert "Charles Babbage designed Analytical Engine" in out
     assert "Charles Babbage ally_of George Airy" not in out  # superseded by the later dispute
+    check_time_lines(done.stderr)
 
 
 def test_a_corpus_that_is_not_there_is_an_error_not_an_empty_demo(

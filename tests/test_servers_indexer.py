@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_servers import ExtraServer, extra_server
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -19,7 +20,6 @@ from tidegraph.store.placement import place_realm
 from tidegraph.store.realms import placements, realm_exists
 
 from indexer_helpers import make_topics, outbox, publish, running_indexer, upsert, wait_for
-from pg_servers import ExtraServer, extra_server
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 

@@ -12,6 +12,7 @@ from tidegraph.client._async import AsyncClient
 from tidegraph.client._config import DEFAULT_URL, ClientConfig
 from tidegraph.client._errors import (
     ApiError,
+    AuthenticationFailed,
     BadRequest,
     ClientError,
     Conflict,
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_URL",
     "ApiError",
     "AsyncClient",
+    "AuthenticationFailed",
     "BadRequest",
     "Client",
     "ClientConfig",

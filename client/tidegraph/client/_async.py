@@ -24,6 +24,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
 )
 from tidegraph.schemas.changes import GraphChange
@@ -124,7 +125,7 @@ class AsyncClient:
         doc_key: str,
         *,
         space: str = "default",
-        as_believed_at: datetime | None = None,
+        as_believed_at: datetime | date | str | None = None,
     ) -> DocumentResponse:
         """A document's indexing state (of the version held at ``as_believed_at``)."""
         return await self._send(calls.document(realm, doc_key, space, as_believed_at))
@@ -137,10 +138,10 @@ class AsyncClient:
         predicate: str | None = None,
         object: str | None = None,  # noqa: A002 - the API's name
         space: str = "*",
-        as_of: date | None = None,
-        as_believed_at: datetime | None = None,
+        as_of: date | str | None = None,
+        as_believed_at: datetime | date | str | None = None,
         include_superseded: bool = False,
-        after_id: int = 0,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> RelationsResponse:
         """Relations by canonical names and predicate; current ones unless asked."""
@@ -159,6 +160,10 @@ class AsyncClient:
             )
         )
 
+    async def relation_history(self, realm: str, relation_id: int | str) -> RelationHistoryResponse:
+        """A relation's belief history: each interval it was believed current or superseded."""
+        return await self._send(calls.relation_history(realm, relation_id))
+
     async def entities(
         self,
         realm: str,
@@ -166,8 +171,8 @@ class AsyncClient:
         name: str | None = None,
         space: str = "*",
         include_dormant: bool = False,
-        as_believed_at: datetime | None = None,
-        after_id: int = 0,
+        as_believed_at: datetime | date | str | None = None,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> EntitiesResponse:
         """Entities by canonical name or alias; with ``as_believed_at``, those that existed
@@ -204,6 +209,11 @@ class AsyncClient:
         ``<topic_prefix>.changes`` topic, otherwise from the HTTP feed, polled every
         ``poll_interval`` seconds once caught up. Without ``follow`` iteration ends once
         caught up.
+
+        The topic is read with the login the ``tidegraph`` commands use: the
+        ``TIDEGRAPH_KAFKA_*`` variables, else the env file `tidegraph up` wrote into the
+        state folder (``TIDEGRAPH_STATE_DIR``, else found from the working directory); a
+        refused or missing login raises :class:`~tidegraph.client.AuthenticationFailed`.
         """
         position = Position.after(after_seq, after_id)
         if bootstrap is not None:

@@ -246,7 +246,11 @@ def _document(realm: str, doc_key: str, op: str, fields: dict[str, Any]) -> Docu
     try:
         return DocumentVersion.from_dict(obj)
     except RecordValidationError as exc:
-        detail = "; ".join(f"{p.field}: {p.rule}" for p in exc.problems)
+        # The service computes content_hash: its absence is never the caller's mistake.
+        problems = [
+            p for p in exc.problems if p.field != "content_hash" or "content_hash" in fields
+        ]
+        detail = "; ".join(f"{p.field}: {p.rule}" for p in problems or exc.problems)
         raise IngestError(422, "invalid_document", detail) from None
 
 

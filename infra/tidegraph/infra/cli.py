@@ -25,9 +25,10 @@ from tidegraph.infra import commands
 from tidegraph.infra.errors import InfraError, PrerequisiteMissingError
 from tidegraph.infra.logs import configure_logging
 from tidegraph.infra.reach import kafka_unreachable, pg_unreachable
-from tidegraph.infra.services import read_env_file, state_path
+from tidegraph.infra.services import state_path
 from tidegraph.schemas import VERSION
 from tidegraph.schemas.errors import ConfigError, TidegraphError
+from tidegraph.schemas.local_state import read_env_file
 from tidegraph.schemas.settings import load_settings
 
 STATE_DIR_HELP = (

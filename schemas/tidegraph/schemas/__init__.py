@@ -1,6 +1,8 @@
 """tidegraph.schemas: the public contracts — event models, names, topics, realm configuration.
 
-No I/O happens here; every other package depends on this one and on nothing else shared.
+No I/O happens here beyond reading settings (the environment, and the env file `tidegraph up`
+writes: :mod:`tidegraph.schemas.local_state`); every other package depends on this one and on
+nothing else shared.
 """
 
 from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from

@@ -93,10 +93,15 @@ class ServerUnavailable(DatabaseUnavailable):
 
 
 class RealmSwapped(TransientError):
-    """The realm's schema was swapped out by a replay; retrying writes into the new one."""
+    """The copy written was replaced — a replay swapped a rebuild in, or a move switched
+    the realm to another server — and fenced; the write is tried again where the realm
+    lives now."""
 
     def __init__(self, realm: str) -> None:
-        super().__init__(f"realm {realm!r} was rebuilt and swapped in; retrying the record")
+        super().__init__(
+            f"realm {realm!r} was replaced under this write (a rebuild swapped in, or a move"
+            " to another server); retrying it where the realm lives now"
+        )
 
 
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")

@@ -150,6 +150,14 @@ async def realm_exists(conn: AsyncConnection[Any], schema: str) -> bool:
     return await cur.fetchone() is not None
 
 
+async def control_exists(conn: AsyncConnection[Any]) -> bool:
+    """Whether the control schema is there: a server no tidegraph process has written to yet
+    (a fresh `up`) has no catalogue, no positions and no holds to read."""
+    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 @dataclass(frozen=True)
 class Placement:
     """A catalogue row: where a realm lives."""
@@ -162,9 +170,7 @@ class Placement:
 async def placements(conn: AsyncConnection[Any], server: str | None = None) -> list[Placement]:
     """Every registered realm (on ``server`` only, when given), by name; empty before the
     control schema exists. ``conn`` is the catalogue's (``main``)."""
-    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
-    row = await cur.fetchone()
-    if not row or not row[0]:
+    if not await control_exists(conn):
         return []
     cur = await conn.execute(
         "SELECT realm, schema_name, server FROM tidegraph.realms"
@@ -246,8 +252,10 @@ async def drop_realm(
 
     ``conn`` is the realm's server; ``catalogue`` the ``main`` server when that is another
     one. Then three steps follow one another, each safe to repeat: the key's position is
-    raised on ``main``, the schema dropped on its server, the catalogue row deleted — a
-    deletion interrupted between them is finished by running it again.
+    raised on ``main``, the schema dropped on its server (in the caller's transaction, when
+    there is one), and — by the caller, once that committed — the catalogue row deleted
+    (:func:`unregister`). A deletion interrupted between them is finished by running it
+    again; meanwhile the realm reads as not existing (a row without its schema).
     """
     validate_realm(realm)
     if catalogue is not None:
@@ -320,10 +328,15 @@ async def _drop_elsewhere(
             "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s",
             (replay_group(schema),),
         )
+    return DroppedRealm(realm, schema, head, copies)
+
+
+async def unregister(catalogue: AsyncConnection[Any], realm: str) -> None:
+    """The last step of deleting a realm on another server than ``main``
+    (:func:`drop_realm`): its catalogue row and the indexer's holds on it."""
     async with catalogue.transaction():
         await catalogue.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
         await catalogue.execute("DELETE FROM tidegraph.indexer_holds WHERE realm = %s", (realm,))
-    return DroppedRealm(realm, schema, head, copies)
 
 
 async def find_realm(

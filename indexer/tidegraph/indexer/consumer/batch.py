@@ -271,7 +271,7 @@ class BatchProcessor:
         cursor = part.cursor_after(run.items[-1].offset) if server == MAIN else None
         settlement = Settlement(part.claim, cursor, marks)
         async with self.cluster.connection(server) as conn:
-            outcomes, prepared = await writer.write(conn, run, settlement, outcome_of)
+            outcomes, why = await writer.write(conn, run, settlement, outcome_of)
         await self.policy.cleared(tp, part, {it.key for it in run.items}, run.first.offset)
         part.stands.moved(marks)
         if cursor is not None:
@@ -292,7 +292,7 @@ class BatchProcessor:
         for key, outcome in outcomes:
             metrics.RECORDS.labels(key, outcome).inc()
             if outcome == "failed":
-                _log_failed(tp, run.first, prepared)
+                _log_failed(tp, run.first, why)
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         self.applied += len(run.items)
         return outcomes
@@ -361,11 +361,11 @@ def _counts(counts: Counter[str]) -> str:
     return ", ".join(said)
 
 
-def _log_failed(tp: TopicPartition, item: Item, prepared: Outcome | None) -> None:
-    """A document stored as ``failed``: which, and why, in the extractor's words."""
+def _log_failed(tp: TopicPartition, item: Item, reason: str | None) -> None:
+    """A document stored as ``failed``: which, and why — in the extractor's words, or
+    PostgreSQL's refusal of a value (the reason the dead-lettered record carries)."""
     assert item.decision is not None
     rec = item.decision.record
-    reason = prepared.failure if isinstance(prepared, PreparedDocument) else None
     log.warning(
         "%s/%d offset %d: document %r (realm %s, space %s) failed: %s",
         tp.topic,

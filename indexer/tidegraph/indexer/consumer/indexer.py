@@ -42,7 +42,7 @@ from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.write.contradictions import Judge, JudgeFor
 from tidegraph.indexer.write.failures import Backoff
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import kafka_client_options, producer_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.servers import Servers
 from tidegraph.store import positions
@@ -182,11 +182,9 @@ class Indexer:
         await self.cluster.open()
         self.producer = AIOKafkaProducer(
             bootstrap_servers=cfg.bootstrap,
-            acks="all",
-            enable_idempotence=True,
             compression_type="lz4",
             max_request_size=16 * 1024 * 1024,
-            **kafka_client_options(),
+            **producer_options(),
         )
         self.consumer = AIOKafkaConsumer(
             **kafka_client_options(),

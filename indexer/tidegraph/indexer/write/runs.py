@@ -157,12 +157,15 @@ class RunWriter:
         run: Run,
         settlement: Settlement,
         outcome_of: OutcomeOf,
-    ) -> tuple[list[tuple[str, str]], PreparedDocument | BaseException | None]:
-        """Write ``run`` settling it as ``settlement`` says; also returns the one record's
-        prepared outcome (its failure reason is logged by the caller)."""
+    ) -> tuple[list[tuple[str, str]], str | None]:
+        """Write ``run`` settling it as ``settlement`` says; also returns why the one record
+        failed, when it did (logged by the caller): the extractor's reason, or PostgreSQL's
+        refusal of a value, as dead-lettered."""
+        refusals: dict[int, str] = {}
 
         async def refused(decision: Decision, error: psycopg.Error) -> None:
             reason = f"PostgreSQL refused a value of the record: {refusal(error)}"
+            refusals[decision.offset] = reason
             await self.dead_letter(decision.offset, reason, "unstorable")
 
         first = run.first
@@ -201,4 +204,5 @@ class RunWriter:
             if result is None
             else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
         )
-        return [(first.key, said)], outcome
+        failure = outcome.failure if isinstance(outcome, PreparedDocument) else None
+        return [(first.key, said)], refusals.get(first.offset, failure)

@@ -1,9 +1,11 @@
 """``tidegraph demo``: the whole pipeline on a sample corpus, then the query service answering.
 
 Creates the topics and a ``demo`` realm (narrative preset, so the corpus's ally → enemy
-reversal supersedes), publishes the sample corpus shipped in the package (or ``--corpus``)
-through the bulk connector, runs an indexer until every document is applied, starts
-``serve`` (query API + change publisher) and asks it one question. It keeps serving until
+reversal supersedes), starts an indexer and ``serve`` (query API + change publisher),
+publishes the sample corpus shipped in the package (or ``--corpus``) through the bulk
+connector — the later dispute document (``--later``) only once the rest is indexed, so it
+arrives later in belief time as it would in life — and asks one question. It then prints
+what valid time and belief time each show (a line each) and keeps serving until
 interrupted, or exits with ``--once``. A demo that would show nothing fails instead: a
 corpus that cannot be read in full, holds no document, has none indexed, or answers the
 question with no relation is an error (exit 1) saying which.
@@ -24,12 +26,13 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from tidegraph.connectors.bulk import Refusal, publish_paths, read_inputs
+from tidegraph.connectors.bulk import Input, Refusal, publish_items, read_inputs
 from tidegraph.connectors.producer import DocumentProducer
 from tidegraph.connectors.topics import ensure_topics
 from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
 from tidegraph.indexer.extraction.pipeline import Pipeline
 from tidegraph.infra.commands import serve as serve_command
+from tidegraph.infra.commands._demo_times import time_lines
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.package_files import sample_corpus
 from tidegraph.infra.runtime import (
@@ -46,6 +49,8 @@ from tidegraph.schemas.settings import Settings, load_settings
 from tidegraph.store.realms import create_realm, ensure_control
 
 QUESTION = "Who worked with Charles Babbage, and what did he design?"
+LATER = ("rivalry-2.md",)
+"""The sample corpus's later dispute: published after the rest."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,6 +65,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=Path,
         default=None,
         help="files or a folder (default: the sample corpus shipped with tidegraph)",
+    )
+    p.add_argument(
+        "--later",
+        action="append",
+        default=None,
+        metavar="DOC_KEY",
+        help="publish this document only once the others are indexed, so it arrives later in"
+        f" belief time (repeatable; default: {', '.join(LATER)} of the sample corpus)",
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
@@ -117,15 +130,59 @@ async def _demo(
             preset("narrative", extractor=defaults.extractor, embedder=defaults.embedder),
         )
     _say(f"realm {args.realm}: extractor {info.extractor}, embedder {info.embedder}")
-
+    first, *rest = _waves(corpus, args.realm, args.later)
     async with DocumentProducer.from_settings(settings) as producer:
-        report = await publish_paths(producer, [corpus], args.realm, show_progress=False)
-    _say(report.summary())
-    if not report.ok or report.published != len(expected):
-        raise DemoError(
-            f"published {report.published} of the {len(expected)} documents in {corpus}"
-        )
+        await _publish(producer, first)
+        indexer, stop, indexing, serving = _start(args, settings, dsn)
+        try:
+            failed = await _wait_indexed(dsn, args.realm, _hashes(first), args.timeout, indexing)
+            for wave in rest:  # once the rest is indexed: later in belief time
+                await _publish(producer, wave)
+                failed.update(
+                    await _wait_indexed(dsn, args.realm, _hashes(wave), args.timeout, indexing)
+                )
+            _report_indexed(expected, failed, corpus)
+            base = f"http://{args.host}:{args.port}"
+            answer = await _ask(base, args.realm, indexing, serving)
+            print(json.dumps(answer, indent=2, default=str))
+            if not answer["relations"]:
+                raise DemoError(
+                    f"the question found no relation in what was indexed from {corpus} "
+                    f"(extractor {info.extractor})"
+                )
+            async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+                for line in await time_lines(client, args.realm):
+                    _say(line)
+            _say(f"query service answering at {base} (POST /v1/realms/{args.realm}/query_data)")
+            if not args.once:
+                _say("serving until interrupted (Ctrl-C)")
+                await stop.wait()
+        finally:
+            indexer.stop()
+            stop.set()
+            for task in (indexing, serving):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, 30)
+    return 0
 
+
+def _waves(corpus: Path, realm: str, later_keys: list[str] | None) -> list[list[Input]]:
+    """The corpus in two waves: all but the ``--later`` documents, then those."""
+    items = [i for i in read_inputs([corpus], realm) if isinstance(i, Input)]
+    later = set(later_keys if later_keys is not None else LATER)
+    first = [i for i in items if i.doc.doc_key not in later]
+    rest = [i for i in items if i.doc.doc_key in later]
+    return [first, rest] if rest else [first]
+
+
+def _hashes(wave: list[Input]) -> dict[str, str | None]:
+    return {i.doc.doc_key: i.doc.content_hash for i in wave}
+
+
+def _start(
+    args: argparse.Namespace, settings: Settings, dsn: str
+) -> tuple[Indexer, asyncio.Event, asyncio.Task[None], asyncio.Task[None]]:
+    """The indexer and ``serve`` (query API and change publisher) as tasks of this loop."""
     config = IndexerConfig(
         bootstrap=settings.kafka_bootstrap,
         pg_dsn=dsn,
@@ -155,28 +212,15 @@ async def _demo(
         serve_command.serve(serve_args, settings, load_query_settings(), stop), name="serve"
     )
     on_termination(stop.set)
-    try:
-        failed = await _wait_indexed(dsn, args.realm, expected, args.timeout, indexing)
-        _report_indexed(expected, failed, corpus)
-        base = f"http://{args.host}:{args.port}"
-        answer = await _ask(base, args.realm, indexing, serving)
-        print(json.dumps(answer, indent=2, default=str))
-        if not answer["relations"]:
-            raise DemoError(
-                f"the question found no relation in what was indexed from {corpus} "
-                f"(extractor {info.extractor})"
-            )
-        _say(f"query service answering at {base} (POST /v1/realms/{args.realm}/query_data)")
-        if not args.once:
-            _say("serving until interrupted (Ctrl-C)")
-            await stop.wait()
-    finally:
-        indexer.stop()
-        stop.set()
-        for task in (indexing, serving):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 30)
-    return 0
+    return indexer, stop, indexing, serving
+
+
+async def _publish(producer: DocumentProducer, wave: list[Input]) -> None:
+    """One wave of the corpus onto the topic, all of it or an error."""
+    report = await publish_items(producer, wave)
+    _say(report.summary())
+    if not report.ok or report.published != len(wave):
+        raise DemoError(f"published {report.published} of the {len(wave)} documents")
 
 
 async def _wait_indexed(

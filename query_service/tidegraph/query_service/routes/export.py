@@ -12,15 +12,12 @@ file of a different graph.
 from __future__ import annotations
 
 import zipfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
-from pydantic import AwareDatetime
 
 from tidegraph.query_service.errors import InvalidRequest
 from tidegraph.query_service.export_formats import (
@@ -32,24 +29,19 @@ from tidegraph.query_service.export_formats import (
 )
 from tidegraph.query_service.gate import DatabaseGate
 from tidegraph.query_service.graph_export import Piece, export_graph
+from tidegraph.query_service.routes.graph import BelievedAt
+from tidegraph.query_service.routes.params import Auth, RealmPath, SpaceQuery, space
+from tidegraph.query_service.service import Service
 from tidegraph.schemas.api import AS_OF_DOC, valid_as_of
-from tidegraph.schemas.errors import ContractError
-from tidegraph.schemas.names import validate_space
 from tidegraph.store.realms import RealmInfo
 
-Lookup = Callable[[str, str | None], Awaitable[RealmInfo]]
-"""``(realm, Authorization header) → realm``, after the key check."""
 
+def router(svc: Service) -> APIRouter:
+    """The export route; the key check and the realm's server come from ``svc``."""
+    api = APIRouter(tags=["graph"])
 
-def export_router(
-    lookup: Lookup, pool: AsyncConnectionPool[AsyncConnection[Any]], gate: DatabaseGate
-) -> APIRouter:
-    """The export route over ``pool``; ``lookup`` checks the key and finds the realm."""
-    router = APIRouter()
-
-    @router.get(
+    @api.get(
         "/v1/realms/{realm}/export",
-        tags=["graph"],
         response_class=StreamingResponse,
         responses={
             200: {
@@ -63,31 +55,32 @@ def export_router(
         },
     )
     async def export(
-        realm: Annotated[str, Path(description="Realm name.", max_length=64)],
+        realm: RealmPath,
         format: Annotated[FormatName, Query(description="graphml, csv or jsonl.")] = "graphml",  # noqa: A002
-        space: Annotated[str, Query(max_length=64)] = "*",
+        space_: SpaceQuery = "*",
         as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None,
-        as_believed_at: Annotated[AwareDatetime | None, Query()] = None,
+        as_believed_at: BelievedAt = None,
         include_superseded: bool = False,
         array_delimiter: Annotated[
             str, Query(min_length=1, max_length=1, description="CSV: between array elements.")
         ] = ";",
-        auth: Annotated[str | None, Header(alias="Authorization", include_in_schema=False)] = None,
+        auth: Auth = None,
     ) -> StreamingResponse:
         """The realm's graph as other tools read it: the relations the relation listing
         returns for these filters, the live entities of the space and every end of those
         relations. GraphML for Gephi, networkx or igraph; CSV for `neo4j-admin database
         import` (a zip of `nodes.csv` and `relationships.csv`); JSON lines."""
+        space(space_, wildcard=True)
         try:
-            validate_space(space, allow_wildcard=True)
             valid_as_of(as_of)
             fmt = format_named(format, array_delimiter)
-        except (ContractError, ValueError, ExportRefused) as exc:
+        except (ValueError, ExportRefused) as exc:
             raise InvalidRequest(str(exc)) from None
-        meta = await lookup(realm, auth)
+        meta = await svc.lookup(realm, auth)
+        gate = await svc.gates.of(meta.server)
         gate.raise_if_down()
-        info = GraphInfo(realm, space, as_of, as_believed_at, include_superseded)
-        body = _pieces(pool, meta, info, fmt)
+        info = GraphInfo(realm, space_, as_of, as_believed_at, include_superseded)
+        body = _pieces(gate, meta, info, fmt)
         suffix = "zip" if fmt.files[0] != fmt.files[1] else fmt.files[0].rsplit(".", 1)[1]
         stamp = f"-{_stamp(as_believed_at)}" if as_believed_at else ""
         return StreamingResponse(
@@ -96,13 +89,15 @@ def export_router(
             headers={"content-disposition": f'attachment; filename="{realm}{stamp}.{suffix}"'},
         )
 
-    return router
+    return api
 
 
 async def _pieces(
-    pool: AsyncConnectionPool[AsyncConnection[Any]], meta: RealmInfo, info: GraphInfo, fmt: Format
+    gate: DatabaseGate, meta: RealmInfo, info: GraphInfo, fmt: Format
 ) -> AsyncIterator[Piece]:
-    async with pool.connection() as conn:
+    """The export on a connection of its own from the realm's server, held while the
+    body streams (outside the gate's deadline, which bounds single requests)."""
+    async with gate.pool.connection() as conn:
         async for piece in export_graph(conn, meta, info, fmt):
             yield piece
 
