@@ -14,14 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from pydantic import AwareDatetime, TypeAdapter, ValidationError
-
 from tidegraph.infra.cli import ShowDefaults
-from tidegraph.infra.reach import connect_pg
+from tidegraph.infra.placed import command_cluster, on_realm
 from tidegraph.query_service.export_formats import (
     FORMATS,
     ExportRefused,
@@ -33,13 +30,11 @@ from tidegraph.query_service.graph_export import export_graph
 from tidegraph.schemas.api import valid_as_of
 from tidegraph.schemas.errors import ConfigError, ContractError
 from tidegraph.schemas.names import validate_space
+from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS, belief_instant
 from tidegraph.schemas.settings import load_settings
-from tidegraph.store.realms import find_realm
 
 PROGRESS_EVERY = 2.0
 """Seconds between progress lines."""
-
-_INSTANT: TypeAdapter[datetime] = TypeAdapter(AwareDatetime)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,8 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--as-believed-at",
         metavar="INSTANT",
-        help="belief time: an RFC 3339 date-time with its offset (2026-03-01T00:00:00Z);"
-        " the graph exactly as it was believed then",
+        help=f"belief time: {BELIEF_INSTANT_FORMS}; the graph exactly as it was believed then",
     )
     p.add_argument("--include-superseded", action="store_true", help="superseded relations too")
     p.add_argument(
@@ -94,12 +88,9 @@ def _request(args: argparse.Namespace) -> GraphInfo:
     believed = None
     if args.as_believed_at is not None:
         try:
-            believed = _INSTANT.validate_python(args.as_believed_at)
-        except ValidationError:
-            raise ConfigError(
-                f"--as-believed-at {args.as_believed_at!r} is not an RFC 3339 date-time with"
-                " an offset (e.g. 2026-03-01T00:00:00Z)"
-            ) from None
+            believed = belief_instant(args.as_believed_at)
+        except ValueError as exc:
+            raise ConfigError(f"--as-believed-at: {exc}") from None
     return GraphInfo(args.realm, args.space, args.as_of, believed, args.include_superseded)
 
 
@@ -118,10 +109,7 @@ async def run(args: argparse.Namespace) -> int:
     shown = started
     nodes = edges = 0
     try:
-        async with connect_pg(dsn) as conn:
-            meta = await find_realm(conn, args.realm)
-            if meta is None:
-                raise ConfigError(f"realm {args.realm!r} does not exist")
+        async with command_cluster(dsn) as cluster, on_realm(cluster, args.realm) as (conn, meta):
             async for piece in export_graph(conn, meta, info, fmt):
                 sink.write(piece.file, piece.text)
                 nodes, edges = piece.nodes, piece.edges
