@@ -14,6 +14,7 @@ import httpx
 import psycopg
 import pytest
 from pg_servers import ExtraServer, extra_server
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.query_service.app import Deps, create_app
@@ -113,3 +114,44 @@ async def test_the_download_and_the_command_read_the_realms_own_server(
         assert _predicates(done.stdout) == answers[at]
     refused = run_cli(["export", realm, "--as-believed-at", "2024-13"], env)
     assert refused.returncode != 0 and "--as-believed-at" in refused.stderr
+
+
+async def test_a_realm_that_left_its_server_under_the_cache_is_looked_up_again(
+    own_database: str, server_b: ExtraServer, placed: tuple[Cluster, str]
+) -> None:
+    """The service's cached answer says ``b``; the realm now lives on ``main`` (written
+    there again, the catalogue pointed at it, ``b``'s schema dropped): the download is
+    the graph on ``main``, whole, not a body cut short by a missing table."""
+    cluster, realm = placed
+    app = create_app(
+        QuerySettings(realm_cache_seconds=3600),
+        Deps(pool=cluster.main, embedders=embedders(None), cluster=cluster),
+    )
+    transport = httpx.ASGITransport(app=app)
+    url = f"/v1/realms/{realm}/export"
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://tidegraph.test") as c:
+            before = await c.get(url, params={"format": "jsonl"})
+            assert before.status_code == 200 and _predicates(before.text) == [
+                ("enemy_of", "current")
+            ]
+            async with await psycopg.AsyncConnection.connect(own_database, autocommit=True) as conn:
+                g = await GraphHarness.create(conn, realm, RealmConfig(embedder="hashing:8"))
+                people = [ent("Ada Lovelace"), ent("Ben Arlo")]
+                await g.upsert("c", [(people, [rel("Ada Lovelace", "worked_with", "Ben Arlo")])])
+                await conn.execute(
+                    "UPDATE tidegraph.realms SET server = 'main' WHERE realm = %s", (realm,)
+                )
+            async with await psycopg.AsyncConnection.connect(server_b.dsn, autocommit=True) as b:
+                await b.execute(
+                    sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"realm_{realm}"))
+                )
+            for fmt in ("jsonl", "graphml"):
+                after = await c.get(url, params={"format": fmt})
+                assert after.status_code == 200, after.text
+            assert _predicates((await c.get(url, params={"format": "jsonl"})).text) == [
+                ("worked_with", "current")
+            ]
+    finally:
+        await app.state.database_gates.aclose()
+        await app.state.database_gate.aclose()

@@ -81,13 +81,26 @@ class Service:
     ) -> T:
         """``work(conn, meta)`` on the realm's server, after the key check; looked up again
         once when the realm's schema left the server the cache named."""
+        return await self.placed(
+            realm, auth, lambda meta: self.run(meta, lambda conn: work(conn, meta)), copy
+        )
+
+    async def placed(
+        self,
+        realm: str,
+        auth: str | None,
+        start: Callable[[RealmInfo], Awaitable[T]],
+        copy: str | None = None,
+    ) -> T:
+        """``start(meta)`` after the key check, looked up again once when the realm's schema
+        left the server the cache named; for work that holds a connection of its own
+        beyond one gated call (a streamed download)."""
         meta = await self.lookup(realm, auth, copy)
         try:
-            return await self.run(meta, lambda conn: work(conn, meta))
+            return await start(meta)
         except _GONE:
             self.catalog.invalidate(realm)
-            meta = await self.lookup(realm, auth, copy)
-            return await self.run(meta, lambda conn: work(conn, meta))
+            return await start(await self.lookup(realm, auth, copy))
 
     async def run(self, meta: RealmInfo, work: Work[T], within: float | None = None) -> T:
         """``work`` on a connection to the server holding ``meta``."""

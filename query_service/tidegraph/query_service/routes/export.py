@@ -12,7 +12,7 @@ file of a different graph.
 from __future__ import annotations
 
 import zipfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -76,11 +76,14 @@ def router(svc: Service) -> APIRouter:
             fmt = format_named(format, array_delimiter)
         except (ValueError, ExportRefused) as exc:
             raise InvalidRequest(str(exc)) from None
-        meta = await svc.lookup(realm, auth)
-        gate = await svc.gates.of(meta.server)
-        gate.raise_if_down()
         info = GraphInfo(realm, space_, as_of, as_believed_at, include_superseded)
-        body = _pieces(gate, meta, info, fmt)
+
+        async def start(meta: RealmInfo) -> AsyncIterator[Piece]:
+            gate = await svc.gates.of(meta.server)
+            gate.raise_if_down()
+            return await _started(_pieces(gate, meta, info, fmt))
+
+        body = await svc.placed(realm, auth, start)
         suffix = "zip" if fmt.files[0] != fmt.files[1] else fmt.files[0].rsplit(".", 1)[1]
         stamp = f"-{_stamp(as_believed_at)}" if as_believed_at else ""
         return StreamingResponse(
@@ -94,12 +97,31 @@ def router(svc: Service) -> APIRouter:
 
 async def _pieces(
     gate: DatabaseGate, meta: RealmInfo, info: GraphInfo, fmt: Format
-) -> AsyncIterator[Piece]:
+) -> AsyncGenerator[Piece]:
     """The export on a connection of its own from the realm's server, held while the
     body streams (outside the gate's deadline, which bounds single requests)."""
     async with gate.pool.connection() as conn:
         async for piece in export_graph(conn, meta, info, fmt):
             yield piece
+
+
+async def _started(pieces: AsyncGenerator[Piece]) -> AsyncIterator[Piece]:
+    """``pieces`` once its first rows are read: a failure to reach the realm (its server
+    down, its schema moved away) is then still an error answer or a second lookup, not a
+    download cut short."""
+    try:
+        first = [await anext(pieces), await anext(pieces)]  # the head, then rows read
+    except BaseException:
+        await pieces.aclose()
+        raise
+
+    async def rest() -> AsyncIterator[Piece]:
+        for piece in first:
+            yield piece
+        async for piece in pieces:
+            yield piece
+
+    return rest()
 
 
 class _Drain:
