@@ -173,7 +173,9 @@ class ChainQuestion:
     text: str
     evidence: frozenset[Triple]
     kind: str
-    """``2-hop``, ``3-hop``, ``time-scoped``, ``paraphrased`` or ``1-hop``."""
+    """``2-hop`` (the question names both links' predicates), ``2-hop, 1st unnamed`` (it
+    names the second link's only), ``2-hop, 2nd unnamed`` (the first link's, and the far
+    end's kind), ``3-hop``, ``time-scoped``, ``paraphrased`` or ``1-hop``."""
     body: tuple[tuple[str, Any], ...] = ()
     """Request fields beyond the query (``as_of``, ``hops``)."""
 
@@ -203,7 +205,9 @@ def make_chain_corpus(
     foundations = [f"{w} Foundation" for w in words[158:168]]
     journals = [f"{w} Review" for w in words[168:180]]
     patrons = [f"{a} {b}" for a, b in zip(words[180:190], words[190:200], strict=True)]
-    papers = [f"On {a} {b}" for a, b in zip(words[200:260], rng.sample(words[200:260], 60))]
+    papers = [
+        f"On {a} {b}" for a, b in zip(words[200:260], rng.sample(words[200:260], 60), strict=True)
+    ]
     papers += [f"Notes on {a}" for a in words[200:260]]
     scholars: list[str] = []
     while len(scholars) < 200:
@@ -258,8 +262,19 @@ def make_chain_corpus(
         triples += [(s, "collaborated_with", x) for x in peers]
     triples = list(dict.fromkeys(triples))
     questions = _chain_questions(
-        rng, scholars, patrons, located, part_of, funded, based, founder, venue, editors,
-        studied, member, wrote,
+        rng,
+        scholars,
+        patrons,
+        located,
+        part_of,
+        funded,
+        based,
+        founder,
+        venue,
+        editors,
+        studied,
+        member,
+        wrote,
     )
     rng.shuffle(triples)
     docs = []
@@ -294,7 +309,7 @@ def _chain_questions(
     member: dict[str, str],
     wrote: dict[str, list[str]],
 ) -> list[ChainQuestion]:
-    """Twenty questions of each shape, about entities drawn at random."""
+    """Ten to twenty questions of each shape, about entities drawn at random."""
     out: list[ChainQuestion] = []
     authors = [s for s in scholars if wrote[s]]
     hops3 = (("hops", 3),)
@@ -327,10 +342,30 @@ def _chain_questions(
         )
     for p in rng.sample(patrons, 10):
         f = next(f for f, x in founder.items() if x == p)
-        chain = {(f, "founded_by", p)} | {(lab, "funded_by", f) for lab, x in funded.items() if x == f}
+        chain = {(f, "founded_by", p)} | {
+            (lab, "funded_by", f) for lab, x in funded.items() if x == f
+        }
         out.append(
             ChainQuestion(
                 f"Which labs are funded by the foundation {p} founded?", frozenset(chain), "2-hop"
+            )
+        )
+    for s in rng.sample(scholars, 20):
+        lab = member[s]
+        out.append(
+            ChainQuestion(
+                f"Which foundation funds the lab where {s} works?",
+                frozenset({(s, "member_of", lab), (lab, "funded_by", funded[lab])}),
+                "2-hop, 1st unnamed",
+            )
+        )
+    for s in rng.sample(scholars, 20):
+        u = studied[s]
+        out.append(
+            ChainQuestion(
+                f"Which country is the university {s} studied at in?",
+                frozenset({(s, "studied_at", u), (u, "located_in", located[u])}),
+                "2-hop, 2nd unnamed",
             )
         )
     for s in rng.sample(scholars, 20):
@@ -372,9 +407,7 @@ def _chain_questions(
     for s in rng.sample(scholars, 20):
         out.append(
             ChainQuestion(
-                rng.choice(
-                    (f"Where did {s} get a degree?", f"Which school did {s} attend?")
-                ),
+                rng.choice((f"Where did {s} get a degree?", f"Which school did {s} attend?")),
                 frozenset({(s, "studied_at", studied[s])}),
                 "paraphrased",
             )
@@ -418,9 +451,7 @@ async def chain_recall(
         )
         r.raise_for_status()
         got = [(x["subject"], x["predicate"], x["object"]) for x in r.json()["relations"]]
-        cells = tuple(
-            len(q.evidence & set(got[:k])) / min(len(q.evidence), k) for k in CUTS
-        )
+        cells = tuple(len(q.evidence & set(got[:k])) / min(len(q.evidence), k) for k in CUTS)
         by_kind.setdefault(q.kind, []).append(cells)  # type: ignore[arg-type]
     recall = {
         kind: (statistics.mean(c[0] for c in cells), statistics.mean(c[1] for c in cells))

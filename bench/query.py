@@ -46,9 +46,10 @@ decomposition, all of them at once), the settings taking turns per query; with
 Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP`` when set, else the ones
 ``tidegraph up`` runs (started if needed). Run:
 ``.venv/bin/python bench/query.py [--sizes 10000,100000] [--vectors ...]
-[--latency-shapes ...] [--no-extras] [--answers-only] [--chains-only] [--mechanisms-only]``. The clustered
-shapes need numpy (in the dev extra scripts/bootstrap installs); latency is timed on the shapes of
-``--latency-shapes``, whose queries the service embeds with the realm's hashing embedder.
+[--latency-shapes ...] [--no-extras] [--answers-only] [--chains-only]
+[--mechanisms-only]``. The clustered shapes need numpy (in the dev extra scripts/bootstrap
+installs); latency is timed on the shapes of ``--latency-shapes``, whose queries the
+service embeds with the realm's hashing embedder.
 """
 
 from __future__ import annotations
@@ -1016,11 +1017,11 @@ async def bench_chains(args: argparse.Namespace) -> None:
         )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            print(f"  {'mode':<8}" + "".join(f"{k:>16}" for k in kinds))
+            print(f"  {'mode':<8}" + "".join(f"{k:>20}" for k in kinds))
             for mode in CHAIN_MODES:
                 f = await chain_recall(client, realm, questions, mode)
                 cells = "".join(
-                    f"{f'{f.recall[k][0]:.2f} / {f.recall[k][1]:.2f}':>16}" for k in kinds
+                    f"{f'{f.recall[k][0]:.2f} / {f.recall[k][1]:.2f}':>20}" for k in kinds
                 )
                 print(f"  {mode:<8}{cells}", flush=True)
     finally:

@@ -261,40 +261,126 @@ def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Comp
     ).format(q=sql.Placeholder(param), rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 
-def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
-    """The predicate focus (:mod:`~tidegraph.query_service.focus`): admitted relations
-    incident to an entity named ``%(fnames)s`` whose predicate shares an English stem with
-    the terms ``%(fterms)s``. Rows: relation id, whether the named entity holds the role
-    ``%(froles)s`` gives it (an unknown role, or a predicate of ``%(symmetric)s``, fits
-    either way); fitting ones first, then best corroborated, newest."""
-    ent, rel = ents(schema, scope), rels(schema, scope)
-    ef, rf = entity_filter(scope), edge_filter(schema, scope)
+def _named(schema: str, scope: Scope) -> sql.Composed:
+    """The common table expressions ``named`` — entities whose name or alias is one of
+    ``%(fnames)s``, with the role ``%(froles)s`` gives each — and ``terms`` — the predicate
+    terms ``%(fterms)s``, numbered from 1 (:mod:`~tidegraph.query_service.focus`)."""
+    ef = entity_filter(scope)
     return sql.SQL(
-        "WITH wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
+        "wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
         "  AS w(key, role)),"
         " named AS (SELECT e.id, w.role FROM wanted w JOIN {ent} e ON e.name_key = w.key"
         "  WHERE {ef}"
         "  UNION SELECT e.id, w.role FROM wanted w{aliased} WHERE {ef}),"
-        " q AS (SELECT websearch_to_tsquery('english', %(fterms)s) AS q),"
-        " hits AS ("
-        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'subject', true)"
-        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
-        "  FROM named n JOIN {rel} r ON r.subject_id = n.id CROSS JOIN q"
-        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf}"
+        " terms AS (SELECT t.i::int AS i, websearch_to_tsquery('english', t.term) AS q"
+        "  FROM unnest(%(fterms)s::text[]) WITH ORDINALITY AS t(term, i))"
+    ).format(ent=ents(schema, scope), ef=ef, aliased=alias_join(schema, scope, sql.SQL("w.key")))
+
+
+def _term_mask(text: sql.Composable) -> sql.Composed:
+    """The terms ``text`` names, as a bit mask (bit ``i - 1`` for term ``i``): a word of it
+    and the term share an English stem, decided by PostgreSQL's ``english`` configuration
+    on both sides (a predicate's underscores read as spaces)."""
+    return sql.SQL(
+        "(SELECT coalesce(bit_or(1 << (t.i - 1)), 0) FROM terms t"
+        " WHERE to_tsvector('english', replace({}, '_', ' ')) @@ t.q)"
+    ).format(text)
+
+
+_PREDICATE, _TYPE = _term_mask(sql.SQL("r.predicate")), _term_mask(sql.SQL("o.type"))
+
+
+def _focus_hits(schema: str, scope: Scope) -> sql.Composed:
+    """The common table expression ``hits``: admitted relations incident to a named entity
+    (:func:`_named`), once per side, with whether the named entity holds the role
+    ``%(froles)s`` gives it (``fit``: an unknown role, or a predicate of ``%(symmetric)s``,
+    fits either way), the terms the predicate names (``mask``) and those the other end's
+    type names (``ends``)."""
+    side = sql.SQL(
+        "SELECT r.id, r.weight, r.t_created, coalesce(n.role = {role}, true)"
+        " OR r.predicate = ANY(%(symmetric)s::text[]) AS fit, {p} AS mask, {t} AS ends"
+        " FROM named n JOIN {rel} r ON r.{near} = n.id LEFT JOIN {ent} o ON o.id = r.{far}"
+        " WHERE {rf}"
+    )
+    sides = [
+        side.format(
+            role=sql.Literal(role),
+            near=sql.Identifier(near),
+            far=sql.Identifier(far),
+            p=_PREDICATE,
+            t=_TYPE,
+            rel=rels(schema, scope),
+            ent=ents(schema, scope),
+            rf=edge_filter(schema, scope),
+        )
+        for role, near, far in (
+            ("subject", "subject_id", "object_id"),
+            ("object", "object_id", "subject_id"),
+        )
+    ]
+    return sql.SQL("hits AS ({} UNION ALL {})").format(*sides)
+
+
+def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
+    """The predicate focus (:mod:`~tidegraph.query_service.focus`): the relations of
+    :func:`_focus_hits` whose predicate names a term. Rows: relation id, whether it fits
+    the role; fitting ones first, then best corroborated, newest."""
+    return sql.SQL(
+        "WITH {named}, {hits}"
+        " SELECT id, bool_or(fit) AS fit FROM hits WHERE mask <> 0"
+        " GROUP BY id ORDER BY bool_or(fit) DESC, max(weight) DESC, max(t_created) DESC,"
+        " id DESC LIMIT %(depth)s"
+    ).format(named=_named(schema, scope), hits=_focus_hits(schema, scope))
+
+
+def relation_chains(schema: str, scope: Scope) -> sql.Composed:
+    """Evidence chains (:mod:`~tidegraph.query_service.paths`): paths of 2 to ``%(hops)s``
+    admitted relations from a named entity (:func:`_named`), each link leading to an
+    entity not yet on the path. A link is *named* when its predicate names a term no
+    earlier link names; at most one link is not, and the last one is unless the far end's
+    type names a term no link names; and the chain names a term (by a link or its far
+    end) that the focus hits of :func:`relations_by_focus` do not (by their predicate or
+    other end). Each step takes per path end its named links first,
+    then those whose far end's type names a new term, then the newest — at most
+    ``%(cap)s`` from the named entity and ``%(fanout)s`` further out, so a hub cannot
+    flood it; the filters are inside the step, as in the walk. Rows: link ids from the
+    named entity outwards, the terms each link's predicate names, the terms the far end's
+    type names (masks), whether the far end is named in the question; best named first,
+    ``%(depth)s`` at most."""
+    return sql.SQL(
+        "WITH RECURSIVE {named}, {hits},"
+        " own AS (SELECT coalesce(bit_or(mask | ends), 0) AS terms FROM hits WHERE mask <> 0),"
+        " step(entity_id, hop, links, masks, ends, visited, seen, loose, last_named) AS ("
+        "  SELECT DISTINCT n.id, 0, ARRAY[]::bigint[], ARRAY[]::int[], 0, ARRAY[n.id], 0, 0,"
+        "   false FROM named n"
         "  UNION ALL"
-        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'object', true)"
-        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
-        "  FROM named n JOIN {rel} r ON r.object_id = n.id CROSS JOIN q"
-        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf})"
-        " SELECT id, bool_or(fit) AS fit FROM hits GROUP BY id"
-        " ORDER BY bool_or(fit) DESC, max(weight) DESC, max(t_created) DESC, id DESC"
+        "  SELECT x.other, s.hop + 1, s.links || x.id, s.masks || x.mask, x.ends,"
+        "   s.visited || x.other, s.seen | x.mask, s.loose + (NOT x.adds)::int, x.adds"
+        "  FROM step s CROSS JOIN LATERAL ("
+        "   SELECT y.id, y.other, y.mask, y.ends, (y.mask & ~s.seen) <> 0 AS adds FROM ("
+        "    SELECT r.id, r.t_created, z.other, {mask} AS mask, {t} AS ends"
+        "    FROM {rel} r CROSS JOIN LATERAL (SELECT CASE WHEN r.subject_id = s.entity_id"
+        "     THEN r.object_id ELSE r.subject_id END AS other) z"
+        "    LEFT JOIN {ent} o ON o.id = z.other"
+        "    WHERE (r.subject_id = s.entity_id OR r.object_id = s.entity_id) AND {f}) y"
+        "   WHERE NOT y.other = ANY(s.visited) AND ((y.mask & ~s.seen) <> 0 OR s.loose = 0)"
+        "   ORDER BY (y.mask & ~s.seen) <> 0 DESC, (y.ends & ~(s.seen | y.mask)) <> 0 DESC,"
+        "    y.t_created DESC, y.id DESC"
+        "   LIMIT CASE WHEN s.hop = 0 THEN %(cap)s ELSE %(fanout)s END"
+        "  ) x WHERE s.hop < %(hops)s)"
+        " SELECT links, masks, ends, entity_id IN (SELECT id FROM named) FROM step"
+        " WHERE hop >= 2 AND (last_named OR (ends & ~seen) <> 0)"
+        "  AND ((seen | ends) & ~(SELECT terms FROM own)) <> 0"
+        " ORDER BY hop - loose + ((ends & ~seen) <> 0)::int DESC, loose, hop, links"
         " LIMIT %(depth)s"
     ).format(
-        ent=ent,
-        rel=rel,
-        ef=ef,
-        rf=rf,
-        aliased=alias_join(schema, scope, sql.SQL("w.key")),
+        named=_named(schema, scope),
+        hits=_focus_hits(schema, scope),
+        rel=rels(schema, scope),
+        ent=ents(schema, scope),
+        f=edge_filter(schema, scope),
+        mask=_PREDICATE,
+        t=_TYPE,
     )
 
 
@@ -306,15 +392,16 @@ def traversal(schema: str, scope: Scope) -> sql.Composed:
     keeps per seed the newest ``%(cap)s`` of the step. The filters are inside the step, so
     an inadmissible edge is never walked through. Finally each seed contributes at most
     ``%(cap)s`` edges, nearest hop first then newest; an edge reached from several seeds
-    keeps its nearest hop. Rows: relation id, hop.
+    keeps its nearest hop. Rows: relation id, hop, the relations walked to reach it (from
+    a seed, itself last; of the paths of that hop, the least in array order).
     """
     return sql.SQL(
-        "WITH RECURSIVE walk(seed, entity_id, hop, rel_id, t_created, visited) AS ("
-        " SELECT s, s, 0, NULL::bigint, NULL::timestamptz, ARRAY[s]"
+        "WITH RECURSIVE walk(seed, entity_id, hop, rel_id, t_created, visited, path) AS ("
+        " SELECT s, s, 0, NULL::bigint, NULL::timestamptz, ARRAY[s], ARRAY[]::bigint[]"
         "  FROM unnest(%(seeds)s::bigint[]) AS s"
         " UNION ALL"
-        " SELECT seed, other, hop, id, t_created, visited || other FROM ("
-        "  SELECT w.seed, x.other, w.hop + 1 AS hop, x.id, x.t_created, w.visited,"
+        " SELECT seed, other, hop, id, t_created, visited || other, path || id FROM ("
+        "  SELECT w.seed, x.other, w.hop + 1 AS hop, x.id, x.t_created, w.visited, w.path,"
         "   row_number() OVER (PARTITION BY w.seed ORDER BY x.t_created DESC, x.id DESC) AS rn"
         "  FROM walk w CROSS JOIN LATERAL ("
         "   SELECT r.id, r.t_created,"
@@ -329,12 +416,12 @@ def traversal(schema: str, scope: Scope) -> sql.Composed:
         "  ) x WHERE w.hop < %(hops)s"
         " ) step WHERE rn <= %(cap)s"
         ")"
-        " SELECT rel_id, min(hop) AS hop FROM ("
-        "  SELECT seed, rel_id, hop, t_created, row_number() OVER ("
+        " SELECT rel_id, hop, path FROM (SELECT DISTINCT ON (rel_id) rel_id, hop, t_created, path"
+        "  FROM (SELECT rel_id, hop, t_created, path, row_number() OVER ("
         "   PARTITION BY seed ORDER BY hop, t_created DESC, rel_id DESC) AS rn"
-        "  FROM walk WHERE rel_id IS NOT NULL) ranked"
-        " WHERE rn <= %(cap)s"
-        " GROUP BY rel_id ORDER BY min(hop), max(t_created) DESC, rel_id DESC LIMIT %(depth)s"
+        "   FROM walk WHERE rel_id IS NOT NULL) ranked"
+        "  WHERE rn <= %(cap)s ORDER BY rel_id, hop, path) nearest"
+        " ORDER BY hop, t_created DESC, rel_id DESC LIMIT %(depth)s"
     ).format(rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 

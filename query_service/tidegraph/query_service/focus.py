@@ -21,7 +21,8 @@ ones asked about out of the first slots. This is a rule of the lexical keyword s
 Retrieval runs the focus as its own candidate channel (every matching relation incident
 to a named entity, so a hub's cap cannot cut them off) and then puts those candidates
 first: matching predicate in the fitting role, then in the other role, then the rest in
-fused order.
+fused order. The terms the named entities' own relations leave unexplained are what an
+evidence chain one or two hops further must explain (:mod:`~tidegraph.query_service.paths`).
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ class Focus:
     """Name candidate (lowercase) → the role the question gives it, ``None`` when unknown."""
 
     @property
-    def query_text(self) -> str:
-        """The terms as a ``websearch_to_tsquery`` OR (empty when there are none)."""
-        return websearch_text(self.terms)
+    def term_queries(self) -> list[str]:
+        """Each term as a ``websearch_to_tsquery`` text; a relation's term mask has bit
+        ``i`` set when its predicate matches the ``i``-th (from 0)."""
+        return [websearch_text((t,)) for t in self.terms]
 
 
 def question_focus(query: str, names: Sequence[str]) -> Focus:

@@ -55,10 +55,13 @@ from tidegraph.query_service.keywords import (
     extract_keywords,
     websearch_text,
 )
+from tidegraph.query_service.paths import Chain, leading, links_in_order, rank
+from tidegraph.query_service.paths import paths as chain_paths
 from tidegraph.query_service.plans import (
     FOCUS,
     FULLTEXT,
     MODES,
+    PATH,
     PLANS,
     RANKED,
     SIMILARITY,
@@ -232,29 +235,39 @@ async def search(
     if plan.seeds:  # a focus hit is incident to a named entity, which is a seed
         for rid in focus_fit:
             hops.setdefault(rid, 1)
-    fused = hits.focus_first(_fuse_relations(lists, params, limits), list(lists), focus_fit)
+    names = [*lists, PATH]
+    fused = _fuse_relations(lists, params, limits)
+    groups, chain_paths = _lead(fused, names, focus_fit, found.get(PATH), stats)
+    for rid, path in chain_paths.items():
+        hops[rid] = min(hops.get(rid, len(path)), len(path))
+    walk_paths = {int(r[0]): tuple(r[2]) for r in walked.get(TRAVERSAL, [])}
+    paths_of = {**walk_paths, **chain_paths}
     chunk_lists = [_ids(found.get("chunks", [])), _ids(walked.get("mentions", []))]
     fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
 
     margin = params.relation_top_k if params.space == "*" else 10  # room for de-duplication
     reranked = params.node_distance or params.mmr_lambda is not None
-    window = params.relation_top_k * (2 if reranked else 1) + margin
-    p["ids"] = [f.key for f in fused[:window]]
+    window = _window(groups, params.relation_top_k * (2 if reranked else 1) + margin)
+    candidates = [f.key for g in window for f in g]
+    p["ids"] = list(dict.fromkeys(x for k in candidates for x in (*paths_of.get(k, ()), k)))
     p["chunk_ids"] = [f.key for f in fused_chunks]
     bound = max(params.hops, 1) if params.node_distance and p["seeds"] else None
     t = time.perf_counter()
     details = await rounds.run(conn, rounds.third(at, p, bound, params.mmr_lambda is not None), p)
     timings["details"] = _ms(t)
     if reranked:
-        fused = _reranked(fused[:window], focus_fit, details, hops, params, stats)
+        fused = _reranked(window, details, hops, params, stats)
+    else:
+        fused = [f for g in groups for f in g]
 
     relations = hits.relations(
         fused,
         details.get("relations", []),
-        list(lists),
+        names,
         hops,
         params.relation_top_k,
         realm.config.symmetric_predicates,
+        paths_of,
     )
     chunks = hits.chunks(fused_chunks, details.get("chunks", []), _CHUNK_CHANNELS)
     last_write = found.get("last_write")
@@ -267,6 +280,8 @@ async def search(
     if plan.communities and not found.get("communities"):
         warnings.append(hits.NO_BUILD)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
+    if PATH in found:
+        stats["channels"][PATH] = len(chain_paths)
     stats["warnings"] = warnings
     timings["total"] = _ms(started)
     return QueryDataResponse(
@@ -319,7 +334,7 @@ def _bound(
         fts=channels_text(prepared.keywords.low),
         fnames=list(focus.roles),
         froles=list(focus.roles.values()),
-        fterms=focus.query_text,
+        fterms=focus.term_queries,
         symmetric=sorted(realm.config.symmetric_predicates),
     )
 
@@ -345,9 +360,44 @@ def _relation_lists(
     return lists, focus_fit
 
 
+def _lead(
+    fused: list[Fused[int]],
+    names: list[str],
+    fit: dict[int, bool],
+    rows: list[Any] | None,
+    stats: dict[str, Any],
+) -> tuple[list[list[Fused[int]]], dict[int, tuple[int, ...]]]:
+    """The candidate groups in answer order (``hits.lead``), with the evidence chains read
+    (``rows``; ``None``: not read) ranked (:mod:`~tidegraph.query_service.paths`), and the
+    path each chain places a relation by (a link on the named entity: itself alone)."""
+    position = {f.key: i for i, f in enumerate(fused)}
+    read = [Chain(tuple(r[0]), tuple(r[1]), int(r[2]), bool(r[3])) for r in rows or []]
+    first, after = leading(rank(read, position))
+    placed = chain_paths(first)
+    for rid, path in chain_paths(after).items():
+        if rid not in placed and rid not in fit:
+            placed[rid] = path
+    if rows is not None:
+        stats["chains"] = {"read": len(read), "leading": len(first), "following": len(after)}
+    groups = hits.lead(fused, names, fit, links_in_order(first), links_in_order(after))
+    return groups, placed
+
+
+_FIXED = (True, False, False, True, False)
+"""Which of ``hits.lead``'s groups reranking keeps as they are: the chains."""
+
+
+def _window(groups: list[list[Fused[int]]], size: int) -> list[list[Fused[int]]]:
+    """The first ``size`` candidates, still in their groups."""
+    out = []
+    for g in groups:
+        out.append(g[: max(size, 0)])
+        size -= len(out[-1])
+    return out
+
+
 def _reranked(
-    window: list[Fused[int]],
-    focus_fit: dict[int, bool],
+    window: list[list[Fused[int]]],
     details: dict[str, list[Any]],
     hops: dict[int, int],
     params: RetrievalParams,
@@ -359,7 +409,7 @@ def _reranked(
     similarity = {(int(a), int(b)): float(x) for a, b, x in details.get("similarities", [])}
     reranked = rerank_groups(
         window,
-        focus_fit,
+        _FIXED,
         distance if params.node_distance else None,
         similarity,
         params.mmr_lambda,
@@ -369,7 +419,7 @@ def _reranked(
     stats["rerank"] = {
         "mmr_lambda": params.mmr_lambda,
         "node_distance": params.node_distance,
-        "candidates": len(window),
+        "candidates": sum(map(len, window)),
         "reached": len(distance),
     }
     return reranked

@@ -16,7 +16,7 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service import channels
 from tidegraph.query_service.channels import Scope
-from tidegraph.query_service.plans import FOCUS, FULLTEXT, SIMILARITY, TRAVERSAL, Plan
+from tidegraph.query_service.plans import FOCUS, FULLTEXT, PATH, SIMILARITY, TRAVERSAL, Plan
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ async def run(
 
 
 def first(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
-    """Seeds and the independent channels."""
+    """Seeds and the independent channels (evidence chains start at the entities the
+    question names, not at the seeds, so they need no walk first)."""
     s, scope = at.schema, at.scope
     ef_entities, ef_relations, ef_chunks = at.ef_search
     named = bool(params["fts"])
@@ -77,6 +78,8 @@ def first(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
             reads.append(Read("ranked_fulltext", channels.relations_by_text(s, scope)))
     if plan.relations and params["fterms"] and params["fnames"]:
         reads.append(Read(FOCUS, channels.relations_by_focus(s, scope)))
+        if plan.chains and params["hops"] >= 2:
+            reads.append(Read(PATH, channels.relation_chains(s, scope)))
     if plan.communities:
         reads += [
             Read("communities", channels.communities_ranked(s, scope), ef_entities),

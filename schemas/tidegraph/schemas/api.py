@@ -255,6 +255,17 @@ class RelationOut(RelationFields):
         "latest live document asserting the relation; the synthesis prompt shows it as "
         "`[stated …]` and resolves conflicting statements to the most recent one.",
     )
+    path: list[str] | None = Field(
+        None,
+        description="For a relation reached beyond the first hop, the chain that reached "
+        "it: the ids of the relations on the path from a matched entity, this one last — "
+        "the evidence chain from an entity the question names when the relation was "
+        "ranked as one, else the walk's path. Every id in it is a relation of the same "
+        "answer, listed before this one, and every relation on it was admitted by the "
+        "request's filters (space, `as_of`, `as_believed_at`, `include_superseded`, "
+        "`relation_types`). Null for a relation on a matched entity and for one the walk "
+        "did not reach.",
+    )
 
 
 class ChunkOut(BaseModel):
