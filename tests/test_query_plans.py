@@ -22,10 +22,14 @@ THEMED = {"ranked_similarity"}
 COMMUNITIES = {"communities", "last_write"}
 
 FIRST_ROUND: dict[Mode, set[str]] = {
-    "mix": ENTITY_READS | WALK_RELATIONS | {"chunks", "predicate"},
-    "local": ENTITY_READS | WALK_RELATIONS | {"predicate"},
+    "mix": ENTITY_READS | WALK_RELATIONS | {"chunks", "predicate", "path"},
+    "local": ENTITY_READS | WALK_RELATIONS | {"predicate", "path"},
     "global": THEMED | {"ranked_fulltext", "predicate"} | COMMUNITIES,
-    "hybrid": ENTITY_READS | WALK_RELATIONS | THEMED | {"chunks", "predicate"} | COMMUNITIES,
+    "hybrid": ENTITY_READS
+    | WALK_RELATIONS
+    | THEMED
+    | {"chunks", "predicate", "path"}
+    | COMMUNITIES,
     "naive": {"chunks"},
     "bypass": set(),
 }
@@ -39,8 +43,9 @@ SECOND_ROUND: dict[Mode, set[str]] = {
 }
 
 
-def _params(named: bool) -> dict[str, Any]:
-    return {"fts": "ada" if named else "", "fterms": "born" if named else "", "fnames": ["ada"]}
+def _params(named: bool, hops: int = 2) -> dict[str, Any]:
+    terms = ["born"] if named else []
+    return {"fts": "ada" if named else "", "fterms": terms, "fnames": ["ada"], "hops": hops}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -54,7 +59,13 @@ def test_a_question_naming_things_reads_the_modes_channels(mode: Mode) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_a_question_naming_nothing_skips_the_named_thing_searches(mode: Mode) -> None:
     names = {r.name for r in rounds.first(PLANS[mode], AT, _params(named=False))}
-    assert names == FIRST_ROUND[mode] - {"fulltext", "ranked_fulltext", "predicate"}
+    assert names == FIRST_ROUND[mode] - {"fulltext", "ranked_fulltext", "predicate", "path"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_evidence_chains_need_two_hops(mode: Mode) -> None:
+    names = {r.name for r in rounds.first(PLANS[mode], AT, _params(named=True, hops=1))}
+    assert names == FIRST_ROUND[mode] - {"path"}
 
 
 def test_no_walk_without_hops_but_mentions_still_expand() -> None:
@@ -66,4 +77,4 @@ def test_a_vector_read_sets_its_search_width_and_the_others_do_not() -> None:
     assert reads["by_vector"] == reads["communities"] == 100
     assert reads["similarity"] == reads["ranked_similarity"] == 400
     assert reads["chunks"] == 64
-    assert reads["by_name"] is reads["fulltext"] is reads["predicate"] is None
+    assert reads["by_name"] is reads["fulltext"] is reads["predicate"] is reads["path"] is None

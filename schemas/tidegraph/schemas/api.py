@@ -90,7 +90,8 @@ class QueryDataRequest(BaseModel):
         "embedding cosine to the relations already placed), relevance falling linearly with "
         "the fused rank, so a restatement of a fact already placed (by another channel, in "
         "other words or the other direction) gives its slot to a new fact. Applied within "
-        "the predicate-focus groups, which keep leading. Off by default.",
+        "the predicate-focus groups, which keep leading; an evidence chain keeps its path "
+        "order. Off by default.",
     )
     mmr_lambda: float = Field(
         0.7,
@@ -106,7 +107,8 @@ class QueryDataRequest(BaseModel):
         "this request admits (space, `as_of`, `as_believed_at`, `include_superseded`, "
         "`relation_types`). An edge on a matched entity is at distance 1; relations not "
         "reached within the bound go last with `hop` null. Each relation's `hop` then is "
-        "that distance. Applied within the predicate-focus groups; off by default.",
+        "that distance. Applied within the predicate-focus groups; an evidence chain "
+        "keeps its path order. Off by default.",
     )
     decompose: bool = Field(
         False,
