@@ -2,7 +2,8 @@
 random graphs written through the real writer into PostgreSQL.
 
 The model enumerates every simple path from the named entities over the relations
-``as_of`` admits, and applies the rules as ``query_service.paths`` states them, with its
+``as_of`` admits, and applies the rules as ``query_service.paths`` states them (the terms
+the named entities' own relations explain come from the focus read, as in retrieval), with its
 own table of which question word names which predicate or type (the read decides that
 with PostgreSQL's English stemmer): a link is named when its predicate names a term no
 earlier link names; at most one link is not named; the last is, or the far end's type
@@ -185,7 +186,10 @@ async def _write(r: Realm, ex: dict[str, Any]) -> tuple[str, dict[tuple[str, str
 
 
 async def _read(r: Realm, space: str, ex: dict[str, Any]) -> set[Row]:
+    """The chains read as retrieval reads them: the focus read gives the terms the named
+    entities' own relations explain, the chain read starts at the named entities."""
     scope = Scope(space, channels.valid_days(ex["as_of"]), None, False, None)
+    schema = r.graph.info.schema
     params = channels.parameters(
         scope,
         fnames=[name_key(n) for n in ex["named"]],
@@ -197,8 +201,20 @@ async def _read(r: Realm, space: str, ex: dict[str, Any]) -> set[Row]:
         fanout=1000,
         depth=100_000,
     )
-    statement = channels.relation_chains(r.graph.info.schema, scope)
-    rows = await (await r.graph.conn.execute(statement, params)).fetchall()
+    conn = r.graph.conn
+    focus = await (
+        await conn.execute(channels.relations_by_focus(schema, scope), params)
+    ).fetchall()
+    named = await (
+        await conn.execute(
+            sql.SQL("SELECT id FROM {}.entities WHERE space = %s AND name = ANY(%s)").format(
+                sql.Identifier(schema)
+            ),
+            (space, ex["named"]),
+        )
+    ).fetchall()
+    params |= {"own": int(focus[0][2]) if focus else 0, "named": [int(x[0]) for x in named]}
+    rows = await (await conn.execute(channels.relation_chains(schema, scope), params)).fetchall()
     return {(tuple(a), tuple(b), int(c), bool(d)) for a, b, c, d in rows}
 
 

@@ -22,22 +22,18 @@ THEMED = {"ranked_similarity"}
 COMMUNITIES = {"communities", "last_write"}
 
 FIRST_ROUND: dict[Mode, set[str]] = {
-    "mix": ENTITY_READS | WALK_RELATIONS | {"chunks", "predicate", "path"},
-    "local": ENTITY_READS | WALK_RELATIONS | {"predicate", "path"},
+    "mix": ENTITY_READS | WALK_RELATIONS | {"chunks", "predicate"},
+    "local": ENTITY_READS | WALK_RELATIONS | {"predicate"},
     "global": THEMED | {"ranked_fulltext", "predicate"} | COMMUNITIES,
-    "hybrid": ENTITY_READS
-    | WALK_RELATIONS
-    | THEMED
-    | {"chunks", "predicate", "path"}
-    | COMMUNITIES,
+    "hybrid": ENTITY_READS | WALK_RELATIONS | THEMED | {"chunks", "predicate"} | COMMUNITIES,
     "naive": {"chunks"},
     "bypass": set(),
 }
 SECOND_ROUND: dict[Mode, set[str]] = {
-    "mix": {"traversal", "mentions"},
-    "local": {"traversal", "mentions"},
+    "mix": {"traversal", "mentions", "path"},
+    "local": {"traversal", "mentions", "path"},
     "global": set(),
-    "hybrid": {"traversal", "mentions"},
+    "hybrid": {"traversal", "mentions", "path"},
     "naive": set(),
     "bypass": set(),
 }
@@ -45,31 +41,39 @@ SECOND_ROUND: dict[Mode, set[str]] = {
 
 def _params(named: bool, hops: int = 2) -> dict[str, Any]:
     terms = ["born"] if named else []
-    return {"fts": "ada" if named else "", "fterms": terms, "fnames": ["ada"], "hops": hops}
+    return {
+        "fts": "ada" if named else "",
+        "fterms": terms,
+        "fnames": ["ada"],
+        "named": [7] if named else [],
+        "hops": hops,
+    }
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_question_naming_things_reads_the_modes_channels(mode: Mode) -> None:
     reads = rounds.first(PLANS[mode], AT, _params(named=True))
     assert {r.name for r in reads} == FIRST_ROUND[mode]
-    assert {r.name for r in rounds.second(PLANS[mode], AT, hops=2)} == SECOND_ROUND[mode]
+    assert {r.name for r in rounds.second(PLANS[mode], AT, _params(True))} == SECOND_ROUND[mode]
     assert PLANS[mode].reads is (mode != "bypass")
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_question_naming_nothing_skips_the_named_thing_searches(mode: Mode) -> None:
     names = {r.name for r in rounds.first(PLANS[mode], AT, _params(named=False))}
-    assert names == FIRST_ROUND[mode] - {"fulltext", "ranked_fulltext", "predicate", "path"}
+    assert names == FIRST_ROUND[mode] - {"fulltext", "ranked_fulltext", "predicate"}
+    second = {r.name for r in rounds.second(PLANS[mode], AT, _params(named=False))}
+    assert second == SECOND_ROUND[mode] - {"path"}
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_evidence_chains_need_two_hops(mode: Mode) -> None:
-    names = {r.name for r in rounds.first(PLANS[mode], AT, _params(named=True, hops=1))}
-    assert names == FIRST_ROUND[mode] - {"path"}
+    names = {r.name for r in rounds.second(PLANS[mode], AT, _params(named=True, hops=1))}
+    assert names == SECOND_ROUND[mode] - {"path"}
 
 
 def test_no_walk_without_hops_but_mentions_still_expand() -> None:
-    assert {r.name for r in rounds.second(PLANS["mix"], AT, hops=0)} == {"mentions"}
+    assert {r.name for r in rounds.second(PLANS["mix"], AT, _params(True, hops=0))} == {"mentions"}
 
 
 def test_a_vector_read_sets_its_search_width_and_the_others_do_not() -> None:
@@ -77,4 +81,4 @@ def test_a_vector_read_sets_its_search_width_and_the_others_do_not() -> None:
     assert reads["by_vector"] == reads["communities"] == 100
     assert reads["similarity"] == reads["ranked_similarity"] == 400
     assert reads["chunks"] == 64
-    assert reads["by_name"] is reads["fulltext"] is reads["predicate"] is reads["path"] is None
+    assert reads["by_name"] is reads["fulltext"] is reads["predicate"] is None

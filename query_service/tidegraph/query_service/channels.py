@@ -261,20 +261,12 @@ def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Comp
     ).format(q=sql.Placeholder(param), rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 
-def _named(schema: str, scope: Scope) -> sql.Composed:
-    """The common table expressions ``named`` — entities whose name or alias is one of
-    ``%(fnames)s``, with the role ``%(froles)s`` gives each — and ``terms`` — the predicate
-    terms ``%(fterms)s``, numbered from 1 (:mod:`~tidegraph.query_service.focus`)."""
-    ef = entity_filter(scope)
-    return sql.SQL(
-        "wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
-        "  AS w(key, role)),"
-        " named AS (SELECT e.id, w.role FROM wanted w JOIN {ent} e ON e.name_key = w.key"
-        "  WHERE {ef}"
-        "  UNION SELECT e.id, w.role FROM wanted w{aliased} WHERE {ef}),"
-        " terms AS (SELECT t.i::int AS i, websearch_to_tsquery('english', t.term) AS q"
-        "  FROM unnest(%(fterms)s::text[]) WITH ORDINALITY AS t(term, i))"
-    ).format(ent=ents(schema, scope), ef=ef, aliased=alias_join(schema, scope, sql.SQL("w.key")))
+_TERMS = sql.SQL(
+    "terms AS (SELECT t.i::int AS i, websearch_to_tsquery('english', t.term) AS q"
+    " FROM unnest(%(fterms)s::text[]) WITH ORDINALITY AS t(term, i))"
+)
+"""The common table expression ``terms``: the predicate terms ``%(fterms)s`` (one
+``websearch_to_tsquery`` text each, :mod:`~tidegraph.query_service.focus`), from 1."""
 
 
 def _term_mask(text: sql.Composable) -> sql.Composed:
@@ -287,30 +279,28 @@ def _term_mask(text: sql.Composable) -> sql.Composed:
     ).format(text)
 
 
-_PREDICATE, _TYPE = _term_mask(sql.SQL("r.predicate")), _term_mask(sql.SQL("o.type"))
-
-
-def _focus_hits(schema: str, scope: Scope) -> sql.Composed:
-    """The common table expression ``hits``: admitted relations incident to a named entity
-    (:func:`_named`), once per side, with whether the named entity holds the role
-    ``%(froles)s`` gives it (``fit``: an unknown role, or a predicate of ``%(symmetric)s``,
-    fits either way), the terms the predicate names (``mask``) and those the other end's
-    type names (``ends``)."""
+def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
+    """The predicate focus (:mod:`~tidegraph.query_service.focus`): admitted relations
+    incident to an entity named ``%(fnames)s`` whose predicate names a term
+    (:func:`_term_mask`). Rows: relation id, whether the named entity holds the role
+    ``%(froles)s`` gives it (an unknown role, or a predicate of ``%(symmetric)s``, fits
+    either way), and — the same on every row — the terms all of them name, by their
+    predicate or the type of their other end (what the named entities' own relations
+    explain, for :func:`relation_chains`); fitting ones first, then best corroborated,
+    newest."""
+    ent, rel, ef = ents(schema, scope), rels(schema, scope), entity_filter(scope)
     side = sql.SQL(
-        "SELECT r.id, r.weight, r.t_created, coalesce(n.role = {role}, true)"
-        " OR r.predicate = ANY(%(symmetric)s::text[]) AS fit, {p} AS mask, {t} AS ends"
-        " FROM named n JOIN {rel} r ON r.{near} = n.id LEFT JOIN {ent} o ON o.id = r.{far}"
-        " WHERE {rf}"
+        "SELECT r.id, r.weight, r.t_created, r.{far} AS far, coalesce(n.role = {role}, true)"
+        " OR r.predicate = ANY(%(symmetric)s::text[]) AS fit, {mask} AS mask"
+        " FROM named n JOIN {rel} r ON r.{near} = n.id WHERE {rf}"
     )
     sides = [
         side.format(
             role=sql.Literal(role),
             near=sql.Identifier(near),
             far=sql.Identifier(far),
-            p=_PREDICATE,
-            t=_TYPE,
-            rel=rels(schema, scope),
-            ent=ents(schema, scope),
+            mask=_term_mask(sql.SQL("r.predicate")),
+            rel=rel,
             rf=edge_filter(schema, scope),
         )
         for role, near, far in (
@@ -318,47 +308,53 @@ def _focus_hits(schema: str, scope: Scope) -> sql.Composed:
             ("object", "object_id", "subject_id"),
         )
     ]
-    return sql.SQL("hits AS ({} UNION ALL {})").format(*sides)
-
-
-def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
-    """The predicate focus (:mod:`~tidegraph.query_service.focus`): the relations of
-    :func:`_focus_hits` whose predicate names a term. Rows: relation id, whether it fits
-    the role; fitting ones first, then best corroborated, newest."""
     return sql.SQL(
-        "WITH {named}, {hits}"
-        " SELECT id, bool_or(fit) AS fit FROM hits WHERE mask <> 0"
-        " GROUP BY id ORDER BY bool_or(fit) DESC, max(weight) DESC, max(t_created) DESC,"
-        " id DESC LIMIT %(depth)s"
-    ).format(named=_named(schema, scope), hits=_focus_hits(schema, scope))
+        "WITH wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
+        "  AS w(key, role)),"
+        " named AS (SELECT e.id, w.role FROM wanted w JOIN {ent} e ON e.name_key = w.key"
+        "  WHERE {ef}"
+        "  UNION SELECT e.id, w.role FROM wanted w{aliased} WHERE {ef}),"
+        " {terms}, hits AS ({a} UNION ALL {b})"
+        " SELECT h.id, bool_or(h.fit), bit_or(bit_or(h.mask | {ends})) OVER ()"
+        " FROM hits h LEFT JOIN {ent} o ON o.id = h.far WHERE h.mask <> 0 GROUP BY h.id"
+        " ORDER BY bool_or(h.fit) DESC, max(h.weight) DESC, max(h.t_created) DESC, h.id DESC"
+        " LIMIT %(depth)s"
+    ).format(
+        ent=ent,
+        ef=ef,
+        aliased=alias_join(schema, scope, sql.SQL("w.key")),
+        terms=_TERMS,
+        a=sides[0],
+        b=sides[1],
+        ends=_term_mask(sql.SQL("o.type")),
+    )
 
 
 def relation_chains(schema: str, scope: Scope) -> sql.Composed:
     """Evidence chains (:mod:`~tidegraph.query_service.paths`): paths of 2 to ``%(hops)s``
-    admitted relations from a named entity (:func:`_named`), each link leading to an
-    entity not yet on the path. A link is *named* when its predicate names a term no
-    earlier link names; at most one link is not, and the last one is unless the far end's
-    type names a term no link names; and the chain names a term (by a link or its far
-    end) that the focus hits of :func:`relations_by_focus` do not (by their predicate or
-    other end). Each step takes per path end its named links first,
-    then those whose far end's type names a new term, then the newest — at most
-    ``%(cap)s`` from the named entity and ``%(fanout)s`` further out, so a hub cannot
-    flood it; the filters are inside the step, as in the walk. Rows: link ids from the
-    named entity outwards, the terms each link's predicate names, the terms the far end's
-    type names (masks), whether the far end is named in the question; best named first,
-    ``%(depth)s`` at most."""
+    admitted relations from the named entities ``%(named)s``, each link leading to an
+    entity not yet on the path. A link is *named* when its predicate names a term
+    (:func:`_term_mask`) no earlier link names; at most one link is not, and the last one
+    is unless the far end's type names a term no link names; and the chain names a term
+    (by a link or its far end) outside ``%(own)s``, the terms the named entities' own
+    relations explain (:func:`relations_by_focus`). Each step takes per path end its
+    named links first, then those whose far end's type names a new term, then the newest
+    — at most ``%(cap)s`` from a named entity and ``%(fanout)s`` further out, so a hub
+    cannot flood it; the filters are inside the step, as in the walk. Rows: link ids from
+    the named entity outwards, the terms each link's predicate names, the terms the far
+    end's type names (masks), whether the far end is named in the question; best named
+    first, ``%(depth)s`` at most."""
     return sql.SQL(
-        "WITH RECURSIVE {named}, {hits},"
-        " own AS (SELECT coalesce(bit_or(mask | ends), 0) AS terms FROM hits WHERE mask <> 0),"
+        "WITH RECURSIVE {terms},"
         " step(entity_id, hop, links, masks, ends, visited, seen, loose, last_named) AS ("
-        "  SELECT DISTINCT n.id, 0, ARRAY[]::bigint[], ARRAY[]::int[], 0, ARRAY[n.id], 0, 0,"
-        "   false FROM named n"
+        "  SELECT DISTINCT n, 0, ARRAY[]::bigint[], ARRAY[]::int[], 0, ARRAY[n], 0, 0, false"
+        "  FROM unnest(%(named)s::bigint[]) AS n"
         "  UNION ALL"
         "  SELECT x.other, s.hop + 1, s.links || x.id, s.masks || x.mask, x.ends,"
         "   s.visited || x.other, s.seen | x.mask, s.loose + (NOT x.adds)::int, x.adds"
         "  FROM step s CROSS JOIN LATERAL ("
-        "   SELECT y.id, y.other, y.mask, y.ends, (y.mask & ~s.seen) <> 0 AS adds FROM ("
-        "    SELECT r.id, r.t_created, z.other, {mask} AS mask, {t} AS ends"
+        "   SELECT y.*, (y.mask & ~s.seen) <> 0 AS adds FROM ("
+        "    SELECT r.id, r.t_created, z.other, {mask} AS mask, {ends} AS ends"
         "    FROM {rel} r CROSS JOIN LATERAL (SELECT CASE WHEN r.subject_id = s.entity_id"
         "     THEN r.object_id ELSE r.subject_id END AS other) z"
         "    LEFT JOIN {ent} o ON o.id = z.other"
@@ -368,19 +364,18 @@ def relation_chains(schema: str, scope: Scope) -> sql.Composed:
         "    y.t_created DESC, y.id DESC"
         "   LIMIT CASE WHEN s.hop = 0 THEN %(cap)s ELSE %(fanout)s END"
         "  ) x WHERE s.hop < %(hops)s)"
-        " SELECT links, masks, ends, entity_id IN (SELECT id FROM named) FROM step"
+        " SELECT links, masks, ends, entity_id = ANY(%(named)s::bigint[]) FROM step"
         " WHERE hop >= 2 AND (last_named OR (ends & ~seen) <> 0)"
-        "  AND ((seen | ends) & ~(SELECT terms FROM own)) <> 0"
+        "  AND ((seen | ends) & ~%(own)s::int) <> 0"
         " ORDER BY hop - loose + ((ends & ~seen) <> 0)::int DESC, loose, hop, links"
         " LIMIT %(depth)s"
     ).format(
-        named=_named(schema, scope),
-        hits=_focus_hits(schema, scope),
+        terms=_TERMS,
         rel=rels(schema, scope),
         ent=ents(schema, scope),
         f=edge_filter(schema, scope),
-        mask=_PREDICATE,
-        t=_TYPE,
+        mask=_term_mask(sql.SQL("r.predicate")),
+        ends=_term_mask(sql.SQL("o.type")),
     )
 
 

@@ -224,10 +224,12 @@ async def search(
         found.get("by_name", []), found.get("by_vector", []), params.top_k, limits.entity_floor
     )
     p["seeds"] = [int(e.id) for e in entities]
+    p["named"] = sorted({int(r[0]) for r in found.get("by_name", [])})
+    p["own"] = int(found[FOCUS][0][2]) if found.get(FOCUS) else 0
     stats["seeds"] = len(p["seeds"])
 
     t = time.perf_counter()
-    walked = await rounds.run(conn, rounds.second(plan, at, params.hops), p) if p["seeds"] else {}
+    walked = await rounds.run(conn, rounds.second(plan, at, p), p) if p["seeds"] else {}
     timings["walk"] = _ms(t)
     hops = {int(r[0]): int(r[1]) for r in walked.get(TRAVERSAL, [])}
     if TRAVERSAL in walked:
@@ -237,7 +239,7 @@ async def search(
             hops.setdefault(rid, 1)
     names = [*lists, PATH]
     fused = _fuse_relations(lists, params, limits)
-    groups, chain_paths = _lead(fused, names, focus_fit, found.get(PATH), stats)
+    groups, chain_paths = _lead(fused, names, focus_fit, walked.get(PATH), stats)
     for rid, path in chain_paths.items():
         hops[rid] = min(hops.get(rid, len(path)), len(path))
     walk_paths = {int(r[0]): tuple(r[2]) for r in walked.get(TRAVERSAL, [])}
@@ -280,7 +282,7 @@ async def search(
     if plan.communities and not found.get("communities"):
         warnings.append(hits.NO_BUILD)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
-    if PATH in found:
+    if PATH in walked:
         stats["channels"][PATH] = len(chain_paths)
     stats["warnings"] = warnings
     timings["total"] = _ms(started)

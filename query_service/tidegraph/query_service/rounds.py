@@ -1,7 +1,8 @@
 """The reads of one retrieval, as three pipelined rounds on one connection.
 
 Round one reads the seeds and every channel that does not depend on them; round two walks
-from the seeds and expands their mentions; round three fetches the details of what
+from the seeds, expands their mentions and follows the evidence chains from the named
+ones; round three fetches the details of what
 survived fusion (and what reranking needs of them). Each round is a list of named reads
 derived from the mode's :class:`~tidegraph.query_service.plans.Plan`, sent in one
 pipeline: a round costs one round trip whatever the mode reads.
@@ -55,8 +56,7 @@ async def run(
 
 
 def first(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
-    """Seeds and the independent channels (evidence chains start at the entities the
-    question names, not at the seeds, so they need no walk first)."""
+    """Seeds and the independent channels."""
     s, scope = at.schema, at.scope
     ef_entities, ef_relations, ef_chunks = at.ef_search
     named = bool(params["fts"])
@@ -78,8 +78,6 @@ def first(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
             reads.append(Read("ranked_fulltext", channels.relations_by_text(s, scope)))
     if plan.relations and params["fterms"] and params["fnames"]:
         reads.append(Read(FOCUS, channels.relations_by_focus(s, scope)))
-        if plan.chains and params["hops"] >= 2:
-            reads.append(Read(PATH, channels.relation_chains(s, scope)))
     if plan.communities:
         reads += [
             Read("communities", channels.communities_ranked(s, scope), ef_entities),
@@ -88,11 +86,15 @@ def first(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
     return reads
 
 
-def second(plan: Plan, at: Where, hops: int) -> list[Read]:
-    """The walk and mention expansion from the matched entities (``params["seeds"]``)."""
+def second(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
+    """The walk and mention expansion from the matched entities (``params["seeds"]``),
+    and the evidence chains from the named ones (``params["named"]``) when the question
+    names a predicate term and the walk goes two hops or more."""
     reads = []
-    if plan.seeds and hops > 0:
+    if plan.seeds and params["hops"] > 0:
         reads.append(Read(TRAVERSAL, channels.traversal(at.schema, at.scope)))
+    if plan.chains and params["hops"] >= 2 and params["named"] and params["fterms"]:
+        reads.append(Read(PATH, channels.relation_chains(at.schema, at.scope)))
     if plan.chunks_by_mention:
         reads.append(Read("mentions", channels.chunks_by_mentions(at.schema, at.scope)))
     return reads
