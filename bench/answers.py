@@ -423,6 +423,80 @@ def _chain_questions(
     return out
 
 
+def make_issue_corpus(
+    syllables: Sequence[str], seed: int = 37
+) -> tuple[list[AnswerDoc], list[ChainQuestion]]:
+    """A held-out check in the shape the evidence chains were first measured on, never
+    tuned against: 20 organisations, 10 cities, 160 people; each person works for an
+    organisation, lives in a city and knows someone; each organisation is headquartered
+    in a city and led by three people in succession. Questions: "Who led O in Y?" (with
+    ``as_of``), "Who is employed at O?" (paraphrased: evidence all of O's ``works_for``),
+    "In which city is the company that P works for headquartered?" (two hops)."""
+    rng = random.Random(seed)
+    words = _names(rng, 190, syllables, "")
+    orgs = [f"{w} Group" for w in words[:20]]
+    cities = words[20:30]
+    people = [f"{a} {b}" for a, b in zip(words[30:110], words[110:190], strict=True)]
+    people += [f"{b} {a}" for a, b in zip(words[30:110], words[110:190], strict=True)]
+    works = {p: rng.choice(orgs) for p in people}
+    hq = {o: rng.choice(cities) for o in orgs}
+    triples: list[Triple] = [(o, "headquartered_in", c) for o, c in hq.items()]
+    dated: dict[Triple, tuple[str | None, str | None]] = {}
+    leaders: dict[str, list[tuple[str, int, int]]] = {}
+    for o in orgs:
+        start, leaders[o] = rng.randrange(1990, 2000), []
+        for p in rng.sample(people, 3):
+            span = rng.randrange(3, 8)
+            leaders[o].append((p, start, start + span - 1))
+            dated[(o, "led_by", p)] = (str(start), str(start + span - 1))
+            triples.append((o, "led_by", p))
+            start += span
+    for p in people:
+        triples += [(p, "works_for", works[p]), (p, "lives_in", rng.choice(cities))]
+        triples.append((p, "knows", rng.choice([x for x in people if x != p])))
+    triples = list(dict.fromkeys(triples))
+    questions: list[ChainQuestion] = []
+    for o in rng.sample(orgs, 10):
+        p, first, last = rng.choice(leaders[o])
+        year = rng.randint(first, last)
+        questions.append(
+            ChainQuestion(
+                f"Who led {o} in {year}?",
+                frozenset({(o, "led_by", p)}),
+                "time-scoped",
+                (("as_of", str(year)),),
+            )
+        )
+    for o in rng.sample(orgs, 10):
+        staff = frozenset((p, "works_for", o) for p in people if works[p] == o)
+        questions.append(ChainQuestion(f"Who is employed at {o}?", staff, "paraphrased"))
+    for p in rng.sample(people, 40):
+        o = works[p]
+        questions.append(
+            ChainQuestion(
+                f"In which city is the company that {p} works for headquartered?",
+                frozenset({(p, "works_for", o), (o, "headquartered_in", hq[o])}),
+                "2-hop",
+            )
+        )
+    kinds = {**dict.fromkeys(people, "Person"), **dict.fromkeys(orgs, "Organization")}
+    kinds |= dict.fromkeys(cities, "City")
+    rng.shuffle(triples)
+    docs = []
+    for d in range(100):
+        rels = triples[d::100]
+        names = list(dict.fromkeys(n for s, _, o in rels for n in (s, o)))
+        docs.append(
+            AnswerDoc(
+                f"held-out/{d:04d}.md",
+                " ".join(f"{s} {p.replace('_', ' ')} {o}." for s, p, o in rels),
+                [(n, kinds[n]) for n in names],
+                [(s, p, o, *dated.get((s, p, o), (None, None))) for s, p, o in rels],
+            )
+        )
+    return docs, questions
+
+
 @dataclass(frozen=True)
 class ChainFigures:
     mode: str

@@ -74,7 +74,16 @@ from typing import Any
 
 import httpx
 import psycopg
-from answers import CUTS, answer_recall, chain_recall, make_answer_corpus, make_chain_corpus
+from answers import (
+    CUTS,
+    AnswerDoc,
+    ChainQuestion,
+    answer_recall,
+    chain_recall,
+    make_answer_corpus,
+    make_chain_corpus,
+    make_issue_corpus,
+)
 from cpu import postgres_cpu, postmaster_pid, process_cpu
 from pgvector import Vector
 from pgvector.psycopg import register_vector, register_vector_async
@@ -997,13 +1006,20 @@ CHAIN_MODES = ("mix", "local", "hybrid")
 
 
 async def bench_chains(args: argparse.Namespace) -> None:
-    """Evidence recall@10 and @25 on the evidence-chain corpus, per mode and question kind."""
-    made, questions = make_chain_corpus(SYL)
+    """Evidence recall@10 and @25 on the evidence-chain corpus, per mode and question kind,
+    then on the held-out corpus in the shape the issue first measured."""
+    await chain_table(args, "evidence chains", *make_chain_corpus(SYL))
+    await chain_table(args, "held-out", *make_issue_corpus(SYL))
+
+
+async def chain_table(
+    args: argparse.Namespace, title: str, made: list[AnswerDoc], questions: list[ChainQuestion]
+) -> None:
     docs = [Doc(d.key, d.text, d.entities, d.relations) for d in made]
     realm = f"bc_{uuid.uuid4().hex[:8]}"
     kinds = list(dict.fromkeys(q.kind for q in questions))
     print(
-        f"\n== evidence recall@{'/@'.join(map(str, CUTS))}: {len(docs)} documents, "
+        f"\n== {title}, evidence recall@{'/@'.join(map(str, CUTS))}: {len(docs)} documents, "
         f"{sum(len(d.relations) for d in docs):,} relations, {len(questions)} questions "
         f"({', '.join(f'{sum(q.kind == k for q in questions)} {k}' for k in kinds)}) ==",
         flush=True,

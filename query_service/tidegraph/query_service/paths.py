@@ -21,8 +21,11 @@ studied at in?"). Here:
   follows no path to another acquirer, since H's own ``acquired`` relations already
   explain "acquire" (and their ends, "companies").
 * **ranked**: by score — named links, plus one when the far end's type names a term of
-  its own — then named links, a far end named in the question, fewer links not named,
-  shorter, then the fused rank of the last link.
+  its own — then named links, then how near the named entity the question writes the
+  term of the first named link ("the papers S *wrote*": of "Who edited the journals that
+  published the papers S wrote?" and its mirror through a journal S edited, the chain
+  that starts with S's ``wrote``), a far end named in the question, fewer links not
+  named, shorter, then the fused rank of the last link.
 * **placed**: chains scoring two or more lead the answer, ahead of the focus hits (their
   first link is usually one); chains scoring one (the question did not name the first
   link: "the lab where S works") follow the focus hits. Each chain's links come in path
@@ -40,6 +43,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from tidegraph.query_service.focus import FAR
 
 
 @dataclass(frozen=True)
@@ -77,21 +82,42 @@ class Chain:
         return out
 
     @property
+    def first_terms(self) -> int:
+        """The terms the first named link is the first to name (0: no link is named)."""
+        seen = 0
+        for mask in self.masks:
+            if mask & ~seen:
+                return mask & ~seen
+            seen |= mask
+        return 0
+
+    @property
     def score(self) -> int:
         """How much of the question the chain explains: its named links, and its end when
         that names a term of its own."""
         return self.named + self.end_names
 
 
-def rank(chains: Sequence[Chain], position: Mapping[int, int]) -> list[Chain]:
+def rank(
+    chains: Sequence[Chain], position: Mapping[int, int], distance: Sequence[int] = ()
+) -> list[Chain]:
     """The chains an answer follows, best first: by :attr:`Chain.score`, then named links,
-    a far end named in the question, fewer links not named, length, ``position`` of the
-    last link (its fused rank; absent: after every ranked one), then the order given."""
+    then how near the named entity the question writes the term of the first named link
+    (``distance``, words per term: the chain that reads the question the right way round,
+    ``focus.term_distances``), a far end named in the question, fewer links not named,
+    length, ``position`` of the last link (its fused rank; absent: after every ranked
+    one), then the order given."""
+
+    def near(c: Chain) -> int:
+        bits = c.first_terms
+        return min((d for i, d in enumerate(distance) if bits >> i & 1), default=FAR)
+
     order = list(enumerate(chains))
     order.sort(
         key=lambda ic: (
             -ic[1].score,
             -ic[1].named,
+            near(ic[1]),
             not ic[1].end_named,
             len(ic[1].links) - ic[1].named,
             len(ic[1].links),

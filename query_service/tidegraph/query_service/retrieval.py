@@ -47,7 +47,7 @@ from psycopg import AsyncConnection
 from tidegraph.query_service import channels, hits, rounds
 from tidegraph.query_service.channels import Scope
 from tidegraph.query_service.embedding import QueryEmbedder, check_vectors
-from tidegraph.query_service.focus import question_focus
+from tidegraph.query_service.focus import Focus, question_focus, term_distances
 from tidegraph.query_service.fusion import Fused, quota_interleave, rrf
 from tidegraph.query_service.keywords import (
     KeywordModel,
@@ -214,7 +214,9 @@ async def search(
     timings["embed"] = prepared.embed_ms
     scope = await _scope(conn, realm.schema, params)
     at = rounds.Where(realm.schema, scope, limits.ef_search_for(realm.embedder))
-    p = _bound(params, limits, prepared, scope, realm)
+    names = _name_candidates(params.query, prepared.keywords)
+    focus = question_focus(params.query, names)
+    p = _bound(params, limits, prepared, scope, realm, names, focus)
 
     t = time.perf_counter()
     found = await rounds.run(conn, rounds.first(plan, at, p), p)
@@ -239,7 +241,8 @@ async def search(
             hops.setdefault(rid, 1)
     names = [*lists, PATH]
     fused = _fuse_relations(lists, params, limits)
-    groups, chain_paths = _lead(fused, names, focus_fit, walked.get(PATH), stats)
+    near = _term_distances(params.query, focus.terms, found.get("by_name", []))
+    groups, chain_paths = _lead(fused, names, focus_fit, walked.get(PATH), near, stats)
     for rid, path in chain_paths.items():
         hops[rid] = min(hops.get(rid, len(path)), len(path))
     walk_paths = {int(r[0]): tuple(r[2]) for r in walked.get(TRAVERSAL, [])}
@@ -314,12 +317,12 @@ def _bound(
     prepared: PreparedQuery,
     scope: Scope,
     realm: RealmInfo,
+    names: list[str],
+    focus: Focus,
 ) -> dict[str, Any]:
     """The statements' parameters: the scope, the query vectors, the named things and
     the predicate focus, the depths and caps."""
     vec = {name: channels.vector(v) for name, v in prepared.vectors.items()}
-    names = _name_candidates(params.query, prepared.keywords)
-    focus = question_focus(params.query, names)
     edge_cap = params.max_relation_edges or limits.edge_cap
     return channels.parameters(
         scope,
@@ -367,6 +370,7 @@ def _lead(
     names: list[str],
     fit: dict[int, bool],
     rows: list[Any] | None,
+    distance: tuple[int, ...],
     stats: dict[str, Any],
 ) -> tuple[list[list[Fused[int]]], dict[int, tuple[int, ...]]]:
     """The candidate groups in answer order (``hits.lead``), with the evidence chains read
@@ -374,7 +378,7 @@ def _lead(
     path each chain places a relation by (a link on the named entity: itself alone)."""
     position = {f.key: i for i, f in enumerate(fused)}
     read = [Chain(tuple(r[0]), tuple(r[1]), int(r[2]), bool(r[3])) for r in rows or []]
-    first, after = leading(rank(read, position))
+    first, after = leading(rank(read, position, distance))
     placed = chain_paths(first)
     for rid, path in chain_paths(after).items():
         if rid not in placed and rid not in fit:
@@ -383,6 +387,13 @@ def _lead(
         stats["chains"] = {"read": len(read), "leading": len(first), "following": len(after)}
     groups = hits.lead(fused, names, fit, links_in_order(first), links_in_order(after))
     return groups, placed
+
+
+def _term_distances(query: str, terms: tuple[str, ...], named: list[Any]) -> tuple[int, ...]:
+    """Words between each predicate term and the nearest entity the question names (as
+    written: its name or an alias; ``by_name`` rows)."""
+    keys = {name_key(str(k)) for r in named for k in (r[2], *r[5])}
+    return term_distances(query, terms, sorted(keys))
 
 
 _FIXED = (True, False, False, True, False)
