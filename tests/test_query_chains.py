@@ -88,6 +88,20 @@ async def built(pg_dsn: str) -> Built:
             "people/juno.md",
             [("Juno Pike's labs.", [_person("Juno Pike"), *labs, *funds, *countries], juno)],
         )
+        # Odo wrote a paper in a journal Ama edits, and edits a journal that published Pia's:
+        # the mirror chain names the same three terms the other way round
+        odo = [
+            rel("Odo Brenn", "wrote", "Tide Tables"),
+            rel("Tide Tables", "published_in", "Sound Review"),
+            rel("Sound Review", "edited_by", "Ama Roe"),
+            rel("Wave Review", "edited_by", "Odo Brenn"),
+            rel("Gull Notes", "published_in", "Wave Review"),
+            rel("Pia Lunn", "wrote", "Gull Notes"),
+        ]
+        odo_ents = [_person(n) for n in ("Odo Brenn", "Ama Roe", "Pia Lunn")]
+        odo_ents += [ent(n, "Work") for n in ("Tide Tables", "Gull Notes")]
+        odo_ents += [ent(n, "Periodical") for n in ("Sound Review", "Wave Review")]
+        await write_doc(g, "people/odo.md", [("Odo.", odo_ents, odo)])
         instants = []
         rhea = [_person("Rhea Quill"), ent("Sorn Lab", "Organization")]
         await write_doc(
@@ -201,6 +215,20 @@ async def test_three_hops_report_the_whole_path(client: httpx.AsyncClient, built
     _assert_whole(out)
     two = await query_data(client, built.realm, query=q, mode="mix", hops=2, as_of="2006")
     assert all(len(r["path"] or ()) <= 2 for r in two["relations"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_chain_read_the_right_way_round_leads(
+    client: httpx.AsyncClient, built: Built, mode: str
+) -> None:
+    q = "Who edited the journals that published the papers Odo Brenn wrote?"
+    out = await query_data(client, built.realm, query=q, mode=mode, hops=3)
+    assert [_line(r) for r in out["relations"][:3]] == [
+        ("Odo Brenn", "wrote", "Tide Tables"),
+        ("Tide Tables", "published_in", "Sound Review"),
+        ("Sound Review", "edited_by", "Ama Roe"),
+    ]
+    _assert_whole(out)
 
 
 @pytest.mark.parametrize(

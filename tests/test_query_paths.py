@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidegraph.query_service.focus import FAR, term_distances
 from tidegraph.query_service.fusion import Fused
 from tidegraph.query_service.hits import lead, whole_chains
 from tidegraph.query_service.paths import Chain, leading, links_in_order, paths, rank
@@ -60,6 +62,39 @@ def test_equal_chains_follow_the_fused_rank_of_their_last_link() -> None:
         Chain((1, 4), (STUDIED, LOCATED)),
     )
     assert rank([a, b, c], {4: 0, 2: 5}) == [c, a, b]  # 3 is not ranked: last
+
+
+def test_of_two_chains_naming_the_same_terms_the_one_read_from_the_name_leads() -> None:
+    # "Who edited the journals that published the papers S wrote?" (terms 0–4: edited,
+    # journals, published, papers, wrote): S's wrote → published_in → edited_by, against
+    # the mirror through a journal S edits
+    q = "Who edited the journals that published the papers Odo Brenn wrote?"
+    terms = ("edited", "journals", "published", "papers", "wrote")
+    distance = term_distances(q, terms, ["odo brenn"])
+    assert distance == (6, 4, 2, 0, 0)
+    right = Chain((1, 2, 3), (16, 4, 1))
+    mirror = Chain((4, 5, 6), (1, 4, 16))
+    assert rank([mirror, right], {}, distance) == [right, mirror]
+    assert rank([mirror, right], {}) == [mirror, right]  # no distances: the order given
+
+
+@pytest.mark.parametrize(
+    ("query", "terms", "names", "expected"),
+    [
+        (
+            "In which country is the university where Ilse Marr studied located?",
+            ("country", "university", "studied", "located"),
+            ["ilse marr"],
+            (4, 1, 0, 1),
+        ),
+        ("Which country is X in?", ("country",), ["y"], (FAR,)),  # the name is not written
+        ("Where is Ada's lab?", ("labs",), ["ada"], (FAR,)),  # nor the term
+    ],
+)
+def test_term_distances_count_the_words_between(
+    query: str, terms: tuple[str, ...], names: list[str], expected: tuple[int, ...]
+) -> None:
+    assert term_distances(query, terms, names) == expected
 
 
 chains_st = st.lists(
