@@ -6,7 +6,7 @@ and earlier in the answer; ``as_of`` and ``as_believed_at`` hold for every link.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
@@ -15,11 +15,14 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.infra.commands.serve import chat_model
 from tidegraph.schemas.periods import covered
 from tidegraph.schemas.realm_config import RealmConfig
 
 from graph_helpers import GraphHarness, ent, rel
+from llm_server import Fault, ScriptedLLMServer
 from query_helpers import api_client, open_pool, query_data, write_doc
 
 pytestmark = pytest.mark.postgres
@@ -282,3 +285,29 @@ async def test_as_believed_at_holds_for_every_link_of_a_chain(
         _assert_whole(out)
     now = await query_data(client, built.realm, query=q, mode="local")
     assert [_line(r) for r in now["relations"][:2]] == expected[-1]
+
+
+async def test_query_presents_the_chain_with_the_source_of_every_link(
+    pool: AsyncConnectionPool[Any],
+    built: Built,
+    llm_server: ScriptedLLMServer,
+    make_llm_client: Callable[..., LLMClient],
+) -> None:
+    # the real chat path: the openai client against the scripted server, which records
+    # the prompt it is sent
+    llm_server.enqueue(Fault.reply("Orskland: Ilse Marr studied at Vell University."))
+    chat = chat_model(make_llm_client())
+    q = "In which country is the university where Ilse Marr studied located?"
+    async with api_client(pool, embedder=HashingEmbedder(384), chat=chat) as c:
+        r = await c.post(
+            f"/v1/realms/{built.realm}/query", json={"query": q, "mode": "local", "top_k": 1}
+        )
+    assert r.status_code == 200, r.text
+    [(_, body)] = [x for x in llm_server.requests if x[0] == "chat"]
+    prompt = body["messages"][-1]["content"]
+    assert (
+        "- chain: (Ilse Marr) --[studied_at]--> (Vell University) --[located_in]--> (Orskland)\n"
+        "  1. (Ilse Marr) --[studied_at]--> (Vell University) (source: people/ilse.md)\n"
+        "  2. (Vell University) --[located_in]--> (Orskland) (source: people/ilse.md)"
+    ) in prompt
+    assert "cites the source of every link" in body["messages"][0]["content"]
