@@ -13,9 +13,9 @@ an entity the question names. A link is *named* when its predicate names a quest
 (shares an English stem, as the focus decides) that no earlier link on the path names; a
 chain has at most one link that is not named, and ends with a named one — or with one
 whose far end's type names a term no link names ("Which *country* is the university S
-studied at in?"). Here:
+studied at in?"). The read keeps; this module ranks and places:
 
-* **kept**: a chain is kept when it names a term that no relation of the named entities
+* **kept** (by the read, given the focus read's terms): a chain is kept when it names a term that no relation of the named entities
   names, nor the type of that relation's other end (the focus hits'): it explains a part
   of the question their own relations leave open. "Which companies did H acquire?"
   follows no path to another acquirer, since H's own ``acquired`` relations already
@@ -31,11 +31,12 @@ studied at in?"). Here:
   link: "the lab where S works") follow the focus hits. Each chain's links come in path
   order, a relation once, and a relation placed by a chain reports that chain as its path.
 
-This is the seed paper's bounded k-hop walk with the question scoring the path, one link
-at a time, as the focus scores one relation — not a graph-wide score such as HippoRAG's
-personalized PageRank, which ranks by where random walks from the named entities settle
-(hubs, whatever the question asks), nor PathRAG's flow pruning, which prunes by structure
-alone. Both are measured against it in ``docs/chains.md``.
+This is the seed paper's bounded k-hop walk with the question scoring each path one link
+at a time, as the focus scores one relation. HippoRAG's personalized PageRank from the
+named entities ranks by where random walks settle — the named entity's neighbourhood,
+whatever the question asks — and even steered by the question's words (the flow PathRAG
+prunes by) it cannot say which of a hub's relations the question asks for; measured on
+the same questions in ``docs/chains.md`` (``bench/ppr.py``).
 """
 
 from __future__ import annotations
