@@ -15,9 +15,10 @@ chain has at most one link that is not named, and ends with a named one — or w
 whose far end's type names a term no link names ("Which *country* is the university S
 studied at in?"). The read keeps; this module ranks and places:
 
-* **kept** (by the read, given the focus read's terms): a chain is kept when it names a term that no relation of the named entities
-  names, nor the type of that relation's other end (the focus hits'): it explains a part
-  of the question their own relations leave open. "Which companies did H acquire?"
+* **kept** (by the read, given the focus read's terms): a chain is kept when it names a
+  term that no relation of the named entities names, nor the type of that relation's
+  other end (the focus hits'): it explains a part of the question their own relations
+  leave open. "Which companies did H acquire?"
   follows no path to another acquirer, since H's own ``acquired`` relations already
   explain "acquire" (and their ends, "companies").
 * **ranked**: by score — named links, plus one when the far end's type names a term of
