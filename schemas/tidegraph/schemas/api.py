@@ -15,19 +15,44 @@ it knows of it (a retrieval score, a retention state, a place in the topic tree)
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
-from tidegraph.schemas.periods import covered
+from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS, belief_instant, covered
+
+BELIEVED_AT_DOC = f"Belief time: the graph as believed then. Takes {BELIEF_INSTANT_FORMS}."
 
 ENTITIES_BELIEVED_AT_DOC = (
-    "Belief-time instant (with offset): the entities that existed then (live then unless "
+    "Belief time: the entities that existed then (live then unless "
     "`include_dormant`/`include_archived`), with the name, type, description and aliases "
-    "believed then. A `name` lookup still matches today's names and aliases."
+    "believed then. A `name` lookup still matches today's names and aliases. Takes "
+    f"{BELIEF_INSTANT_FORMS}."
 )
+
+BeliefInstant = Annotated[
+    datetime,
+    BeforeValidator(belief_instant),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": f"A belief-time instant: {BELIEF_INSTANT_FORMS}.",
+            "examples": ["1842", "1842-06-30", "2026-12-06T05:19:35.376Z"],
+        }
+    ),
+]
+"""An ``as_believed_at`` value as every surface takes it (:func:`belief_instant`): after
+validation always a timezone-aware instant in UTC."""
 
 AS_OF_DOC = (
     "Valid time: `YYYY`, `YYYY-MM` or `YYYY-MM-DD`, as relations' `valid_from` holds them;"
@@ -70,10 +95,10 @@ class QueryDataRequest(BaseModel):
     )
     hops: int = Field(2, ge=0, le=10, description="Traversal depth from matched entities.")
     as_of: str | None = Field(None, description=AS_OF_DOC)
-    as_believed_at: AwareDatetime | None = Field(
+    as_believed_at: BeliefInstant | None = Field(
         None,
-        description="Belief-time instant (with offset): the graph as believed then, "
-        "entities with the name, type, description and aliases believed then.",
+        description="Belief time: the graph as believed then, entities with the name, type, "
+        f"description and aliases believed then. Takes {BELIEF_INSTANT_FORMS}.",
     )
     include_superseded: bool = Field(False, description="Admit superseded relations.")
     relation_types: list[str] | None = Field(
@@ -387,7 +412,46 @@ class RelationListed(RelationFields):
 
 class RelationsResponse(BaseModel):
     relations: list[RelationListed]
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
+
+
+class BeliefInterval(BaseModel):
+    state: Literal["current", "superseded"] = Field(description="What the relation was then.")
+    superseded_by: str | None = Field(description="The relation superseding it, if it was.")
+    superseded_via: str | None = Field(description="How (see `superseded_via` on relations).")
+    t_created: datetime = Field(description="Believed from this instant …")
+    t_expired: datetime | None = Field(description="… until this one; null: still believed.")
+
+
+class RelationHeader(BaseModel):
+    id: str
+    space: str
+    subject: str
+    predicate: str
+    object: str
+    negated: bool
+    valid_from: str | None
+    valid_to: str | None
+    status: Literal["current", "superseded", "retracted"] = Field(
+        description="Its state now (`retracted`: no live document asserts it)."
+    )
+    superseded_by: str | None
+    superseded_via: str | None
+    t_created: datetime
+    t_expired: datetime | None
+
+
+class RelationHistoryResponse(BaseModel):
+    """``GET /v1/realms/{realm}/relations/{id}/history``."""
+
+    relation: RelationHeader
+    history: list[BeliefInterval] = Field(
+        description="Its belief intervals, oldest first; a gap between two is a time it was "
+        "not believed at all (retracted, then asserted again)."
+    )
 
 
 class EntityListed(EntityFields):
@@ -406,8 +470,9 @@ class EntitiesResponse(BaseModel):
         description="By id; for a `name` lookup, ranked: exact name or alias, then names "
         "and aliases beginning with it, then those with words beginning with its words."
     )
-    next_after_id: int | None = Field(
-        description="Pass as `after_id` for the next page; always null for a `name` lookup."
+    next_after_id: str | None = Field(
+        description="The id of the page's last entity (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page and always for a `name` lookup."
     )
 
 
@@ -431,7 +496,10 @@ class CommunitiesResponse(BaseModel):
     levels: list[int] = Field(description="Levels present in the space filter, ascending.")
     built_at: datetime | None = Field(description="When the last build ran; null: never.")
     stale: bool = Field(description="The graph has changed since the last build.")
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
 
 
 class CoverageCommunity(BaseModel):
@@ -466,7 +534,10 @@ class CoverageEntitiesResponse(BaseModel):
         "of a reported relation), by id."
     )
     since: datetime | None = Field(description="First recorded query; null: none yet.")
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
 
 
 class RealmSummary(BaseModel):
@@ -509,3 +580,7 @@ def valid_as_of(value: str | None) -> str | None:
             f"{value!r} is not a year, year-month or date (YYYY, YYYY-MM, YYYY-MM-DD)"
         ) from None
     return value
+
+
+AsOf = Annotated[str | None, AfterValidator(valid_as_of)]
+"""An ``as_of`` value as every surface takes it (:func:`valid_as_of`)."""
