@@ -18,7 +18,11 @@ down to a similarity floor. A symmetric predicate of the realm
 (``RealmConfig.symmetric_predicates``) states one fact whichever way it is stored: both
 directions fit the focus, and an answer carries the fact once. The indexer stores it once
 per pair and space; merging here still joins the same fact across spaces, and both
-directions in realms written before that rule, until a replay.
+directions in realms written before that rule, until a replay. In the modes that walk,
+evidence chains (:mod:`~tidegraph.query_service.paths`) — paths from a named entity whose
+links the question's other words name — place their links in path order, ahead of the
+focus when they explain two words or more, and every relation reports the chain or walk
+path that reached it.
 
 Two rerankings of the fused relations are request options, off by default (paper §7.4,
 :mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from
@@ -69,7 +73,7 @@ from tidegraph.query_service.plans import (
     Mode,
 )
 from tidegraph.query_service.rerank import rerank_groups
-from tidegraph.schemas.api import QueryDataResponse
+from tidegraph.schemas.api import CommunityOut, QueryDataResponse
 from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.store.realms import RealmInfo
@@ -233,20 +237,12 @@ async def search(
     t = time.perf_counter()
     walked = await rounds.run(conn, rounds.second(plan, at, p), p) if p["seeds"] else {}
     timings["walk"] = _ms(t)
-    hops = {int(r[0]): int(r[1]) for r in walked.get(TRAVERSAL, [])}
-    if TRAVERSAL in walked:
-        lists[TRAVERSAL] = [int(r[0]) for r in walked[TRAVERSAL]]
-    if plan.seeds:  # a focus hit is incident to a named entity, which is a seed
-        for rid in focus_fit:
-            hops.setdefault(rid, 1)
+    hops = _walk_hops(walked, lists, focus_fit if plan.seeds else {})
     names = [*lists, PATH]
     fused = _fuse_relations(lists, params, limits)
     near = _term_distances(params.query, focus.terms, found.get("by_name", []))
-    groups, chain_paths = _lead(fused, names, focus_fit, walked.get(PATH), near, stats)
-    for rid, path in chain_paths.items():
-        hops[rid] = min(hops.get(rid, len(path)), len(path))
-    walk_paths = {int(r[0]): tuple(r[2]) for r in walked.get(TRAVERSAL, [])}
-    paths_of = {**walk_paths, **chain_paths}
+    groups, placed = _lead(fused, names, focus_fit, walked.get(PATH), near, stats)
+    paths_of = _paths(walked, placed, hops)
     chunk_lists = [_ids(found.get("chunks", [])), _ids(walked.get("mentions", []))]
     fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
 
@@ -275,19 +271,10 @@ async def search(
         paths_of,
     )
     chunks = hits.chunks(fused_chunks, details.get("chunks", []), _CHUNK_CHANNELS)
-    last_write = found.get("last_write")
-    communities, warnings = hits.communities(
-        found.get("communities", []),
-        last_write[0][0] if last_write else None,
-        params.top_k,
-        limits.community_weights,
-    )
-    if plan.communities and not found.get("communities"):
-        warnings.append(hits.NO_BUILD)
+    communities, stats["warnings"] = _communities(found, plan.communities, params, limits)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
     if PATH in walked:
-        stats["channels"][PATH] = len(chain_paths)
-    stats["warnings"] = warnings
+        stats["channels"][PATH] = len(placed)
     timings["total"] = _ms(started)
     return QueryDataResponse(
         entities=entities, relations=relations, chunks=chunks, communities=communities, stats=stats
@@ -363,6 +350,45 @@ def _relation_lists(
         fitting = sum(focus_fit.values())
         stats["focus"] = {"fitting": fitting, "other_role": len(focus_fit) - fitting}
     return lists, focus_fit
+
+
+def _walk_hops(
+    walked: dict[str, list[Any]], lists: dict[str, list[int]], focus_fit: dict[int, bool]
+) -> dict[int, int]:
+    """The hop at which the walk reached each relation, a hit of ``focus_fit`` at 1 (it is
+    incident to a named entity, which is a seed); the walk joins ``lists`` as a channel."""
+    hops = {int(r[0]): int(r[1]) for r in walked.get(TRAVERSAL, [])}
+    if TRAVERSAL in walked:
+        lists[TRAVERSAL] = [int(r[0]) for r in walked[TRAVERSAL]]
+    for rid in focus_fit:
+        hops.setdefault(rid, 1)
+    return hops
+
+
+def _paths(
+    walked: dict[str, list[Any]], placed: dict[int, tuple[int, ...]], hops: dict[int, int]
+) -> dict[int, tuple[int, ...]]:
+    """The path an answer reports per relation: the chain that placed it, else the walk's.
+    A chain no longer than the walk's hop also lowers the hop (in ``hops``)."""
+    for rid, path in placed.items():
+        hops[rid] = min(hops.get(rid, len(path)), len(path))
+    return {**{int(r[0]): tuple(r[2]) for r in walked.get(TRAVERSAL, [])}, **placed}
+
+
+def _communities(
+    found: dict[str, list[Any]], planned: bool, params: RetrievalParams, limits: RetrievalLimits
+) -> tuple[list[CommunityOut], list[str]]:
+    """The community reports and the warnings about them (none built, or stale)."""
+    last_write = found.get("last_write")
+    communities, warnings = hits.communities(
+        found.get("communities", []),
+        last_write[0][0] if last_write else None,
+        params.top_k,
+        limits.community_weights,
+    )
+    if planned and not found.get("communities"):
+        warnings.append(hits.NO_BUILD)
+    return communities, warnings
 
 
 def _lead(
