@@ -6,7 +6,9 @@ loaded through the writer and its single-entity questions ("Which companies did 
 acquire?", "Who mentored P?") are asked through ``query_data`` in each relation mode; the
 figure is the share of the corpus triples answering a question among its first 25
 relations (target: at least 90%), with "first right" the share of questions whose first
-relation answers them.
+relation answers them. Then evidence recall@10 and @25 on a corpus of questions that need
+several hops (``make_chain_corpus``): the share of a question's evidence chain among the
+first 10 and 25 relations, per mode and kind of question (``--chains-only``: that alone).
 
 For each realm size (entities) and vector shape (``--vectors``: ``hashing-384``, and
 ``clustered-384`` / ``clustered-1536`` shaped like a real model's, see ``bench/shapes.py``)
@@ -44,9 +46,10 @@ decomposition, all of them at once), the settings taking turns per query; with
 Services: ``TIDEGRAPH_PG_DSN`` / ``TIDEGRAPH_KAFKA_BOOTSTRAP`` when set, else the ones
 ``tidegraph up`` runs (started if needed). Run:
 ``.venv/bin/python bench/query.py [--sizes 10000,100000] [--vectors ...]
-[--latency-shapes ...] [--no-extras] [--answers-only] [--mechanisms-only]``. The clustered
-shapes need numpy (in the dev extra scripts/bootstrap installs); latency is timed on the shapes of
-``--latency-shapes``, whose queries the service embeds with the realm's hashing embedder.
+[--latency-shapes ...] [--no-extras] [--answers-only] [--chains-only]
+[--mechanisms-only]``. The clustered shapes need numpy (in the dev extra scripts/bootstrap
+installs); latency is timed on the shapes of ``--latency-shapes``, whose queries the
+service embeds with the realm's hashing embedder.
 """
 
 from __future__ import annotations
@@ -71,7 +74,16 @@ from typing import Any
 
 import httpx
 import psycopg
-from answers import answer_recall, make_answer_corpus
+from answers import (
+    CUTS,
+    AnswerDoc,
+    ChainQuestion,
+    answer_recall,
+    chain_recall,
+    make_answer_corpus,
+    make_chain_corpus,
+    make_issue_corpus,
+)
 from cpu import postgres_cpu, postmaster_pid, process_cpu
 from pgvector import Vector
 from pgvector.psycopg import register_vector, register_vector_async
@@ -987,6 +999,51 @@ async def bench_answers(args: argparse.Namespace) -> None:
         await pool.close()
         if not args.keep:
             await _drop(args.dsn, realm)
+    await bench_chains(args)
+
+
+CHAIN_MODES = ("mix", "local", "hybrid")
+
+
+async def bench_chains(args: argparse.Namespace) -> None:
+    """Evidence recall@10 and @25 on the evidence-chain corpus, per mode and question kind,
+    then on the held-out corpus in the shape the issue first measured."""
+    await chain_table(args, "evidence chains", *make_chain_corpus(SYL))
+    await chain_table(args, "held-out", *make_issue_corpus(SYL))
+
+
+async def chain_table(
+    args: argparse.Namespace, title: str, made: list[AnswerDoc], questions: list[ChainQuestion]
+) -> None:
+    docs = [Doc(d.key, d.text, d.entities, d.relations) for d in made]
+    realm = f"bc_{uuid.uuid4().hex[:8]}"
+    kinds = list(dict.fromkeys(q.kind for q in questions))
+    print(
+        f"\n== {title}, evidence recall@{'/@'.join(map(str, CUTS))}: {len(docs)} documents, "
+        f"{sum(len(d.relations) for d in docs):,} relations, {len(questions)} questions "
+        f"({', '.join(f'{sum(q.kind == k for q in questions)} {k}' for k in kinds)}) ==",
+        flush=True,
+    )
+    await load_writer(args.dsn, realm, docs)
+    pool = make_pool(args.dsn, min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        app = create_app(
+            QuerySettings(), Deps(pool=pool, embedders=lambda r, p: HashingEmbedder(DIM))
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            print(f"  {'mode':<8}" + "".join(f"{k:>20}" for k in kinds))
+            for mode in CHAIN_MODES:
+                f = await chain_recall(client, realm, questions, mode)
+                cells = "".join(
+                    f"{f'{f.recall[k][0]:.2f} / {f.recall[k][1]:.2f}':>20}" for k in kinds
+                )
+                print(f"  {mode:<8}{cells}", flush=True)
+    finally:
+        await pool.close()
+        if not args.keep:
+            await _drop(args.dsn, realm)
 
 
 async def _drop(dsn: str, realm: str) -> None:
@@ -1179,7 +1236,12 @@ def main() -> None:
         help="latency only: no mechanisms table, freshness or change feed",
     )
     p.add_argument("--reuse", help="measure an already loaded realm (one size only)")
-    p.add_argument("--answers-only", action="store_true", help="answer recall@25 only")
+    p.add_argument(
+        "--answers-only",
+        action="store_true",
+        help="answer recall@25 and evidence-chain recall only",
+    )
+    p.add_argument("--chains-only", action="store_true", help="evidence-chain recall only")
     p.add_argument("--no-answers", dest="answers", action="store_false")
     p.add_argument(
         "--mechanisms-only",
@@ -1205,6 +1267,9 @@ def main() -> None:
     if args.mechanisms_only:
         for size in args.sizes:
             asyncio.run(bench_mechanisms(args, size))
+        return
+    if args.chains_only:
+        asyncio.run(bench_chains(args))
         return
     if args.answers or args.answers_only:
         asyncio.run(bench_answers(args))

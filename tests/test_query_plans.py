@@ -30,24 +30,31 @@ FIRST_ROUND: dict[Mode, set[str]] = {
     "bypass": set(),
 }
 SECOND_ROUND: dict[Mode, set[str]] = {
-    "mix": {"traversal", "mentions"},
-    "local": {"traversal", "mentions"},
+    "mix": {"traversal", "mentions", "path"},
+    "local": {"traversal", "mentions", "path"},
     "global": set(),
-    "hybrid": {"traversal", "mentions"},
+    "hybrid": {"traversal", "mentions", "path"},
     "naive": set(),
     "bypass": set(),
 }
 
 
-def _params(named: bool) -> dict[str, Any]:
-    return {"fts": "ada" if named else "", "fterms": "born" if named else "", "fnames": ["ada"]}
+def _params(named: bool, hops: int = 2) -> dict[str, Any]:
+    terms = ["born"] if named else []
+    return {
+        "fts": "ada" if named else "",
+        "fterms": terms,
+        "fnames": ["ada"],
+        "named": [7] if named else [],
+        "hops": hops,
+    }
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_question_naming_things_reads_the_modes_channels(mode: Mode) -> None:
     reads = rounds.first(PLANS[mode], AT, _params(named=True))
     assert {r.name for r in reads} == FIRST_ROUND[mode]
-    assert {r.name for r in rounds.second(PLANS[mode], AT, hops=2)} == SECOND_ROUND[mode]
+    assert {r.name for r in rounds.second(PLANS[mode], AT, _params(True))} == SECOND_ROUND[mode]
     assert PLANS[mode].reads is (mode != "bypass")
 
 
@@ -55,10 +62,18 @@ def test_a_question_naming_things_reads_the_modes_channels(mode: Mode) -> None:
 def test_a_question_naming_nothing_skips_the_named_thing_searches(mode: Mode) -> None:
     names = {r.name for r in rounds.first(PLANS[mode], AT, _params(named=False))}
     assert names == FIRST_ROUND[mode] - {"fulltext", "ranked_fulltext", "predicate"}
+    second = {r.name for r in rounds.second(PLANS[mode], AT, _params(named=False))}
+    assert second == SECOND_ROUND[mode] - {"path"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_evidence_chains_need_two_hops(mode: Mode) -> None:
+    names = {r.name for r in rounds.second(PLANS[mode], AT, _params(named=True, hops=1))}
+    assert names == SECOND_ROUND[mode] - {"path"}
 
 
 def test_no_walk_without_hops_but_mentions_still_expand() -> None:
-    assert {r.name for r in rounds.second(PLANS["mix"], AT, hops=0)} == {"mentions"}
+    assert {r.name for r in rounds.second(PLANS["mix"], AT, _params(True, hops=0))} == {"mentions"}
 
 
 def test_a_vector_read_sets_its_search_width_and_the_others_do_not() -> None:

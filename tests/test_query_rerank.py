@@ -77,29 +77,30 @@ def test_mmr_demotes_a_restatement_and_reads_pairs_either_way() -> None:
 
 @given(
     keys_st,
-    st.dictionaries(st.integers(0, 40), st.booleans()),
+    st.dictionaries(st.integers(0, 40), st.integers(0, 4)),
     st.one_of(st.none(), st.dictionaries(st.integers(0, 40), st.integers(1, 4))),
     pairs_st,
     st.one_of(st.none(), st.floats(0.0, 1.0)),
 )
-def test_reranking_never_crosses_the_focus_groups(
+def test_reranking_never_crosses_the_groups_and_keeps_the_chains(
     keys: list[int],
-    fit: dict[int, bool],
+    group_of: dict[int, int],
     distance: dict[int, int] | None,
     similarity: dict[tuple[int, int], float],
     lam: float | None,
 ) -> None:
+    # five groups as hits.lead places them; the first and fourth are evidence chains
+    fixed = (True, False, False, True, False)
     fused = [Fused(k, 1.0 / (i + 1), (0,), (i + 1,)) for i, k in enumerate(keys)]
-    out = [f.key for f in rerank_groups(fused, fit, distance, similarity, lam)]
+    groups = [[f for f in fused if group_of.get(f.key, 4) == g] for g in range(5)]
+    out = [f.key for f in rerank_groups(groups, fixed, distance, similarity, lam)]
     assert sorted(out) == sorted(keys)
-    group = _groups(out, fit)
-    assert group == sorted(group)
+    placed = [group_of.get(k, 4) for k in out]
+    assert placed == sorted(placed)
+    for g in (0, 3):  # a chain's order is its path: never reranked
+        assert [k for k in out if group_of.get(k, 4) == g] == [f.key for f in groups[g]]
     if distance is None and lam is None:  # nothing to rerank by: the groups in fused order
-        assert out == sorted(keys, key=lambda k: _groups([k], fit)[0])
-
-
-def _groups(keys: list[int], fit: dict[int, bool]) -> list[int]:
-    return [0 if fit.get(k) is True else 1 if fit.get(k) is False else 2 for k in keys]
+        assert out == [f.key for g in groups for f in g]
 
 
 # ------------------------------------------------------------ through query_data
@@ -209,7 +210,15 @@ async def test_node_distance_puts_the_unconnected_match_behind_the_near_ones(
     lines = _lines(plain)
     assert FAR in lines and lines.index(FAR) < len(lines) - 1, lines
     ranked = await query_data(client, realm, **q, relation_top_k=40, node_distance=True)
-    hops = [r["hop"] for r in ranked["relations"]]
+    # the evidence chain Ada → Bran built … leads ("built" is no relation of Ada's), as
+    # it is; node distance orders what follows
+    chain = [r for r in ranked["relations"] if "path" in r["channels"]]
+    assert _lines({"relations": chain}) == [
+        ("Ada Lovelace", "knows", "Bran Oake"),
+        ("Bran Oake", "built", "Engine Parts"),
+    ]
+    assert ranked["relations"][:2] == chain
+    hops = [r["hop"] for r in ranked["relations"][2:]]
     reached = [h for h in hops if h is not None]
     assert reached == sorted(reached) and hops[: len(reached)] == reached, hops
     got = _hops(ranked)

@@ -259,40 +259,121 @@ def relations_by_text(schema: str, scope: Scope, param: str = "fts") -> sql.Comp
     ).format(q=sql.Placeholder(param), rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 
+_TERMS = sql.SQL(
+    "terms AS (SELECT t.i::int AS i, websearch_to_tsquery('english', t.term) AS q"
+    " FROM unnest(%(fterms)s::text[]) WITH ORDINALITY AS t(term, i))"
+)
+"""The common table expression ``terms``: the predicate terms ``%(fterms)s`` (one
+``websearch_to_tsquery`` text each, :mod:`~tidegraph.query_service.focus`), from 1."""
+
+
+def _term_mask(text: sql.Composable) -> sql.Composed:
+    """The terms ``text`` names, as a bit mask (bit ``i - 1`` for term ``i``): a word of it
+    and the term share an English stem, decided by PostgreSQL's ``english`` configuration
+    on both sides (a predicate's underscores read as spaces)."""
+    return sql.SQL(
+        "(SELECT coalesce(bit_or(1 << (t.i - 1)), 0) FROM terms t"
+        " WHERE to_tsvector('english', replace({}, '_', ' ')) @@ t.q)"
+    ).format(text)
+
+
 def relations_by_focus(schema: str, scope: Scope) -> sql.Composed:
     """The predicate focus (:mod:`~tidegraph.query_service.focus`): admitted relations
-    incident to an entity named ``%(fnames)s`` whose predicate shares an English stem with
-    the terms ``%(fterms)s``. Rows: relation id, whether the named entity holds the role
+    incident to an entity named ``%(fnames)s`` whose predicate names a term
+    (:func:`_term_mask`). Rows: relation id, whether the named entity holds the role
     ``%(froles)s`` gives it (an unknown role, or a predicate of ``%(symmetric)s``, fits
-    either way); fitting ones first, then best corroborated, newest."""
-    ent, rel = ents(schema, scope), rels(schema, scope)
-    ef, rf = entity_filter(scope), edge_filter(schema, scope)
+    either way), and — the same on every row — the terms all of them name, by their
+    predicate or the type of their other end (what the named entities' own relations
+    explain, for :func:`relation_chains`); fitting ones first, then best corroborated,
+    newest."""
+    ent, rel, ef = ents(schema, scope), rels(schema, scope), entity_filter(scope)
+    side = sql.SQL(
+        "SELECT r.id, r.weight, r.t_created, r.{far} AS far, coalesce(n.role = {role}, true)"
+        " OR r.predicate = ANY(%(symmetric)s::text[]) AS fit, {mask} AS mask"
+        " FROM named n JOIN {rel} r ON r.{near} = n.id WHERE {rf}"
+    )
+    sides = [
+        side.format(
+            role=sql.Literal(role),
+            near=sql.Identifier(near),
+            far=sql.Identifier(far),
+            mask=_term_mask(sql.SQL("r.predicate")),
+            rel=rel,
+            rf=edge_filter(schema, scope),
+        )
+        for role, near, far in (
+            ("subject", "subject_id", "object_id"),
+            ("object", "object_id", "subject_id"),
+        )
+    ]
     return sql.SQL(
         "WITH wanted AS (SELECT * FROM unnest(%(fnames)s::text[], %(froles)s::text[])"
         "  AS w(key, role)),"
         " named AS (SELECT e.id, w.role FROM wanted w JOIN {ent} e ON e.name_key = w.key"
         "  WHERE {ef}"
         "  UNION SELECT e.id, w.role FROM wanted w{aliased} WHERE {ef}),"
-        " q AS (SELECT websearch_to_tsquery('english', %(fterms)s) AS q),"
-        " hits AS ("
-        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'subject', true)"
-        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
-        "  FROM named n JOIN {rel} r ON r.subject_id = n.id CROSS JOIN q"
-        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf}"
-        "  UNION ALL"
-        "  SELECT r.id, r.weight, r.t_created, coalesce(n.role = 'object', true)"
-        "   OR r.predicate = ANY(%(symmetric)s::text[]) AS fit"
-        "  FROM named n JOIN {rel} r ON r.object_id = n.id CROSS JOIN q"
-        "  WHERE to_tsvector('english', replace(r.predicate, '_', ' ')) @@ q.q AND {rf})"
-        " SELECT id, bool_or(fit) AS fit FROM hits GROUP BY id"
-        " ORDER BY bool_or(fit) DESC, max(weight) DESC, max(t_created) DESC, id DESC"
+        " {terms}, hits AS ({a} UNION ALL {b})"
+        " SELECT h.id, bool_or(h.fit), bit_or(bit_or(h.mask | {ends})) OVER ()"
+        " FROM hits h LEFT JOIN {ent} o ON o.id = h.far WHERE h.mask <> 0 GROUP BY h.id"
+        " ORDER BY bool_or(h.fit) DESC, max(h.weight) DESC, max(h.t_created) DESC, h.id DESC"
         " LIMIT %(depth)s"
     ).format(
         ent=ent,
-        rel=rel,
         ef=ef,
-        rf=rf,
         aliased=alias_join(schema, scope, sql.SQL("w.key")),
+        terms=_TERMS,
+        a=sides[0],
+        b=sides[1],
+        ends=_term_mask(sql.SQL("o.type")),
+    )
+
+
+def relation_chains(schema: str, scope: Scope) -> sql.Composed:
+    """Evidence chains (:mod:`~tidegraph.query_service.paths`): paths of 2 to ``%(hops)s``
+    admitted relations from the named entities ``%(named)s``, each link leading to an
+    entity not yet on the path. A link is *named* when its predicate names a term
+    (:func:`_term_mask`) no earlier link names; at most one link is not, and the last one
+    is unless the far end's type names a term no link names; and the chain names a term
+    (by a link or its far end) outside ``%(own)s``, the terms the named entities' own
+    relations explain (:func:`relations_by_focus`). Each step takes per path end its
+    named links first, then those whose far end's type names a new term, then the newest
+    — at most ``%(cap)s`` from a named entity and ``%(fanout)s`` further out, so a hub
+    cannot flood it; the filters are inside the step, as in the walk. Rows: link ids from
+    the named entity outwards, the terms each link's predicate names, the terms the far
+    end's type names (masks), whether the far end is named in the question; best named
+    first, ``%(depth)s`` at most."""
+    return sql.SQL(
+        "WITH RECURSIVE {terms},"
+        " step(entity_id, hop, links, masks, ends, visited, seen, loose, last_named) AS ("
+        "  SELECT DISTINCT n, 0, ARRAY[]::bigint[], ARRAY[]::int[], 0, ARRAY[n], 0, 0, false"
+        "  FROM unnest(%(named)s::bigint[]) AS n"
+        "  UNION ALL"
+        "  SELECT x.other, s.hop + 1, s.links || x.id, s.masks || x.mask, x.ends,"
+        "   s.visited || x.other, s.seen | x.mask, s.loose + (NOT x.adds)::int, x.adds"
+        "  FROM step s CROSS JOIN LATERAL ("
+        "   SELECT y.*, (y.mask & ~s.seen) <> 0 AS adds FROM ("
+        "    SELECT r.id, r.t_created, z.other, {mask} AS mask, {ends} AS ends"
+        "    FROM {rel} r CROSS JOIN LATERAL (SELECT CASE WHEN r.subject_id = s.entity_id"
+        "     THEN r.object_id ELSE r.subject_id END AS other) z"
+        "    LEFT JOIN {ent} o ON o.id = z.other"
+        "    WHERE (r.subject_id = s.entity_id OR r.object_id = s.entity_id) AND {f}) y"
+        "   WHERE NOT y.other = ANY(s.visited) AND ((y.mask & ~s.seen) <> 0 OR s.loose = 0)"
+        "   ORDER BY (y.mask & ~s.seen) <> 0 DESC, (y.ends & ~(s.seen | y.mask)) <> 0 DESC,"
+        "    y.t_created DESC, y.id DESC"
+        "   LIMIT CASE WHEN s.hop = 0 THEN %(cap)s ELSE %(fanout)s END"
+        "  ) x WHERE s.hop < %(hops)s)"
+        " SELECT links, masks, ends, entity_id = ANY(%(named)s::bigint[]) FROM step"
+        " WHERE hop >= 2 AND (last_named OR (ends & ~seen) <> 0)"
+        "  AND ((seen | ends) & ~%(own)s::int) <> 0"
+        " ORDER BY hop - loose + ((ends & ~seen) <> 0)::int DESC, loose, hop, links"
+        " LIMIT %(depth)s"
+    ).format(
+        terms=_TERMS,
+        rel=rels(schema, scope),
+        ent=ents(schema, scope),
+        f=edge_filter(schema, scope),
+        mask=_term_mask(sql.SQL("r.predicate")),
+        ends=_term_mask(sql.SQL("o.type")),
     )
 
 
@@ -304,15 +385,16 @@ def traversal(schema: str, scope: Scope) -> sql.Composed:
     keeps per seed the newest ``%(cap)s`` of the step. The filters are inside the step, so
     an inadmissible edge is never walked through. Finally each seed contributes at most
     ``%(cap)s`` edges, nearest hop first then newest; an edge reached from several seeds
-    keeps its nearest hop. Rows: relation id, hop.
+    keeps its nearest hop. Rows: relation id, hop, the relations walked to reach it (from
+    a seed, itself last; of the paths of that hop, the least in array order).
     """
     return sql.SQL(
-        "WITH RECURSIVE walk(seed, entity_id, hop, rel_id, t_created, visited) AS ("
-        " SELECT s, s, 0, NULL::bigint, NULL::timestamptz, ARRAY[s]"
+        "WITH RECURSIVE walk(seed, entity_id, hop, rel_id, t_created, visited, path) AS ("
+        " SELECT s, s, 0, NULL::bigint, NULL::timestamptz, ARRAY[s], ARRAY[]::bigint[]"
         "  FROM unnest(%(seeds)s::bigint[]) AS s"
         " UNION ALL"
-        " SELECT seed, other, hop, id, t_created, visited || other FROM ("
-        "  SELECT w.seed, x.other, w.hop + 1 AS hop, x.id, x.t_created, w.visited,"
+        " SELECT seed, other, hop, id, t_created, visited || other, path || id FROM ("
+        "  SELECT w.seed, x.other, w.hop + 1 AS hop, x.id, x.t_created, w.visited, w.path,"
         "   row_number() OVER (PARTITION BY w.seed ORDER BY x.t_created DESC, x.id DESC) AS rn"
         "  FROM walk w CROSS JOIN LATERAL ("
         "   SELECT r.id, r.t_created,"
@@ -327,12 +409,12 @@ def traversal(schema: str, scope: Scope) -> sql.Composed:
         "  ) x WHERE w.hop < %(hops)s"
         " ) step WHERE rn <= %(cap)s"
         ")"
-        " SELECT rel_id, min(hop) AS hop FROM ("
-        "  SELECT seed, rel_id, hop, t_created, row_number() OVER ("
+        " SELECT rel_id, hop, path FROM (SELECT DISTINCT ON (rel_id) rel_id, hop, t_created, path"
+        "  FROM (SELECT rel_id, hop, t_created, path, row_number() OVER ("
         "   PARTITION BY seed ORDER BY hop, t_created DESC, rel_id DESC) AS rn"
-        "  FROM walk WHERE rel_id IS NOT NULL) ranked"
-        " WHERE rn <= %(cap)s"
-        " GROUP BY rel_id ORDER BY min(hop), max(t_created) DESC, rel_id DESC LIMIT %(depth)s"
+        "   FROM walk WHERE rel_id IS NOT NULL) ranked"
+        "  WHERE rn <= %(cap)s ORDER BY rel_id, hop, path) nearest"
+        " ORDER BY hop, t_created DESC, rel_id DESC LIMIT %(depth)s"
     ).format(rel=rels(schema, scope), f=edge_filter(schema, scope))
 
 

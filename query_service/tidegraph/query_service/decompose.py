@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from tidegraph.query_service.fusion import rrf
+from tidegraph.query_service.hits import whole_chains
 from tidegraph.schemas.api import QueryDataResponse
 
 MAX_PARTS = 4
@@ -61,14 +62,17 @@ def merge(
 ) -> QueryDataResponse:
     """One result from the sub-questions' results: each list merged by reciprocal rank
     (ids as keys, the first occurrence's hit kept), entities named in any sub-question
-    ahead of vector matches, capped as the request caps one result."""
+    ahead of vector matches, capped as the request caps one result; every relation's
+    path still whole before it."""
     entities = _fused([r.entities for r in results], lambda h: h.id, None)
     entities = [e for e in entities if e.matched == "name"] + [
         e for e in entities if e.matched != "name"
     ]
     return QueryDataResponse(
         entities=entities[: max(top_k, sum(e.matched == "name" for e in entities))],
-        relations=_fused([r.relations for r in results], lambda h: h.id, relation_top_k),
+        relations=whole_chains(
+            _fused([r.relations for r in results], lambda h: h.id, None), relation_top_k
+        ),
         chunks=_fused([r.chunks for r in results], lambda h: h.id, top_k),
         communities=_fused([r.communities for r in results], lambda h: h.id, top_k),
         stats={"parts": [r.stats for r in results]},

@@ -21,12 +21,14 @@ ones asked about out of the first slots. This is a rule of the lexical keyword s
 Retrieval runs the focus as its own candidate channel (every matching relation incident
 to a named entity, so a hub's cap cannot cut them off) and then puts those candidates
 first: matching predicate in the fitting role, then in the other role, then the rest in
-fused order.
+fused order. The terms the named entities' own relations leave unexplained are what an
+evidence chain one or two hops further must explain (:mod:`~tidegraph.query_service.paths`).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -36,6 +38,7 @@ from tidegraph.query_service.keywords import lexical_keywords, websearch_text
 Role = Literal["subject", "object"]
 
 _PASSIVE = re.compile(r"\bby\s*$")
+_WORDS = re.compile(r"\w+")
 _AUXILIARY = re.compile(r"\b(?:did|does|do|has|have|had|will|would|can|could|should)\b")
 
 
@@ -49,9 +52,10 @@ class Focus:
     """Name candidate (lowercase) → the role the question gives it, ``None`` when unknown."""
 
     @property
-    def query_text(self) -> str:
-        """The terms as a ``websearch_to_tsquery`` OR (empty when there are none)."""
-        return websearch_text(self.terms)
+    def term_queries(self) -> list[str]:
+        """Each term as a ``websearch_to_tsquery`` text; a relation's term mask has bit
+        ``i`` set when its predicate matches the ``i``-th (from 0)."""
+        return [websearch_text((t,)) for t in self.terms]
 
 
 def question_focus(query: str, names: Sequence[str]) -> Focus:
@@ -73,6 +77,35 @@ def question_focus(query: str, names: Sequence[str]) -> Focus:
             inverted = _AUXILIARY.search(before, last_term) is not None
             roles[name] = "subject" if inverted else "object"
     return Focus(terms, roles)
+
+
+FAR = 1_000
+"""The distance of a term from a name the question does not write (or of one it lacks)."""
+
+
+def term_distances(query: str, terms: Sequence[str], names: Sequence[str]) -> tuple[int, ...]:
+    """For each term, how many words lie between it and the nearest of ``names`` (lowercase,
+    as written in the question) — 0 when adjacent, :data:`FAR` when either is not found.
+    The predicate that links a named entity is written next to it ("the papers S wrote",
+    "the university where S studied"), so among evidence chains that name the same terms
+    the one whose first link's term is nearest the name reads the question the right way
+    round."""
+    lower = query.lower()
+    starts = [m.start() for m in _WORDS.finditer(lower)]
+
+    def index(at: int) -> int:
+        return bisect_right(starts, at) - 1
+
+    spans = [(index(f[0]), index(f[1] - 1)) for n in names if (f := find_word(lower, n))]
+    out = []
+    for term in terms:
+        found = find_word(lower, term)
+        if found is None or not spans:
+            out.append(FAR)
+            continue
+        i = index(found[0])
+        out.append(min(max(a - i, i - b, 1) - 1 for a, b in spans))
+    return tuple(out)
 
 
 def find_word(text: str, phrase: str) -> tuple[int, int] | None:

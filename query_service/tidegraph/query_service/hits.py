@@ -1,19 +1,20 @@
 """From rows and fused candidate lists to the answer's records (``schemas.api``).
 
 Pure functions: the rounds (:mod:`~tidegraph.query_service.rounds`) read, these decide
-what an answer carries and in which order — named entities first, the predicate focus
-ahead of the other relations, one line per fact, community reports by a blend of
-similarity, rating and size.
+what an answer carries and in which order — named entities first, the evidence chains and
+the predicate focus ahead of the other relations, one line per fact, every chain whole,
+community reports by a blend of similarity, rating and size.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from tidegraph.query_service.fusion import Fused
-from tidegraph.query_service.plans import FOCUS
+from tidegraph.query_service.plans import FOCUS, PATH
 from tidegraph.schemas.api import ChunkOut, CommunityOut, EntityOut, RelationOut
 
 NO_BUILD = (
@@ -60,27 +61,46 @@ def _entity(
     )
 
 
-def focus_first(
-    fused: list[Fused[int]], names: list[str], fit: dict[int, bool]
-) -> list[Fused[int]]:
-    """The predicate focus leads (:mod:`~tidegraph.query_service.focus`): its hits in the
-    fitting role, then in the other role, then every other candidate — each group in fused
-    order. A focus hit the fusion left out (the quota merge truncates) is still placed."""
-    if not fit:
-        return fused
-    placed = {f.key for f in fused}
-    channel = names.index(FOCUS)
-    missing = [
-        Fused(key, 0.0, (channel,), (rank,))
-        for rank, key in enumerate(fit, start=1)
-        if key not in placed
-    ]
-    ordered = [*fused, *missing]
-    return (
-        [f for f in ordered if fit.get(f.key) is True]
-        + [f for f in ordered if fit.get(f.key) is False]
-        + [f for f in ordered if f.key not in fit]
-    )
+def lead(
+    fused: list[Fused[int]],
+    names: list[str],
+    fit: dict[int, bool],
+    first: list[int],
+    after: list[int],
+) -> list[list[Fused[int]]]:
+    """The groups an answer's relations come in: the links of the chains that lead
+    (``first``, in placing order: :mod:`~tidegraph.query_service.paths`), the predicate
+    focus (:mod:`~tidegraph.query_service.focus`) in the fitting role, then in the other
+    role, the links of the other chains (``after``), then every other candidate. Focus
+    hits and the rest keep their fused order; each candidate is in the first group that
+    claims it, and one the fusion left out (the quota merge truncates) is still placed.
+    Chain links carry the ``path`` channel (their rank: the placing order)."""
+    by_key = {f.key: f for f in fused}
+    if fit:
+        focus = names.index(FOCUS)
+        for rank, key in enumerate(fit, start=1):
+            by_key.setdefault(key, Fused(key, 0.0, (focus,), (rank,)))
+    chained = [*first, *after]
+    if chained:
+        path = names.index(PATH)
+        for rank, key in enumerate(chained, start=1):
+            f = by_key.get(key, Fused(key, 0.0, (), ()))
+            pairs = sorted([*zip(f.channels, f.ranks, strict=True), (path, rank)])
+            by_key[key] = Fused(
+                key, f.score, tuple(c for c, _ in pairs), tuple(r for _, r in pairs)
+            )
+    claimed: set[int] = set()
+    groups: list[list[Fused[int]]] = []
+    for keys in (
+        first,
+        [k for k in by_key if fit.get(k) is True],
+        [k for k in by_key if fit.get(k) is False],
+        after,
+        list(by_key),
+    ):
+        groups.append([by_key[k] for k in keys if k not in claimed])
+        claimed.update(keys)
+    return groups
 
 
 def relations(
@@ -90,13 +110,16 @@ def relations(
     hops: dict[int, int],
     limit: int,
     symmetric: frozenset[str] = frozenset(),
+    paths: Mapping[int, Sequence[int]] | None = None,
 ) -> list[RelationOut]:
     """Hits in fused order, de-duplicated on (subject, predicate, object, negated) ignoring
     case — the same fact in two spaces is one line of evidence with both provenances. For a
-    ``symmetric`` predicate the pair is unordered: ``B p A`` merges into ``A p B``."""
+    ``symmetric`` predicate the pair is unordered: ``B p A`` merges into ``A p B``. A hit
+    with a path of two or more relations (``paths``) reports it (:func:`whole_chains`)."""
     by_id = {int(r[0]): r for r in rows}
     out: list[RelationOut] = []
     index: dict[tuple[str, str, str, bool], int] = {}
+    line_of: dict[str, str] = {}
     for f in fused:
         row = by_id.get(f.key)
         if row is None:
@@ -106,6 +129,7 @@ def relations(
         key = fact_key(subj, pred, obj, bool(neg), symmetric)
         if key in index:
             prev = out[index[key]]
+            line_of[str(rid)] = prev.id
             out[index[key]] = prev.model_copy(
                 update={
                     "channels": _union(prev.channels, chans),
@@ -117,8 +141,7 @@ def relations(
                 }
             )
             continue
-        if len(out) >= limit:
-            continue
+        path = (paths or {}).get(int(rid), ())
         index[key] = len(out)
         out.append(
             RelationOut(
@@ -141,8 +164,52 @@ def relations(
                 channels=chans,
                 score=round(f.score, 6),
                 order_key=order,
+                path=[str(x) for x in path] if len(path) > 1 else None,
             )
         )
+    lines = [
+        line.model_copy(update={"path": [line_of.get(x, x) for x in line.path]})
+        if line.path and any(x in line_of for x in line.path)
+        else line
+        for line in out
+    ]
+    return whole_chains(lines, limit)
+
+
+def whole_chains(lines: Sequence[RelationOut], limit: int) -> list[RelationOut]:
+    """At most ``limit`` of ``lines``, in their order, each after every relation on its
+    path: a line whose path names relations not placed yet brings them in just before
+    itself when the answer has room for all of them (otherwise it is left out, and later
+    lines may still fit). A line whose path names a relation absent from ``lines``, or
+    whose paths loop, reports no path."""
+    by_id = {line.id: line for line in lines}
+    out: list[RelationOut] = []
+    placed: set[str] = set()
+
+    def chain_to(line: RelationOut, trail: frozenset[str]) -> list[RelationOut] | None:
+        group: list[RelationOut] = []
+        for pid in (line.path or [])[:-1]:
+            if pid in placed or any(g.id == pid for g in group):
+                continue
+            before = by_id.get(pid)
+            if before is None or pid in trail:
+                return None
+            sub = chain_to(before, trail | {line.id})
+            if sub is None:
+                return None
+            group += [g for g in sub if all(g.id != x.id for x in group)]
+        return [*group, line]
+
+    for line in lines:
+        if line.id in placed:
+            continue
+        group = chain_to(line, frozenset())
+        if group is None:
+            group = [line.model_copy(update={"path": None})]
+        if len(out) + len(group) > limit:
+            continue
+        out.extend(group)
+        placed.update(g.id for g in group)
     return out
 
 

@@ -1,15 +1,19 @@
 """What each retrieval mode reads: the six modes of paper Table 3 as plans.
 
-=======  ========  ======  ===========================================  ===========
-mode     entities  chunks  relations                                    communities
-=======  ========  ======  ===========================================  ===========
-mix      yes       yes     traversal + similarity + full-text (RRF)     no
-local    yes       yes     same, entity-centred (see below)             no
-global   no        no      ranked: similarity + full-text on themes     yes
-hybrid   yes       yes     traversal + similarity + full-text + ranked  yes
-naive    no        yes     no                                           no
-bypass   no        no      no                                           no
-=======  ========  ======  ===========================================  ===========
+=======  ========  ======  ===========================================  ======  ===========
+mode     entities  chunks  relations                                    chains  communities
+=======  ========  ======  ===========================================  ======  ===========
+mix      yes       yes     traversal + similarity + full-text (RRF)     yes     no
+local    yes       yes     same, entity-centred (see below)             yes     no
+global   no        no      ranked: similarity + full-text on themes     no      yes
+hybrid   yes       yes     traversal + similarity + full-text + ranked  yes     yes
+naive    no        yes     no                                           no      no
+bypass   no        no      no                                           no      no
+=======  ========  ======  ===========================================  ======  ===========
+
+Every mode that returns relations runs the predicate focus; the modes that walk from the
+matched entities also follow the question along paths from the named ones (evidence
+chains, :mod:`~tidegraph.query_service.paths`).
 
 ``local`` differs from ``mix`` in where its passages come from: only mention expansion,
 so every passage is about a matched entity; ``mix`` also ranks chunks by query similarity.
@@ -30,6 +34,8 @@ TRAVERSAL, SIMILARITY, FULLTEXT, RANKED = "traversal", "similarity", "fulltext",
 FOCUS = "predicate"
 """Relations of a named entity whose predicate the question names
 (:mod:`~tidegraph.query_service.focus`)."""
+PATH = "path"
+"""Relations on an evidence chain from a named entity (:mod:`~tidegraph.query_service.paths`)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,8 @@ class Plan:
     chunks_by_similarity: bool = False
     chunks_by_mention: bool = False
     """Passages that mention a matched entity (so only with ``seeds``)."""
+    chains: bool = False
+    """Evidence chains: paths from the named entities whose links the question names."""
     communities: bool = False
 
     @property
@@ -57,14 +65,15 @@ class Plan:
 
 
 PLANS: dict[Mode, Plan] = {
-    "mix": Plan(seeds=True, chunks_by_similarity=True, chunks_by_mention=True),
-    "local": Plan(seeds=True, chunks_by_mention=True),
+    "mix": Plan(seeds=True, chunks_by_similarity=True, chunks_by_mention=True, chains=True),
+    "local": Plan(seeds=True, chunks_by_mention=True, chains=True),
     "global": Plan(ranked=True, communities=True),
     "hybrid": Plan(
         seeds=True,
         ranked=True,
         chunks_by_similarity=True,
         chunks_by_mention=True,
+        chains=True,
         communities=True,
     ),
     "naive": Plan(chunks_by_similarity=True),

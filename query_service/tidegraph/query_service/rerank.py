@@ -15,7 +15,8 @@
   below about 0.4 it promotes unrelated relations over the ones that answer.
 
 Both are pure functions over keys; the caller applies them within each group that must
-stay ahead of the next (the predicate focus leads whatever the reranking).
+stay ahead of the next (the evidence chains and the predicate focus lead whatever the
+reranking).
 """
 
 from __future__ import annotations
@@ -75,27 +76,23 @@ def mmr(
 
 
 def rerank_groups(
-    fused: list[Fused[int]],
-    fit: dict[int, bool],
+    groups: Sequence[Sequence[Fused[int]]],
+    fixed: Sequence[bool],
     distance: dict[int, int] | None,
     similarity: dict[tuple[int, int], float],
     lam: float | None,
 ) -> list[Fused[int]]:
-    """:func:`by_distance`, then :func:`mmr`, each within the predicate-focus groups (``fit``
-    True, then False, then the rest, as ``retrieval.focus_first`` placed them), so the
-    relations the question asks about still lead. ``distance`` ``None``: no distance
-    reranking; ``lam`` ``None``: no MMR."""
-    by_key = {f.key: f for f in fused}
-    groups = (
-        [f.key for f in fused if fit.get(f.key) is True],
-        [f.key for f in fused if fit.get(f.key) is False],
-        [f.key for f in fused if f.key not in fit],
-    )
+    """:func:`by_distance`, then :func:`mmr`, each within each of ``groups`` (the order
+    ``hits.lead`` placed them in), so the relations the question asks about still lead; a
+    ``fixed`` group (an evidence chain, whose order is its path) is kept as it is.
+    ``distance`` ``None``: no distance reranking; ``lam`` ``None``: no MMR."""
     out: list[Fused[int]] = []
-    for keys in groups:
-        if distance is not None:
+    for group, keep in zip(groups, fixed, strict=True):
+        by_key = {f.key: f for f in group}
+        keys = list(by_key)
+        if not keep and distance is not None:
             keys = by_distance(keys, distance)
-        if lam is not None:
+        if not keep and lam is not None:
             keys = mmr(keys, similarity, lam=lam)
         out.extend(by_key[k] for k in keys)
     return out

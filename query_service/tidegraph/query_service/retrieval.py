@@ -18,7 +18,11 @@ down to a similarity floor. A symmetric predicate of the realm
 (``RealmConfig.symmetric_predicates``) states one fact whichever way it is stored: both
 directions fit the focus, and an answer carries the fact once. The indexer stores it once
 per pair and space; merging here still joins the same fact across spaces, and both
-directions in realms written before that rule, until a replay.
+directions in realms written before that rule, until a replay. In the modes that walk,
+evidence chains (:mod:`~tidegraph.query_service.paths`) — paths from a named entity whose
+links the question's other words name — place their links in path order, ahead of the
+focus when they explain two words or more, and every relation reports the chain or walk
+path that reached it.
 
 Two rerankings of the fused relations are request options, off by default (paper §7.4,
 :mod:`~tidegraph.query_service.rerank`): node distance (a bounded breadth-first search from
@@ -47,7 +51,7 @@ from psycopg import AsyncConnection
 from tidegraph.query_service import channels, hits, rounds
 from tidegraph.query_service.channels import Scope
 from tidegraph.query_service.embedding import QueryEmbedder, check_vectors
-from tidegraph.query_service.focus import question_focus
+from tidegraph.query_service.focus import Focus, question_focus, term_distances
 from tidegraph.query_service.fusion import Fused, quota_interleave, rrf
 from tidegraph.query_service.keywords import (
     KeywordModel,
@@ -55,10 +59,13 @@ from tidegraph.query_service.keywords import (
     extract_keywords,
     websearch_text,
 )
+from tidegraph.query_service.paths import Chain, leading, links_in_order, rank
+from tidegraph.query_service.paths import paths as chain_paths
 from tidegraph.query_service.plans import (
     FOCUS,
     FULLTEXT,
     MODES,
+    PATH,
     PLANS,
     RANKED,
     SIMILARITY,
@@ -66,7 +73,7 @@ from tidegraph.query_service.plans import (
     Mode,
 )
 from tidegraph.query_service.rerank import rerank_groups
-from tidegraph.schemas.api import QueryDataResponse
+from tidegraph.schemas.api import CommunityOut, QueryDataResponse
 from tidegraph.schemas.names import name_key
 from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.store.realms import RealmInfo
@@ -214,7 +221,9 @@ async def search(
     timings["embed"] = prepared.embed_ms
     scope = await _scope(conn, realm.schema, params)
     at = rounds.Where(realm.schema, scope, limits.ef_search_for(realm.embedder))
-    p = _bound(params, limits, prepared, scope, realm)
+    names = _name_candidates(params.query, prepared.keywords)
+    focus = question_focus(params.query, names)
+    p = _bound(params, limits, prepared, scope, realm, names, focus)
 
     t = time.perf_counter()
     found = await rounds.run(conn, rounds.first(plan, at, p), p)
@@ -224,53 +233,51 @@ async def search(
         found.get("by_name", []), found.get("by_vector", []), params.top_k, limits.entity_floor
     )
     p["seeds"] = [int(e.id) for e in entities]
+    p["named"] = sorted({int(r[0]) for r in found.get("by_name", [])})
+    p["own"] = int(found[FOCUS][0][2]) if found.get(FOCUS) else 0
     stats["seeds"] = len(p["seeds"])
 
     t = time.perf_counter()
-    walked = await rounds.run(conn, rounds.second(plan, at, params.hops), p) if p["seeds"] else {}
+    walked = await rounds.run(conn, rounds.second(plan, at, p), p) if p["seeds"] else {}
     timings["walk"] = _ms(t)
-    hops = {int(r[0]): int(r[1]) for r in walked.get(TRAVERSAL, [])}
-    if TRAVERSAL in walked:
-        lists[TRAVERSAL] = [int(r[0]) for r in walked[TRAVERSAL]]
-    if plan.seeds:  # a focus hit is incident to a named entity, which is a seed
-        for rid in focus_fit:
-            hops.setdefault(rid, 1)
-    fused = hits.focus_first(_fuse_relations(lists, params, limits), list(lists), focus_fit)
+    hops = _walk_hops(walked, lists, focus_fit if plan.seeds else {})
+    names = [*lists, PATH]
+    fused = _fuse_relations(lists, params, limits)
+    near = _term_distances(params.query, focus.terms, found.get("by_name", []))
+    groups, placed = _lead(fused, names, focus_fit, walked.get(PATH), near, stats)
+    paths_of = _paths(walked, placed, hops)
     chunk_lists = [_ids(found.get("chunks", [])), _ids(walked.get("mentions", []))]
     fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
 
     margin = params.relation_top_k if params.space == "*" else 10  # room for de-duplication
     reranked = params.node_distance or params.mmr_lambda is not None
-    window = params.relation_top_k * (2 if reranked else 1) + margin
-    p["ids"] = [f.key for f in fused[:window]]
+    window = _window(groups, params.relation_top_k * (2 if reranked else 1) + margin)
+    candidates = [f.key for g in window for f in g]
+    p["ids"] = list(dict.fromkeys(x for k in candidates for x in (*paths_of.get(k, ()), k)))
     p["chunk_ids"] = [f.key for f in fused_chunks]
     bound = max(params.hops, 1) if params.node_distance and p["seeds"] else None
     t = time.perf_counter()
     details = await rounds.run(conn, rounds.third(at, p, bound, params.mmr_lambda is not None), p)
     timings["details"] = _ms(t)
     if reranked:
-        fused = _reranked(fused[:window], focus_fit, details, hops, params, stats)
+        fused = _reranked(window, details, hops, params, stats)
+    else:
+        fused = [f for g in groups for f in g]
 
     relations = hits.relations(
         fused,
         details.get("relations", []),
-        list(lists),
+        names,
         hops,
         params.relation_top_k,
         realm.config.symmetric_predicates,
+        paths_of,
     )
     chunks = hits.chunks(fused_chunks, details.get("chunks", []), _CHUNK_CHANNELS)
-    last_write = found.get("last_write")
-    communities, warnings = hits.communities(
-        found.get("communities", []),
-        last_write[0][0] if last_write else None,
-        params.top_k,
-        limits.community_weights,
-    )
-    if plan.communities and not found.get("communities"):
-        warnings.append(hits.NO_BUILD)
+    communities, stats["warnings"] = _communities(found, plan.communities, params, limits)
     stats["channels"] = {name: len(ids) for name, ids in lists.items()}
-    stats["warnings"] = warnings
+    if PATH in walked:
+        stats["channels"][PATH] = len(placed)
     timings["total"] = _ms(started)
     return QueryDataResponse(
         entities=entities, relations=relations, chunks=chunks, communities=communities, stats=stats
@@ -300,12 +307,12 @@ def _bound(
     prepared: PreparedQuery,
     scope: Scope,
     realm: RealmInfo,
+    names: list[str],
+    focus: Focus,
 ) -> dict[str, Any]:
     """The statements' parameters: the scope, the query vectors, the named things and
     the predicate focus, the depths and caps."""
     vec = {name: channels.vector(v) for name, v in prepared.vectors.items()}
-    names = _name_candidates(params.query, prepared.keywords)
-    focus = question_focus(params.query, names)
     edge_cap = params.max_relation_edges or limits.edge_cap
     return channels.parameters(
         scope,
@@ -322,7 +329,7 @@ def _bound(
         fts=channels_text(prepared.keywords.low),
         fnames=list(focus.roles),
         froles=list(focus.roles.values()),
-        fterms=focus.query_text,
+        fterms=focus.term_queries,
         symmetric=sorted(realm.config.symmetric_predicates),
     )
 
@@ -348,9 +355,91 @@ def _relation_lists(
     return lists, focus_fit
 
 
+def _walk_hops(
+    walked: dict[str, list[Any]], lists: dict[str, list[int]], focus_fit: dict[int, bool]
+) -> dict[int, int]:
+    """The hop at which the walk reached each relation, a hit of ``focus_fit`` at 1 (it is
+    incident to a named entity, which is a seed); the walk joins ``lists`` as a channel."""
+    hops = {int(r[0]): int(r[1]) for r in walked.get(TRAVERSAL, [])}
+    if TRAVERSAL in walked:
+        lists[TRAVERSAL] = [int(r[0]) for r in walked[TRAVERSAL]]
+    for rid in focus_fit:
+        hops.setdefault(rid, 1)
+    return hops
+
+
+def _paths(
+    walked: dict[str, list[Any]], placed: dict[int, tuple[int, ...]], hops: dict[int, int]
+) -> dict[int, tuple[int, ...]]:
+    """The path an answer reports per relation: the chain that placed it, else the walk's.
+    A chain no longer than the walk's hop also lowers the hop (in ``hops``)."""
+    for rid, path in placed.items():
+        hops[rid] = min(hops.get(rid, len(path)), len(path))
+    return {**{int(r[0]): tuple(r[2]) for r in walked.get(TRAVERSAL, [])}, **placed}
+
+
+def _communities(
+    found: dict[str, list[Any]], planned: bool, params: RetrievalParams, limits: RetrievalLimits
+) -> tuple[list[CommunityOut], list[str]]:
+    """The community reports and the warnings about them (none built, or stale)."""
+    last_write = found.get("last_write")
+    communities, warnings = hits.communities(
+        found.get("communities", []),
+        last_write[0][0] if last_write else None,
+        params.top_k,
+        limits.community_weights,
+    )
+    if planned and not found.get("communities"):
+        warnings.append(hits.NO_BUILD)
+    return communities, warnings
+
+
+def _lead(
+    fused: list[Fused[int]],
+    names: list[str],
+    fit: dict[int, bool],
+    rows: list[Any] | None,
+    distance: tuple[int, ...],
+    stats: dict[str, Any],
+) -> tuple[list[list[Fused[int]]], dict[int, tuple[int, ...]]]:
+    """The candidate groups in answer order (``hits.lead``), with the evidence chains read
+    (``rows``; ``None``: not read) ranked (:mod:`~tidegraph.query_service.paths`), and the
+    path each chain places a relation by (a link on the named entity: itself alone)."""
+    position = {f.key: i for i, f in enumerate(fused)}
+    read = [Chain(tuple(r[0]), tuple(r[1]), int(r[2]), bool(r[3])) for r in rows or []]
+    first, after = leading(rank(read, position, distance))
+    placed = chain_paths(first)
+    for rid, path in chain_paths(after).items():
+        if rid not in placed and rid not in fit:
+            placed[rid] = path
+    if rows is not None:
+        stats["chains"] = {"read": len(read), "leading": len(first), "following": len(after)}
+    groups = hits.lead(fused, names, fit, links_in_order(first), links_in_order(after))
+    return groups, placed
+
+
+def _term_distances(query: str, terms: tuple[str, ...], named: list[Any]) -> tuple[int, ...]:
+    """Words between each predicate term and the nearest entity the question names (as
+    written: its name or an alias; ``by_name`` rows)."""
+    keys = {name_key(str(k)) for r in named for k in (r[2], *r[5])}
+    return term_distances(query, terms, sorted(keys))
+
+
+_FIXED = (True, False, False, True, False)
+"""Which of ``hits.lead``'s groups reranking keeps as they are: the chains."""
+
+
+def _window(groups: list[list[Fused[int]]], size: int) -> list[list[Fused[int]]]:
+    """The first ``size`` candidates, still in their groups."""
+    out = []
+    for g in groups:
+        out.append(g[: max(size, 0)])
+        size -= len(out[-1])
+    return out
+
+
 def _reranked(
-    window: list[Fused[int]],
-    focus_fit: dict[int, bool],
+    window: list[list[Fused[int]]],
     details: dict[str, list[Any]],
     hops: dict[int, int],
     params: RetrievalParams,
@@ -362,7 +451,7 @@ def _reranked(
     similarity = {(int(a), int(b)): float(x) for a, b, x in details.get("similarities", [])}
     reranked = rerank_groups(
         window,
-        focus_fit,
+        _FIXED,
         distance if params.node_distance else None,
         similarity,
         params.mmr_lambda,
@@ -372,7 +461,7 @@ def _reranked(
     stats["rerank"] = {
         "mmr_lambda": params.mmr_lambda,
         "node_distance": params.node_distance,
-        "candidates": len(window),
+        "candidates": sum(map(len, window)),
         "reached": len(distance),
     }
     return reranked

@@ -1,7 +1,8 @@
 """The reads of one retrieval, as three pipelined rounds on one connection.
 
 Round one reads the seeds and every channel that does not depend on them; round two walks
-from the seeds and expands their mentions; round three fetches the details of what
+from the seeds, expands their mentions and follows the evidence chains from the named
+ones; round three fetches the details of what
 survived fusion (and what reranking needs of them). Each round is a list of named reads
 derived from the mode's :class:`~tidegraph.query_service.plans.Plan`, sent in one
 pipeline: a round costs one round trip whatever the mode reads.
@@ -16,7 +17,7 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service import channels
 from tidegraph.query_service.channels import Scope
-from tidegraph.query_service.plans import FOCUS, FULLTEXT, SIMILARITY, TRAVERSAL, Plan
+from tidegraph.query_service.plans import FOCUS, FULLTEXT, PATH, SIMILARITY, TRAVERSAL, Plan
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,15 @@ def first(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
     return reads
 
 
-def second(plan: Plan, at: Where, hops: int) -> list[Read]:
-    """The walk and mention expansion from the matched entities (``params["seeds"]``)."""
+def second(plan: Plan, at: Where, params: dict[str, Any]) -> list[Read]:
+    """The walk and mention expansion from the matched entities (``params["seeds"]``),
+    and the evidence chains from the named ones (``params["named"]``) when the question
+    names a predicate term and the walk goes two hops or more."""
     reads = []
-    if plan.seeds and hops > 0:
+    if plan.seeds and params["hops"] > 0:
         reads.append(Read(TRAVERSAL, channels.traversal(at.schema, at.scope)))
+    if plan.chains and params["hops"] >= 2 and params["named"] and params["fterms"]:
+        reads.append(Read(PATH, channels.relation_chains(at.schema, at.scope)))
     if plan.chunks_by_mention:
         reads.append(Read("mentions", channels.chunks_by_mentions(at.schema, at.scope)))
     return reads

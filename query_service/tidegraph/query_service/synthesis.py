@@ -7,8 +7,10 @@ Each relation carries its validity period (``[from 2023-05-10]``,
 answerable at all, and, like each passage, the order of the document stating it
 (``[stated 2024-06-30]``): the system prompt resolves conflicting records to the most recent
 statement and asks for the dates that decided it (paper §8.5). A denial is rendered as one
-(``(A) --[NOT p]--> (B)``), never as an assertion. Passages are numbered and listed as
-references so citations resolve to documents.
+(``(A) --[NOT p]--> (B)``), never as an assertion. A relation reached along a path is
+rendered as that chain, end to end from the matched entity, with each link and the
+documents stating it, so "X works for Y, which is headquartered in Z" can cite both.
+Passages are numbered and listed as references so citations resolve to documents.
 
 No budget applies by default: everything retrieved reaches the model. A caller may set a
 character budget; then long passages and reports are clipped (marked ``…``) — never dropped —
@@ -46,8 +48,10 @@ SYSTEM_PROMPT = (
     "is the order of the document stating it (its date, where the source is dated). When "
     "records conflict — they cannot all hold, such as two different values for one thing "
     "at one time — answer with the most recent statement: the one with the latest stated "
-    "date, or else not superseded; name the dates that decided it. If the evidence does not "
-    "answer the question, say so."
+    "date, or else not superseded; name the dates that decided it. A chain joins relations "
+    "end to end from an entity the question names (A --[p]--> B --[q]--> C): an answer "
+    "that rests on it names each entity along it and cites the source of every link. If "
+    "the evidence does not answer the question, say so."
 )
 
 
@@ -104,6 +108,32 @@ def render_relation(r: RelationOut) -> str:
     return line
 
 
+def render_chain(r: RelationOut, by_id: Mapping[str, RelationOut]) -> str | None:
+    """The relation ``r`` as the chain that reached it, when its path is in ``by_id``: the
+    path end to end from the matched entity, arrows as the links run (``(A) --[p]--> (B)
+    <--[q]-- (C)``), then each link on a line of its own with its sources (the documents
+    stating it), so an answer can cite both. ``None``: no path, or one not in ``by_id``."""
+    if not r.path or any(x not in by_id for x in r.path):
+        return None
+    links = [by_id[x] for x in r.path]
+    first, second = links[0], links[1]
+    at = first.subject if first.subject not in (second.subject, second.object) else first.object
+    line = f"({at})"
+    for link in links:
+        pred = f"NOT {link.predicate}" if link.negated else link.predicate
+        if link.subject == at:
+            at = link.object
+            line += f" --[{pred}]--> ({at})"
+        else:
+            at = link.subject
+            line += f" <--[{pred}]-- ({at})"
+    steps = [
+        f"  {i}. {render_relation(link)} (source: {', '.join(link.doc_keys) or 'none'})"
+        for i, link in enumerate(links, start=1)
+    ]
+    return "\n".join([f"chain: {line}", *steps])
+
+
 def render_entity(e: EntityOut) -> str:
     head = f"{e.name} ({e.type})"
     if e.aliases:
@@ -124,7 +154,7 @@ def build_prompt(
         "communities": [_report_text(c) for c in data.communities],
         "passages": [c.text for c in data.chunks],
         "entities": [render_entity(e) for e in data.entities],
-        "relations": [render_relation(r) for r in data.relations],
+        "relations": _relation_lines(data.relations),
     }
     budgets = dict(token_budgets or {})
     kept = {b: fit_block(rendered[b], budgets.get(b), b in CLIPPABLE) for b in BLOCKS}
@@ -176,6 +206,13 @@ def build_prompt(
         budget,
         stats,
     )
+
+
+def _relation_lines(relations: Sequence[RelationOut]) -> list[str]:
+    """One item per relation: a relation reached along a path as its chain
+    (:func:`render_chain`), any other as one line."""
+    by_id = {r.id: r for r in relations}
+    return [render_chain(r, by_id) or render_relation(r) for r in relations]
 
 
 def _stated(order_key: str | None) -> str:

@@ -120,7 +120,8 @@ class QueryDataRequest(BaseModel):
         "embedding cosine to the relations already placed), relevance falling linearly with "
         "the fused rank, so a restatement of a fact already placed (by another channel, in "
         "other words or the other direction) gives its slot to a new fact. Applied within "
-        "the predicate-focus groups, which keep leading. Off by default.",
+        "the predicate-focus groups, which keep leading; an evidence chain keeps its path "
+        "order. Off by default.",
     )
     mmr_lambda: float = Field(
         0.7,
@@ -136,7 +137,8 @@ class QueryDataRequest(BaseModel):
         "this request admits (space, `as_of`, `as_believed_at`, `include_superseded`, "
         "`relation_types`). An edge on a matched entity is at distance 1; relations not "
         "reached within the bound go last with `hop` null. Each relation's `hop` then is "
-        "that distance. Applied within the predicate-focus groups; off by default.",
+        "that distance. Applied within the predicate-focus groups; an evidence chain "
+        "keeps its path order. Off by default.",
     )
     decompose: bool = Field(
         False,
@@ -294,6 +296,17 @@ class RelationOut(RelationFields):
         "`[stated …]` and resolves conflicting statements to the most recent one.",
     )
     rerank_score: float | None = Field(None, description=RERANK_SCORE_DOC)
+    path: list[str] | None = Field(
+        None,
+        description="For a relation reached beyond the first hop, the chain that reached "
+        "it: the ids of the relations on the path from a matched entity, this one last — "
+        "the evidence chain from an entity the question names when the relation was "
+        "ranked as one, else the walk's path. Every id in it is a relation of the same "
+        "answer, listed before this one, and every relation on it was admitted by the "
+        "request's filters (space, `as_of`, `as_believed_at`, `include_superseded`, "
+        "`relation_types`). Null for a relation on a matched entity and for one the walk "
+        "did not reach.",
+    )
 
 
 class ChunkOut(BaseModel):
