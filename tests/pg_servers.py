@@ -4,12 +4,16 @@ start again."""
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tidegraph.infra import _proc, local_pg
+
+from local_services import REPO
 
 
 @dataclass
@@ -33,8 +37,21 @@ class ExtraServer:
 
 
 @contextmanager
-def extra_server(root: Path) -> Iterator[ExtraServer]:
-    """A server of its own under ``root``, stopped on exit."""
+def extra_server(name: str) -> Iterator[ExtraServer]:
+    """A server of its own, stopped and removed on exit. Its folder is under the
+    repository's ignored ``.tidegraph/``, not pytest's temporary folders, which another
+    pytest session of the same user may clean up while this one runs."""
+    root = REPO / ".tidegraph" / "servers" / f"{name}-{uuid.uuid4().hex[:8]}"
+    root.mkdir(parents=True)
+    try:
+        with _server(root) as server:
+            yield server
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def _server(root: Path) -> Iterator[ExtraServer]:
     layout = local_pg.PgLayout.under(root)
     port = _proc.free_port()
     process = local_pg.launch(layout, port=port)

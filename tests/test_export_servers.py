@@ -34,8 +34,8 @@ Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
 
 @pytest.fixture(scope="module")
-def server_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExtraServer]:
-    with extra_server(tmp_path_factory.mktemp("export_b")) as server:
+def server_b() -> Iterator[ExtraServer]:
+    with extra_server("export_b") as server:
         yield server
 
 

@@ -25,7 +25,7 @@ from tidegraph.schemas.servers import MAIN, Servers
 from tidegraph.store import realm_positions
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.errors import RealmSwapped
-from tidegraph.store.move import RealmMove
+from tidegraph.store.move import LOCK_WAIT, RealmMove
 from tidegraph.store.placement import place_realm
 from tidegraph.store.realm_positions import Mark
 from tidegraph.store.realms import open_realm, placements, realm_copies, realm_exists
@@ -38,8 +38,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def server_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExtraServer]:
-    with extra_server(tmp_path_factory.mktemp("server_b")) as server:
+def server_b() -> Iterator[ExtraServer]:
+    with extra_server("server_b") as server:
         yield server
 
 
@@ -56,6 +56,31 @@ async def cluster(own_database: str, server_b: ExtraServer) -> AsyncIterator[Clu
         yield c
     finally:
         await c.close()
+        await _unlink_leftovers(server_b.dsn, own_database)
+
+
+async def _unlink_leftovers(target: str, source: str) -> None:
+    """Subscriptions a failed move left on the target, then their slots on the source (a
+    slot outlives its test and keeps the test database from being dropped)."""
+    async with await psycopg.AsyncConnection.connect(target, autocommit=True) as conn:
+        cur = await conn.execute("SELECT subname FROM pg_subscription")
+        for (name,) in await cur.fetchall():
+            sub = sql.Identifier(name)
+            await conn.execute(sql.SQL("ALTER SUBSCRIPTION {} DISABLE").format(sub))
+            await conn.execute(sql.SQL("ALTER SUBSCRIPTION {} SET (slot_name = NONE)").format(sub))
+            await conn.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sub))
+    async with await psycopg.AsyncConnection.connect(source, autocommit=True) as conn:
+        for _ in range(100):
+            cur = await conn.execute(
+                "SELECT slot_name, active FROM pg_replication_slots"
+                " WHERE database = current_database()"
+            )
+            slots = await cur.fetchall()
+            if not any(active for _, active in slots):
+                break
+            await asyncio.sleep(0.1)  # senders let their slots go after the disable
+        for name, _ in slots:
+            await conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
 
 def _text(key: int, version: int) -> str:
@@ -206,6 +231,49 @@ async def test_the_old_copy_is_fenced_and_kept_on_request(
         await realm_positions.ensure(conn, moved.schema, realm, "t", 0)
         async with conn.transaction():
             await realm_positions.settle(conn, "t", 0, [Mark(realm, moved.schema, 0, 1)])
+
+
+class _MeetsAWriter(RealmMove):
+    """A move whose first pause attempt meets a write transaction holding the realm's lock
+    for three seconds (taken once the stream is followed, just before the pause)."""
+
+    held: asyncio.Task[None] | None = None
+
+    async def _near(self, src: Any, names: Any) -> None:
+        await super()._near(src, names)
+        if self.held is None:
+            locked = asyncio.Event()
+            self.held = asyncio.create_task(self._hold(locked))
+            await locked.wait()
+
+    async def _hold(self, locked: asyncio.Event) -> None:
+        async with await psycopg.AsyncConnection.connect(self.cluster.servers.main_dsn) as conn:
+            async with conn.transaction():
+                await conn.execute(
+                    sql.SQL("SELECT swapped_out FROM {} FOR UPDATE").format(
+                        sql.Identifier(f"realm_{self.realm}", "meta")
+                    )
+                )
+                locked.set()
+                await asyncio.sleep(3.0)
+
+
+async def test_a_write_transaction_holding_the_realm_does_not_lengthen_the_pause(
+    cluster: Cluster, server_b: ExtraServer, unique_name: Callable[[str], str]
+) -> None:
+    """Attempts that cannot take the realm's lock within the bound give up (writes go on)
+    and the pause that switches is short."""
+    realm = unique_name("mv")
+    await place_realm(cluster, realm, RealmConfig(), MAIN)
+    said: list[str] = []
+    move = _MeetsAWriter(cluster, realm, "b", grace=0.0, say=said.append)
+    outcome = await move.run()
+    assert move.held is not None
+    await move.held
+    given_up = [line for line in said if line.startswith("pause attempt")]
+    assert given_up and all("a write transaction holds the realm" in g for g in given_up), said
+    assert outcome.pause_seconds < LOCK_WAIT + 1.0, (outcome, said)
+    assert await _server_of(cluster, realm) == "b"
 
 
 STEPS = [

@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def server_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExtraServer]:
-    with extra_server(tmp_path_factory.mktemp("server_b")) as server:
+def server_b() -> Iterator[ExtraServer]:
+    with extra_server("server_b") as server:
         yield server
 
 

@@ -62,8 +62,8 @@ SYSTEM_USER = "embedded_postgres"
 SERVER_SETTINGS = (
     "wal_level=logical",
     "max_connections=200",
-    "max_wal_senders=10",
-    "max_replication_slots=10",
+    "max_wal_senders=32",
+    "max_replication_slots=32",
     # a realm move copies its tables through a subscription: several at once
     "max_worker_processes=16",
     "max_logical_replication_workers=10",

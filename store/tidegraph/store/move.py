@@ -13,7 +13,9 @@ streams what is written meanwhile. The switch is short and fenced:
    subscription, carry the sequences over, and fence the source copy
    (``swapped_out``: any write that reaches it later is refused and retried where the
    catalogue says). Committing the fence ends the pause for the writers, who find the
-   realm again through the catalogue…
+   realm again through the catalogue… An attempt whose lock or catch-up takes longer than
+   a short bound (a long write transaction holds the realm, or just committed and is still
+   being applied) is rolled back, so writes never wait long, and made again.
 3. ``switched`` — …which now names the target. Readers move within their cache period;
    after ``grace`` seconds the source copy is dropped, or kept as an audit copy.
 
@@ -37,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection, sql
+from psycopg.errors import LockNotAvailable
 
 from tidegraph.schemas.errors import ConfigError, TidegraphError
 from tidegraph.schemas.names import copy_schema
@@ -64,6 +67,19 @@ Say = Callable[[str], None]
 NEAR = 0.25
 """Seconds a marker may take to reach the target before the pause starts."""
 NEAR_TRIES = 40
+LOCK_WAIT = 0.5
+"""Seconds an attempt at the pause waits for the realm's lock (writers queue behind it)."""
+CATCH_UP_BUDGET = 1.0
+"""Seconds the target may take, inside the pause, to apply the commits before it."""
+PAUSE_TRIES = 10
+
+
+class _PauseGivenUp(Exception):
+    """An attempt at the pause rolled back so that writes go on."""
+
+    def __init__(self, why: str, waited: float) -> None:
+        super().__init__(why)
+        self.waited = waited
 
 
 class MoveError(TidegraphError):
@@ -302,10 +318,34 @@ class RealmMove:
     # -- step 2: pause, fence, switch ----------------------------------------------------------
 
     async def _switch(self, src: AsyncConnection[Any], source: str, names: _Names) -> float:
-        """The pause (see the module docstring); returns how long writes waited."""
+        """The pause (see the module docstring); returns how long writes waited. An attempt
+        that cannot take the realm's lock within :data:`LOCK_WAIT`, or whose target needs
+        more than :data:`CATCH_UP_BUDGET` to apply the last commits (a long write
+        transaction just committed), is rolled back — writes go on — and made again after
+        the stream is followed once more; the last of :data:`PAUSE_TRIES` waits as long
+        as it takes."""
         fenced = await _fenced(src, names.schema)
-        if not fenced:
-            await self._near(src, names)
+        waited = 0.0
+        for attempt in range(1, PAUSE_TRIES + 1):
+            if not fenced:
+                await self._near(src, names)
+            last = attempt == PAUSE_TRIES
+            try:
+                pause, laps = await self._pause(src, source, names, fenced, bounded=not last)
+            except _PauseGivenUp as exc:
+                waited += exc.waited
+                self.say(f"pause attempt {attempt} given up after {exc.waited:.2f}s ({exc})")
+                continue
+            await _unpublish(src, names)
+            tried = f"; {attempt - 1} attempt(s) given up, {waited:.2f}s" if attempt > 1 else ""
+            self.say(f"step: {SWITCHED} (writes waited {pause:.2f}s: {laps}{tried})")
+            return pause
+        raise AssertionError("the last attempt is unbounded")  # pragma: no cover
+
+    async def _pause(
+        self, src: AsyncConnection[Any], source: str, names: _Names, fenced: bool, *, bounded: bool
+    ) -> tuple[float, str]:
+        """One attempt at the pause: lock, catch up, fence, switch."""
         steps: dict[str, float] = {}
         async with self.cluster.connection(source) as guard:
             self.say("pausing the realm's writes")
@@ -317,24 +357,39 @@ class RealmMove:
                 steps[name] = now - last
                 last = now
 
-            async with guard.transaction():
-                await guard.execute(
-                    sql.SQL("SELECT swapped_out FROM {} FOR UPDATE").format(
-                        sql.Identifier(names.schema, "meta")
-                    )
-                )
-                lap("lock")
-                if not fenced:
-                    await self._catch_up(src, names)
-                    lap("catch-up")
-                    await _unsubscribe(self.cluster, self.target, names)
-                    await _carry_sequences(src, self.cluster, self.target, names.schema)
-                    lap("unsubscribe")
+            try:
+                async with guard.transaction():
+                    if bounded:
+                        await guard.execute(
+                            sql.SQL("SET LOCAL lock_timeout = {}").format(
+                                sql.Literal(f"{int(LOCK_WAIT * 1000)}ms")
+                            )
+                        )
                     await guard.execute(
-                        sql.SQL("UPDATE {} SET swapped_out = true").format(
+                        sql.SQL("SELECT swapped_out FROM {} FOR UPDATE").format(
                             sql.Identifier(names.schema, "meta")
                         )
                     )
+                    lap("lock")
+                    if not fenced:
+                        budget = CATCH_UP_BUDGET if bounded else None
+                        if not await self._catch_up(src, names, budget):
+                            raise _PauseGivenUp(
+                                "the target applies a long transaction", time.monotonic() - paused
+                            )
+                        lap("catch-up")
+                        await _unsubscribe(self.cluster, self.target, names)
+                        await _carry_sequences(src, self.cluster, self.target, names.schema)
+                        lap("unsubscribe")
+                        await guard.execute(
+                            sql.SQL("UPDATE {} SET swapped_out = true").format(
+                                sql.Identifier(names.schema, "meta")
+                            )
+                        )
+            except LockNotAvailable:
+                raise _PauseGivenUp(
+                    "a write transaction holds the realm", time.monotonic() - paused
+                ) from None
             async with self.cluster.connection(MAIN) as main, main.transaction():
                 await main.execute(
                     "UPDATE tidegraph.realms SET server = %s WHERE realm = %s",
@@ -347,10 +402,7 @@ class RealmMove:
                 )
             lap("fence and switch")
             pause = time.monotonic() - paused
-        await _unpublish(src, names)
-        laps = ", ".join(f"{k} {v:.2f}s" for k, v in steps.items())
-        self.say(f"step: {SWITCHED} (writes waited {pause:.2f}s: {laps})")
-        return pause
+        return pause, ", ".join(f"{k} {v:.2f}s" for k, v in steps.items())
 
     async def _near(self, src: AsyncConnection[Any], names: _Names) -> None:
         """Follow the stream until the target is close behind (a marker comes through
@@ -362,8 +414,11 @@ class RealmMove:
             if time.monotonic() - started < NEAR:
                 return
 
-    async def _catch_up(self, src: AsyncConnection[Any], names: _Names) -> None:
-        """Write a marker on the source and wait until the target has applied it."""
+    async def _catch_up(
+        self, src: AsyncConnection[Any], names: _Names, budget: float | None = None
+    ) -> bool:
+        """Write a marker on the source and wait until the target has applied it; False
+        when ``budget`` seconds pass first."""
         token = uuid.uuid4().hex
         await src.execute(
             sql.SQL("INSERT INTO {} (token) VALUES (%s)").format(names.marks()), (token,)
@@ -376,7 +431,15 @@ class RealmMove:
                 )
                 return await cur.fetchone() is not None
 
-        await self._until(arrived, "the target to apply the last writes", poll=0.005)
+        if budget is None:
+            await self._until(arrived, "the target to apply the last writes", poll=0.005)
+            return True
+        deadline = time.monotonic() + budget
+        while not await arrived():
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     # -- step 3: retire the source copy --------------------------------------------------------
 
