@@ -44,6 +44,11 @@ class ScriptedServer:
             self.stop()
             raise RuntimeError("the scripted server did not start")
 
+    @property
+    def pid(self) -> int:
+        """The server process (its CPU is the endpoint's share of a run)."""
+        return self._proc.pid
+
     def stats(self) -> dict[str, Any]:
         """The server's counters (``calls`` per path, ``max_concurrent``, …)."""
         return dict(httpx.get(f"{self.base_url}/_scripted/stats").json())

@@ -21,8 +21,9 @@ answers 400 to any ``json_schema`` response format; ``content_template`` wraps e
 answer (prose, code fences, trailing junk).
 
 Observation: ``calls`` per path, ``chunk_calls`` per fixture match, ``gleaning_calls``,
-``max_concurrent`` requests, and every request body in ``requests``; over HTTP, the
-counters at ``GET /v1/_scripted/stats``.
+``max_concurrent`` requests, every request body in ``requests``, and when each chat
+request arrived and was answered (wall-clock seconds, ``chat_spans``); over HTTP, the
+counters at ``GET /v1/_scripted/stats`` and the spans at ``GET /v1/_scripted/spans``.
 
 - Contradiction questions (``tidegraph.indexer.extraction.contradiction_prompt``,
   recognised by its system prompt): ``{"contradicts": true}`` when a rule added with
@@ -261,6 +262,8 @@ class ScriptedLLMServer:
             self.requests: list[tuple[Route, dict[str, Any]]] = []
             self.in_flight = 0
             self.max_concurrent = 0
+            self.chat_spans: list[tuple[float, float]] = []
+            """(arrived, answered) of every chat request, wall-clock seconds."""
 
     def enqueue(self, *faults: Fault) -> None:
         """Faults for the next requests, in order, each consumed by one request."""
@@ -318,9 +321,11 @@ class ScriptedLLMServer:
                     return self._faults.pop(index)
         return None
 
-    def _end(self) -> None:
+    def _end(self, route: Route, arrived: float) -> None:
         with self._lock:
             self.in_flight -= 1
+            if route == "chat":
+                self.chat_spans.append((arrived, time.time()))
 
     def stats(self) -> dict[str, Any]:
         """The counters, as ``GET /v1/_scripted/stats`` serves them."""
@@ -415,6 +420,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/v1/_scripted/stats":
             self._json(200, self.scripted.stats())
+        elif self.path == "/v1/_scripted/spans":
+            with self.scripted._lock:
+                spans = list(self.scripted.chat_spans)
+            self._json(200, {"chat": spans})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -431,11 +440,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request"}})
             return
         server = self.scripted
+        arrived = time.time()
         fault = server._begin(route, body)
         try:
             self._answer(route, body, fault)
         finally:
-            server._end()
+            server._end(route, arrived)
 
     def _answer(self, route: Route, body: dict[str, Any], fault: Fault | None) -> None:
         server = self.scripted

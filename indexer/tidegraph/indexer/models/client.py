@@ -10,6 +10,8 @@ retries × backoff on every call (paper §3.5). So:
 2. A call first takes one of ``max_in_flight`` slots of this endpoint and holds it until
    it returns or gives up, backoff included. Holding the slot while backing off keeps a
    rate-limited or failing endpoint from being hammered by the calls queued behind.
+   Waiting calls are served by the priority of the work they serve, not in arrival order
+   (:mod:`tidegraph.indexer.models.slots`).
 3. From the moment it holds a slot, a call has ``deadline`` seconds of wall-clock time for
    all its attempts. Each attempt gets ``min(remaining, attempt_timeout)``, enforced with
    ``asyncio.timeout`` (a server that accepts the connection and never answers cannot hold
@@ -58,6 +60,7 @@ from tidegraph.indexer.models.errors import (
     LLMUnavailable,
 )
 from tidegraph.indexer.models.metrics import CallKind, ErrorClass, ModelMetrics, model_metrics
+from tidegraph.indexer.models.slots import Slots
 
 __all__ = [
     "ChatResult",
@@ -190,7 +193,7 @@ class LLMClient:
         self._completions = self._openai.chat.completions
         self._embeddings = self._openai.embeddings
         self.endpoint = str(self._openai.base_url).rstrip("/")
-        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._slots = Slots(settings.max_in_flight)
         self._metrics = metrics if metrics is not None else model_metrics()
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
         self._usage = TokenUsage()
@@ -306,7 +309,7 @@ class LLMClient:
         """Run ``attempt`` under the slot bound, deadline and retry policy."""
         settings = self.settings
         budget = settings.deadline if deadline is None else deadline
-        async with self._slots:
+        async with self._slots.hold():
             started = time.monotonic()
             deadline_at = started + budget
             attempts = 0
