@@ -8,7 +8,10 @@ port, one thread per request (so concurrency is real and measurable):
   message (the layout of ``tidegraph.indexer.extraction.prompts``); the fixture whose ``match``
   substring occurs in it — the longest such match — supplies the answer: its ``output``
   for a first pass, its ``glean`` (default: empty lists) when the prompt carries
-  ``<already_extracted>``. No fixture matches → empty lists.
+  ``<already_extracted>``. No fixture matches → empty lists, or with ``rules`` on, what
+  the offline rules extractor reads in the chunk given the prompt's document context (the
+  known names it lists): a model whose naming follows the context it is given, for
+  measuring what a context costs or buys; gleaning passes then add nothing.
 - Embeddings: a deterministic vector per input text (sha256-based, not normalised) of the
   requested ``dimensions`` or the server's ``embed_dim``; ``float`` or ``base64`` encoding.
 - Usage tokens in every answer (about four characters per token).
@@ -160,6 +163,18 @@ def _between(text: str, start: str, end: str) -> str:
     return rest.partition(end)[0]
 
 
+def rules_answer(chunk: str, prompt: str) -> dict[str, Any]:
+    """What the offline rules extractor reads in ``chunk`` knowing the names the prompt's
+    ``<known_entities>`` lists."""
+    from tidegraph.indexer.extraction.interfaces import DocumentContext
+    from tidegraph.indexer.extraction.rules import RulesExtractor
+
+    block = _between(prompt, "<known_entities>", "</known_entities>")
+    known = tuple(line[2:] for line in block.splitlines() if line.startswith("- "))
+    output = RulesExtractor().extract_text(chunk, DocumentContext(known_names=known))
+    return output.model_dump(mode="json")
+
+
 def _chunk_of(prompt: str) -> str:
     start = prompt.find("<chunk>\n")
     end = prompt.rfind("\n</chunk>")
@@ -182,7 +197,10 @@ class ScriptedLLMServer:
         embed_dim: int = 16,
         latency: float = 0.0,
         port: int = 0,
+        rules: bool = False,
     ) -> None:
+        self.rules = rules
+        """Answer chunks no fixture matches with the rules extractor (see the module)."""
         self.fixtures: list[ExtractionFixture] = []
         self._whole: dict[str, ExtractionFixture] = {}
         """Fixtures by ``match``: one that is a chunk's whole text is its longest match, found
@@ -371,10 +389,12 @@ class ScriptedLLMServer:
                 self.chunk_calls[fixture.match] += 1
             else:
                 self.unmatched_chunks.append(chunk)
-        if fixture is None:
-            output = EMPTY_OUTPUT
-        else:
+        if fixture is not None:
             output = fixture.glean if gleaning else fixture.output
+        elif self.rules and not gleaning:
+            output = rules_answer(chunk, prompt)
+        else:
+            output = EMPTY_OUTPUT
         content = json.dumps(output, ensure_ascii=False)
         all_text = "".join(str(m.get("content", "")) for m in messages)
         return content, _tokens(all_text), _tokens(content)
@@ -554,6 +574,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
     parser.add_argument("--embed-dim", type=int, default=16)
     parser.add_argument(
+        "--rules", action="store_true", help="answer unmatched chunks with the rules extractor"
+    )
+    parser.add_argument(
         "--fixtures", type=Path, default=FIXTURES_DIR / "extractions", help="fixture folder"
     )
     args = parser.parse_args()
@@ -562,6 +585,7 @@ def main() -> None:
         embed_dim=args.embed_dim,
         latency=args.latency,
         port=args.port or 0,
+        rules=args.rules,
     )
     with server:
         print(server.base_url, flush=True)
