@@ -218,6 +218,8 @@ async def drain(args: argparse.Namespace, shape: str, bound: int, checkout: Path
         command += ["--log-level", "WARNING"]
         if args.concurrency:
             command += ["--concurrency", str(args.concurrency)]
+        if args.max_poll_records:
+            command += ["--max-poll-records", str(args.max_poll_records)]
         proc = subprocess.Popen(command, env=env, cwd=REPO)
         try:
             await wait_applied(dsn, group, topic, len(docs), proc=proc)
@@ -272,7 +274,7 @@ def show(label: str, f: Figures, bound: int) -> None:
     print(
         f"  {label:<7} {f.calls:>5} calls, ideal {f.ideal:6.1f} s; model span {f.span:6.1f} s "
         f"= {f.share:4.0%} of the ideal; whole drain {f.drain:6.1f} s = {f.share_drain:4.0%} "
-        f"(start {f.start:.1f} s)"
+        f"(start {f.start:.1f} s, after the last answer {f.drain - f.start - f.span:.1f} s)"
     )
     print(f"          in flight: {histogram(f.levels, bound)}")
     print(f"          over time: |{f.strip}|")
@@ -294,6 +296,9 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per shape and side")
     parser.add_argument("--compare", type=Path, default=None, help="another checkout to run too")
     parser.add_argument("--concurrency", type=int, default=None, help="the indexer's --concurrency")
+    parser.add_argument(
+        "--max-poll-records", type=int, default=None, help="the indexer's --max-poll-records"
+    )
     args = parser.parse_args()
     sides: list[tuple[str, Path | None]] = [("this", None)]
     if args.compare is not None:
