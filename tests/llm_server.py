@@ -545,7 +545,11 @@ def _completion(model: str, content: str, prompt_tokens: int, completion_tokens:
 SYNTHESIS_MARK = "You answer questions from the evidence"
 CONTRADICTION_MARK = "You decide whether two statements from a knowledge graph contradict"
 """How the query service's synthesis system prompt begins."""
-_PASSAGE = re.compile(r"^\[(\d+)\] \([^)]*\)\n(.+?)(?:\n\n|\n## |\Z)", re.M | re.S)
+_PASSAGE = re.compile(
+    r"^\[(\d+)\] \([^)\n]*\)(?: \[[^\]\n]*\])*\n(.+?)(?:\n\n|\n## |\Z)", re.M | re.S
+)
+"""A passage of the synthesis prompt: ``[n] (citation)``, any bracketed notes the prompt
+adds after it (``[stated 1842]``), then its text."""
 
 
 def synthesis_answer(prompt: str) -> str:

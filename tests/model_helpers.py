@@ -253,7 +253,7 @@ async def stored_graph(pg_dsn: str, realm: str) -> StoredGraph:
             for name, typ, aliases, desc, dormant in await rows(
                 sql.SQL(
                     "SELECT name, type, aliases, description, dormant_since IS NOT NULL"
-                    " FROM {}.entities"
+                    " FROM {}.entities WHERE merged_into IS NULL"  # merged: kept as history
                 ).format(s)
             )
         }
@@ -288,7 +288,8 @@ async def stored_graph(pg_dsn: str, realm: str) -> StoredGraph:
             sql.SQL(
                 "SELECT DISTINCT e.name, c.doc_key FROM {s}.mentions m"
                 " JOIN {s}.entities e ON e.id = m.entity_id"
-                " JOIN {s}.chunks c ON c.id = m.chunk_id WHERE c.t_expired IS NULL"
+                " JOIN {s}.chunks c ON c.id = m.chunk_id"
+                " WHERE c.t_expired IS NULL AND m.t_expired IS NULL"
             ).format(s=s)
         ):
             mentions.setdefault(name, set()).add(short_key(doc_key))

@@ -23,6 +23,7 @@ import httpx
 import psycopg
 
 from tidegraph.connectors.bulk import text_document
+from tidegraph.infra.package_files import sample_corpus
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
@@ -113,7 +114,7 @@ def spawn_serve(
             proc.wait(5)
 
 
-CORPUS = REPO / "examples" / "corpus"
+CORPUS = sample_corpus()
 
 
 @dataclass
@@ -141,8 +142,8 @@ class LivePipeline:
         return CORPUS
 
     def corpus(self, *names: str) -> list[DocumentVersion]:
-        """Documents of ``examples/corpus``, read as ``publish`` reads them (each file's
-        front matter date is its order)."""
+        """Documents of the sample corpus ``tidegraph demo`` ships, read as ``publish``
+        reads them (each file's front matter date is its order)."""
         return [text_document(CORPUS / name, name, self.realm, source="test") for name in names]
 
 

@@ -92,6 +92,7 @@ def test_exported_members() -> None:
         "DEFAULT_URL",
         "ApiError",
         "AsyncClient",
+        "AuthenticationFailed",
         "BadRequest",
         "Client",
         "ClientConfig",

@@ -31,6 +31,8 @@ from tidegraph.indexer.communities.store import (
     read_snapshot,
 )
 from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.schemas.servers import Servers
+from tidegraph.store.cluster import Cluster
 
 from graph_helpers import GraphHarness, ent, rel
 
@@ -334,6 +336,10 @@ async def test_only_the_spaces_asked_for_are_replaced(
     assert beta_after == beta_ids
 
 
+def _no_other(name: str, dsn: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    raise AssertionError(f"one server only, not {name!r}")
+
+
 async def test_automatic_build_after_a_quiet_period(pg_dsn: str, graph: GraphHarness) -> None:
     await write_hub_fixture(graph)
     pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
@@ -342,7 +348,7 @@ async def test_automatic_build_after_a_quiet_period(pg_dsn: str, graph: GraphHar
     async with pool:
         task = asyncio.create_task(
             auto_build_loop(
-                pool,
+                Cluster(Servers.single(pg_dsn), _no_other, main_pool=pool),
                 0.5,
                 embedder_for=lambda _info: EMBEDDER,
                 poll_seconds=0.1,

@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tidegraph.connectors.config import load_connector_settings
 from tidegraph.connectors.http_ingest import IngestService, create_app
 from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.schemas import VERSION
 from tidegraph.schemas.api_keys import ApiKeys
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.kafka_security import kafka_client_options
@@ -165,9 +166,10 @@ async def test_malformed_json(make_client: ClientFactory) -> None:
 async def test_missing_content_and_bad_fields(make_client: ClientFactory) -> None:
     client = await make_client()
     response = await client.put("/v1/ingest/acme/documents/k", json={"title": "no content"})
-    assert _error(response, 422, "invalid_document") == (
-        "content: required when op is 'upsert'; content_hash: required when op is 'upsert'"
-    )
+    assert _error(response, 422, "invalid_document") == "content: required when op is 'upsert'"
+    # the service computes content_hash: only what the caller sent wrong is named
+    response = await client.put("/v1/ingest/acme/documents/k", json={"content": 5})
+    assert _error(response, 422, "invalid_document") == "content: Input should be a valid string"
     response = await client.put("/v1/ingest/acme/documents/k", json={"content": "x", "space": "*"})
     assert "space" in _error(response, 422, "invalid_document")
     response = await client.put(
@@ -303,7 +305,9 @@ async def test_connect_http_command_serves(settings: Settings) -> None:
                     await asyncio.sleep(0.1)
             response = await client.put("/v1/ingest/acme/documents/cli.md", json={"content": "x"})
             assert response.status_code == 202, response.text
-            assert "/v1/ingest/{realm}/documents:batch" in (await client.get("/openapi.json")).text
+            spec = (await client.get("/openapi.json")).json()
+            assert "/v1/ingest/{realm}/documents:batch" in spec["paths"]
+            assert spec["info"]["version"] == VERSION
     finally:
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), 20)

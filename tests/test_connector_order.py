@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tidegraph.connectors.bulk import Input, read_inputs
 from tidegraph.connectors.textfiles import file_version, front_matter
+from tidegraph.infra.package_files import sample_corpus
 from tidegraph.schemas.realm_config import preset
 
 from indexer_helpers import (
@@ -23,7 +24,7 @@ from indexer_helpers import (
     wait_for,
 )
 
-CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus"
+CORPUS = sample_corpus()
 
 
 def test_front_matter_block_and_what_follows() -> None:

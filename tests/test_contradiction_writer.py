@@ -258,7 +258,9 @@ async def test_the_model_is_asked_outside_the_write_transaction(
                 states.append((await cur.fetchone() or ("gone",))[0])
             await asyncio.sleep(0.05)
     await writing
-    assert states and set(states) == {"idle"}, states  # never "idle in transaction"
+    # Never inside a transaction while the model thinks ("idle in transaction"); "active"
+    # is the next statement, sent as the answer arrives while the server still counts it.
+    assert states and not [s for s in states if s.startswith("idle in transaction")], states
 
 
 async def test_unusable_answers_and_a_missing_endpoint_fail_closed(

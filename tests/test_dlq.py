@@ -133,5 +133,8 @@ async def test_dlq_list_and_replay(
 
     one = run_cli(["dlq", "replay", "--at", letters[2]["at"], "--dry-run"], env)
     assert one.returncode == 0 and "would publish 1 of 1" in one.stderr
+    # an unstorable record's bytes meet the same refusal unless its cause went away: said
+    assert "dead-lettered as unstorable (a bug since fixed)" in one.stdout
+    assert "refuses the same value again" in one.stdout
     bad = run_cli(["dlq", "replay", "--at", "0:12345"], env)
     assert bad.returncode != 0 and "no dead-lettered record at 0:12345" in bad.stderr

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from tidegraph.client import Client
+from tidegraph.infra.package_files import sample_corpus
 
 from surface_helpers import REPO, live_pipeline, spawn_serve
 
@@ -43,7 +44,7 @@ async def test_mirror_answers_as_the_query_service(
 ) -> None:
     realm, prefix = unique_name("m"), unique_name("mp")
     async with live_pipeline(kafka_bootstrap, pg_dsn, realm, prefix) as live:
-        names = sorted(p.name for p in (REPO / "examples" / "corpus").glob("*.md"))
+        names = sorted(p.name for p in sample_corpus().glob("*.md"))
         await live.publish(live.corpus(*[n for n in names if n != "rivalry-2.md"]))
         await live.publish(live.corpus("rivalry-2.md"))  # supersedes the alliance
     with spawn_serve(pg_dsn, kafka_bootstrap, prefix, realms=(realm,)) as url:

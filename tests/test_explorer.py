@@ -1,7 +1,12 @@
 """The graph explorer (``GET /ui``) in a real headless Chromium over a corpus streamed
-through the real pipeline: no console error, a search draws the neighbourhood the API
-describes, belief time moved back shows a superseded relation as it was, and a document
-published meanwhile appears in the live panel. Screenshots go to the test's tmp folder."""
+through the real pipeline: no console error; a search draws the neighbourhood the API
+describes, with no label over another, no edge through a node it does not join and the
+drawing spread over the canvas (read from the page's boxes and from a screenshot); a
+relation's details show its belief history as a timeline and "superseded by" jumps to the
+superseding relation; both time fields take what the API takes (a date, a year), an error
+clears the graph; a document published meanwhile appears in the live panel and redraws the
+graph and the realm menu without a click; the key applies as it is typed. Screenshots go to
+the test's tmp folder."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from png_pixels import changed_share, decode, inked_extent
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
@@ -74,14 +80,13 @@ async def until(check: Callable[[], Any], what: str, limit: float = 30) -> Any:
 
 
 def drawn(driver: webdriver.Chrome) -> dict[str, tuple[str, bool]]:
-    """fact → (state, negated) of every drawn relation."""
-    return {
-        e.get_attribute("data-fact") or "": (
-            e.get_attribute("data-state") or "",
-            e.get_attribute("data-negated") == "true",
-        )
-        for e in driver.find_elements(By.CSS_SELECTOR, "#graph .edge")
-    }
+    """fact → (state, negated) of every drawn relation, read in one go (a live redraw may
+    replace the elements between two reads)."""
+    found: list[list[str]] = driver.execute_script(
+        "return [...document.querySelectorAll('#graph .edge')].map("
+        "(e) => [e.dataset.fact, e.dataset.state, e.dataset.negated])"
+    )
+    return {fact: (state, negated == "true") for fact, state, negated in found}
 
 
 def api_neighbourhood(tg: Client, realm: str, name: str, hops: int, **time: Any) -> set[str]:
@@ -108,6 +113,66 @@ def api_neighbourhood(tg: Client, realm: str, name: str, hops: int, **time: Any)
 
 def console_errors(driver: webdriver.Chrome) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+GEOMETRY = """
+const svg = document.getElementById("graph");
+const labels = [...svg.querySelectorAll("text")].map((t) => {
+  const r = t.getBoundingClientRect();
+  return {text: t.textContent, x0: r.left, y0: r.top, x1: r.right, y1: r.bottom};
+});
+const nodes = [...svg.querySelectorAll(".node")].map((g) => {
+  const c = g.querySelector("circle");
+  return {name: g.dataset.name, x: +c.getAttribute("cx"), y: +c.getAttribute("cy"),
+          r: +c.getAttribute("r")};
+});
+const edges = [...svg.querySelectorAll(".edge")].map((g) => {
+  const path = g.querySelector(".line"), length = path.getTotalLength(), points = [];
+  for (let i = 0; i <= 60; i++) {
+    const p = path.getPointAtLength((length * i) / 60);
+    points.push([p.x, p.y]);
+  }
+  return {fact: g.dataset.fact, points};
+});
+const box = svg.getBoundingClientRect();
+return {labels, nodes, edges, width: box.width, height: box.height,
+        left: box.left, top: box.top};
+"""
+
+
+def check_geometry(driver: webdriver.Chrome) -> None:
+    """What a reader needs: every label readable (none over another, all on the canvas),
+    every edge visibly between its own ends (never through another node), and the
+    neighbourhood spread over the canvas rather than bunched in a corner of it."""
+    g: dict[str, Any] = driver.execute_script(GEOMETRY)
+    labels = g["labels"]
+    assert labels and g["edges"]
+    for i, a in enumerate(labels):
+        assert a["x0"] >= g["left"] - 1 and a["x1"] <= g["left"] + g["width"] + 1, a
+        assert a["y0"] >= g["top"] - 1 and a["y1"] <= g["top"] + g["height"] + 1, a
+        for b in labels[i + 1 :]:
+            apart = (
+                a["x1"] <= b["x0"] or b["x1"] <= a["x0"] or a["y1"] <= b["y0"] or b["y1"] <= a["y0"]
+            )
+            assert apart, f"label {a['text']!r} overlaps {b['text']!r}"
+    for edge in g["edges"]:
+        ends = edge["fact"].split("|")[0::2]
+        for node in g["nodes"]:
+            if node["name"] in ends:
+                continue
+            nearest = min(
+                ((x - node["x"]) ** 2 + (y - node["y"]) ** 2) ** 0.5 for x, y in edge["points"]
+            )
+            assert nearest > node["r"] + 4, f"{edge['fact']} runs through {node['name']}"
+    xs = [n["x"] for n in g["nodes"]]
+    ys = [n["y"] for n in g["nodes"]]
+    assert (max(xs) - min(xs)) / g["width"] > 0.7 and (max(ys) - min(ys)) / g["height"] > 0.7, g
+
+
+def canvas_shot(driver: webdriver.Chrome, path: Path) -> bytes:
+    png: bytes = driver.find_element(By.ID, "canvas").screenshot_as_png
+    path.write_bytes(png)
+    return png
 
 
 async def test_explorer_in_headless_chromium(
@@ -139,7 +204,8 @@ async def test_explorer_in_headless_chromium(
                 lambda: driver.execute_script("return document.readyState") == "complete", "load"
             )
             key = driver.find_element(By.ID, "key")
-            key.send_keys(KEY, Keys.TAB)
+            assert "required" in (key.get_attribute("placeholder") or "")  # keys are checked
+            key.send_keys(KEY)  # applied as typed: no Enter, no Tab
             await until(
                 lambda: driver.find_elements(By.CSS_SELECTOR, f"#realm option[value='{realm}']"),
                 "the realm list",
@@ -157,6 +223,10 @@ async def test_explorer_in_headless_chromium(
             superseded = driver.find_element(By.CSS_SELECTOR, f"#graph .edge[data-id='{ally.id}']")
             assert "superseded" in (superseded.get_attribute("class") or "")
             driver.save_screenshot(str(tmp_path / "explorer-search.png"))
+            check_geometry(driver)
+            drawn_before = decode(canvas_shot(driver, tmp_path / "canvas-search.png"))
+            wide, high = inked_extent(drawn_before, (255, 255, 255), skip_bottom=40)
+            assert wide > 0.75 and high > 0.75, (wide, high)  # the canvas is used, not a third
 
             # relation details: periods, weight, documents and passages behind it
             driver.execute_script(
@@ -173,7 +243,38 @@ async def test_explorer_in_headless_chromium(
             )
             assert "rivalry-1.md" in driver.find_element(By.ID, "relation-docs").text
             assert "ally of George Airy" in driver.find_element(By.ID, "details").text
+            # the belief history as a timeline: one segment per interval the API holds
+            history = tg.relation_history(realm, ally.id).history
+            await until(
+                lambda: (
+                    len(driver.find_elements(By.CSS_SELECTOR, "#timeline rect.segment"))
+                    == len(history)
+                ),
+                "the timeline",
+            )
+            segments = driver.find_elements(By.CSS_SELECTOR, "#timeline rect.segment")
+            assert [x.get_attribute("data-state") for x in segments] == [i.state for i in history]
+            assert [i.state for i in history] == ["current", "superseded"]
             driver.save_screenshot(str(tmp_path / "explorer-details.png"))
+
+            # "superseded by" names the later relation and jumps to it
+            link = driver.find_element(By.CSS_SELECTOR, "#superseded-by a.jump")
+            await until(lambda: link.text == "Charles Babbage enemy_of George Airy", "its name")
+            link.click()
+            await until(
+                lambda: (
+                    "selected"
+                    in (
+                        driver.find_element(
+                            By.CSS_SELECTOR, f"#graph .edge[data-id='{enemy.id}']"
+                        ).get_attribute("class")
+                        or ""
+                    )
+                ),
+                "the jump",
+            )
+            heading = driver.find_element(By.CSS_SELECTOR, "#details h2")
+            assert heading.text == "Charles Babbage enemy_of George Airy"
 
             # belief time between the two rivalry documents: the alliance as it was
             between = ally.t_created + (enemy.t_created - ally.t_created) / 2
@@ -191,9 +292,45 @@ async def test_explorer_in_headless_chromium(
             )
             driver.save_screenshot(str(tmp_path / "explorer-believed.png"))
 
-            # a document published now shows up in the live panel
+            # both time fields take what the API takes: a date is the end of that day
+            async def redraw_with(believed: str, as_of: str) -> str:
+                for field, value in (("believed", believed), ("as-of", as_of)):
+                    box = driver.find_element(By.ID, field)
+                    box.clear()
+                    box.send_keys(value)
+                driver.find_element(By.ID, "apply-time").click()
+                await until(
+                    lambda: f"{believed or as_of}" in driver.find_element(By.ID, "status").text,
+                    f"a redraw at {believed or as_of}",
+                )
+                return str(driver.find_element(By.ID, "status").text)
+
+            said = await redraw_with("2020-01-01", "")
+            assert "error" not in (
+                driver.find_element(By.ID, "status").get_attribute("class") or ""
+            )
+            assert said.startswith("0 relation(s)") and not drawn(driver)  # nothing believed yet
+            await redraw_with("", "1830")  # valid time: the alliance held then, the enmity not
+            then = drawn(driver)
+            assert then["Charles Babbage|ally_of|George Airy"][0] == "superseded"
+            assert "Charles Babbage|enemy_of|George Airy" not in then
+            assert set(then) == api_neighbourhood(tg, realm, "Charles Babbage", 2, as_of="1830")
+            # an error clears the graph: nothing stale stays under it
+            await redraw_with("2020-13", "")
+            status = driver.find_element(By.ID, "status")
+            assert "error" in (status.get_attribute("class") or "") and "422" in status.text
+            assert drawn(driver) == {}
+            assert "422" in driver.find_element(By.CSS_SELECTOR, "#graph .message").text
+            await redraw_with("", "")
+            await until(lambda: len(drawn(driver)) == len(shown), "the full neighbourhood")
+            before = decode(canvas_shot(driver, tmp_path / "canvas-before-live.png"))
+
+            # a document published now: the live panel lists it, and the graph and the realm
+            # menu redraw without a click
+            menu = driver.find_element(By.CSS_SELECTOR, f"#realm option[value='{realm}']")
+            assert "(7 docs" in menu.text
             await live.publish(
-                [upsert(realm, "news.md", "Ada Lovelace worked with Michael Faraday.")]
+                [upsert(realm, "news.md", "Charles Babbage worked with Michael Faraday.")]
             )
             await until(
                 lambda: driver.find_elements(
@@ -201,8 +338,24 @@ async def test_explorer_in_headless_chromium(
                 ),
                 "the live panel",
             )
+            await until(
+                lambda: "Charles Babbage|worked_with|Michael Faraday" in drawn(driver),
+                "the graph redrawn live",
+            )
+            await until(
+                lambda: (
+                    "(8 docs"
+                    in driver.find_element(By.CSS_SELECTOR, f"#realm option[value='{realm}']").text
+                ),
+                "the realm menu redrawn",
+            )
+            assert set(drawn(driver)) == api_neighbourhood(tg, realm, "Charles Babbage", 2)
+            check_geometry(driver)
+            after = decode(canvas_shot(driver, tmp_path / "canvas-after-live.png"))
+            assert changed_share(before, after) > 0.005  # the picture itself changed
             driver.save_screenshot(str(tmp_path / "explorer-live.png"))
-            assert console_errors(driver) == []
+            deliberate = "as_believed_at=2020-13 - Failed to load resource: the server responded"
+            assert [e for e in console_errors(driver) if deliberate not in e] == []
 
             # the page reaches only what its key reaches
             key.clear()

@@ -70,3 +70,31 @@ async def test_batches_and_failed_documents_are_one_line_each(
     assert len(failed) == 1, lines
     assert f"realm {realm}" in failed[0] and "offset 1" in failed[0]
     assert failed[0].split("failed: ", 1)[1].strip(), failed[0]  # a reason, not blank
+
+
+async def test_a_refused_value_is_logged_with_the_refusal_the_dlq_holds(
+    kafka_bootstrap: str,
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A title PostgreSQL cannot store: the version is stored as failed and the record
+    dead-lettered with the refusal; the failed line gives the same reason."""
+    caplog.set_level(logging.INFO, logger="tidegraph.indexer")
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    text = "Ada Lovelace worked with Charles Babbage."
+    async with running_indexer(topics, pg_dsn, group):
+        await publish(topics, [upsert(realm, "nul.md", text, title="a\x00b")])
+
+        async def done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= 1
+
+        await wait_for(done, 60, "the record settled")
+    lines = [r.getMessage() for r in caplog.records if r.name == "tidegraph.indexer"]
+    dead = [line for line in lines if line.startswith("dead-lettered")]
+    failed = [line for line in lines if "'nul.md'" in line and "failed:" in line]
+    assert len(dead) == 1 and len(failed) == 1, lines
+    reason = failed[0].split("failed: ", 1)[1]
+    assert reason.startswith("PostgreSQL refused a value of the record: "), failed[0]
+    assert dead[0].endswith(reason), (dead[0], reason)

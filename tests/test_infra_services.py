@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from tidegraph.infra import _proc, local_kafka, local_pg, services
 from tidegraph.infra.errors import (
@@ -21,6 +26,7 @@ from tidegraph.infra.errors import (
     ServiceStartError,
     ServiceUnreachableError,
 )
+from tidegraph.schemas import kafka_security
 from tidegraph.schemas.kafka_security import KafkaSecurity
 
 from local_services import REPO, run_cli
@@ -95,7 +101,9 @@ def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
             f"postgresql://tidegraph_cdc:{secret.replication}@127.0.0.1:{pg_port}/postgres"
         ),
         **secret.env(),
+        services.UP_WROTE_KEY: written[services.UP_WROTE_KEY],
     }
+    assert len(written[services.UP_WROTE_KEY].split()) == 2  # both addresses are up's own
     assert first.pg_dsn == written["TIDEGRAPH_PG_DSN"]
     assert (state_dir / "env").stat().st_mode & 0o777 == 0o600
     assert (state_dir / "kafka").stat().st_mode & 0o777 == 0o700
@@ -134,6 +142,30 @@ def test_up_twice_then_down_leaves_no_process(state_dir: Path) -> None:
     assert again.pg_dsn == written["TIDEGRAPH_PG_DSN"]
     with psycopg.connect(again.pg_dsn) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_postgres_killed_while_it_holds_a_logical_slot_comes_back_with_up(
+    state_dir: Path,
+) -> None:
+    port = _proc.free_port()
+    first = services.up(state_dir, services=["postgres"], pg_port=port)
+    assert first.pg_dsn is not None and first.postgres.pid is not None
+    with psycopg.connect(first.pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('left_behind', 'pgoutput')")
+    # no shutdown checkpoint: recovery next start; the dead postmaster may stay a zombie
+    # that nothing reaps, which PostgreSQL's own lock check takes for a running server
+    os.kill(first.postgres.pid, signal.SIGKILL)
+    while _proc.is_alive(first.postgres.pid):
+        time.sleep(0.05)
+    again = services.up(state_dir, services=["postgres"], pg_port=port)
+    assert again.postgres.started and again.pg_dsn == first.pg_dsn
+    with psycopg.connect(again.pg_dsn, autocommit=True) as conn:
+        slots = conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()
+        assert slots == [("left_behind",)]
+        conn.execute("SELECT pg_drop_replication_slot('left_behind')")
+    services.down(state_dir)
 
 
 @pytest.mark.slow
@@ -343,3 +375,88 @@ def test_compose_file_pins_the_same_kafka_release() -> None:
     compose = (REPO / "infra" / "compose.yaml").read_text()
     assert f"image: apache/kafka:{local_kafka.kafka_version()}\n" in compose
     assert "wal_level=logical" in compose
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_status_right_after_a_fresh_up_says_there_is_nothing_yet(
+    state_dir: Path, kafka_bootstrap: str
+) -> None:
+    """A server nothing has written to has no catalogue: status says so, no SQL error."""
+    services.up(state_dir, services=[services.POSTGRES], pg_port=_proc.free_port())
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env["TIDEGRAPH_KAFKA_BOOTSTRAP"] = kafka_bootstrap
+    done = run_cli(["status", "--state-dir", str(state_dir)], env)
+    assert done.returncode == 0, done.stderr
+    assert "no realms yet" in done.stdout
+    assert "unavailable" not in done.stdout and "does not exist" not in done.stdout, done.stdout
+    as_json = run_cli(["status", "--json", "--state-dir", str(state_dir)], env)
+    report = json.loads(as_json.stdout)
+    assert report["realms"] == {} and report["problems"] == [], report
+
+
+@pytest.mark.postgres
+def test_up_again_from_a_shell_that_loaded_the_env_file(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up` suggests `. <state>/env`; after a `down` that shell still carries the old
+    addresses. They are `up`'s own: the next `up` starts the server again, it does not take
+    them for an external server. An address set by hand still is one."""
+    port = _proc.free_port()
+    services.up(state_dir, services=[services.POSTGRES], pg_port=port)
+    loaded = services.read_env_file(state_dir)
+    assert "TIDEGRAPH_PG_DSN" in loaded
+    services.down(state_dir, services=[services.POSTGRES])
+    for key, value in loaded.items():
+        monkeypatch.setenv(key, value)
+    assert services.status(state_dir).postgres.origin == "local"
+    again = services.up(state_dir, services=[services.POSTGRES], pg_port=port)
+    assert again.postgres.origin == "local" and again.postgres.started
+    assert again.pg_dsn == loaded["TIDEGRAPH_PG_DSN"]
+    monkeypatch.setenv("TIDEGRAPH_PG_DSN", f"postgresql://someone@127.0.0.1:{port}/elsewhere")
+    assert services.status(state_dir).postgres.origin == "external"
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+async def test_client_properties_let_kafkas_own_client_read_the_local_broker(
+    state_dir: Path,
+) -> None:
+    """`up` writes ``<state>/client.properties`` (0600) with the broker's address and login;
+    Kafka's own Java consumer, configured by that file alone, reads what tidegraph wrote."""
+    kafka_port, controller_port = _proc.free_port(), _proc.free_port()
+    first = services.up(
+        state_dir,
+        services=[services.KAFKA],
+        kafka_port=kafka_port,
+        kafka_controller_port=controller_port,
+    )
+    properties = state_dir / services.CLIENT_PROPERTIES
+    assert properties.stat().st_mode & 0o777 == 0o600
+    assert f"bootstrap.servers={first.kafka_bootstrap}\n" in properties.read_text()
+    written = services.read_env_file(state_dir)
+    security = KafkaSecurity.model_validate(
+        {k.removeprefix("TIDEGRAPH_KAFKA_").lower(): v for k, v in written.items()
+         if k in kafka_security.ENV_KEYS}
+    )  # fmt: skip
+    topic = "props-check"
+    producer = AIOKafkaProducer(
+        bootstrap_servers=first.kafka_bootstrap, **security.client_options()
+    )
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b'{"hello": "kafka tools"}', key=b"demo")
+    finally:
+        await producer.stop()
+    java = local_kafka.find_java()
+    jars = local_kafka.jars_dir(local_kafka.cache_root())
+    reader = REPO / "tests" / "kafka" / "ReadWithProperties.java"
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [java, "-cp", f"{jars}/*", str(reader), str(properties), topic],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ['demo\t{"hello": "kafka tools"}'], done.stderr[-3000:]
+    services.down(state_dir, services=[services.KAFKA])
+    assert not properties.exists()  # no broker, no address to give

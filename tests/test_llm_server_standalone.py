@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 
 from tidegraph.infra import _proc
-from tidegraph.query_service.retrieval import ChunkHit, RetrievalResult
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, build_prompt
+from tidegraph.schemas.api import ChunkOut, QueryDataResponse
 
 SERVER = Path(__file__).with_name("llm_server.py")
 
@@ -36,22 +36,31 @@ def _exercise(process: subprocess.Popen[str], port: int) -> None:
         assert process.stdout.readline().strip() == f"http://127.0.0.1:{port}/v1"
         time.sleep(0.5)
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        chunk = ChunkHit(
-            "c1", "default", "bio.md", 0,
-            "Ada Lovelace worked with Charles Babbage. She wrote notes.", "bio.md#0", [], 1.0,
-        )  # fmt: skip
-        prompt = build_prompt("Who did Ada work with?", RetrievalResult([], [], [chunk], []))
-        body = {
-            "model": "scripted",
-            "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": prompt.text},
-            ],
-        }
-        answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=10)
-        assert answer.status_code == 200, answer.text
-        content = answer.json()["choices"][0]["message"]["content"]
-        assert content == "From the passages: Ada Lovelace worked with Charles Babbage [1]."
+        for order_key in (None, "1843"):  # a dated document's passage says when it stated it
+            chunk = ChunkOut(
+                id="c1", space="default", doc_key="bio.md", ordinal=0,
+                text="Ada Lovelace worked with Charles Babbage. She wrote notes.",
+                citation="bio.md#0", channels=[], score=1.0, order_key=order_key,
+            )  # fmt: skip
+            data = QueryDataResponse(
+                entities=[], relations=[], chunks=[chunk], communities=[], stats={}
+            )
+            prompt = build_prompt("Who did Ada work with?", data)
+            body = {
+                "model": "scripted",
+                "messages": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": prompt.text},
+                ],
+            }
+            answer = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=10
+            )
+            assert answer.status_code == 200, answer.text
+            content = answer.json()["choices"][0]["message"]["content"]
+            assert content == "From the passages: Ada Lovelace worked with Charles Babbage [1].", (
+                prompt.text
+            )
         embed = httpx.post(
             f"http://127.0.0.1:{port}/v1/embeddings",
             json={"model": "e", "input": ["x"], "dimensions": 8},

@@ -1,5 +1,6 @@
-"""requirements.lock pins what is installed: every dependency of pyproject.toml, at the
-version this environment runs (scripts/bootstrap installs from it; scripts/lock refreshes it)."""
+"""requirements.lock pins what is installed: every dependency of both distributions
+(pyproject.toml, client/pyproject.toml), at the version this environment runs
+(scripts/bootstrap installs from it; scripts/lock refreshes it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
+PROJECTS = {
+    REPO / "pyproject.toml": ("local", "test", "dev"),
+    REPO / "client" / "pyproject.toml": ("kafka",),
+}
+OURS = {"tidegraph", "tidegraph-client"}
+"""Our own distributions: installed editable from the repository, never from the lock."""
 
 
 def _locked() -> dict[str, str]:
@@ -24,11 +31,13 @@ def _locked() -> dict[str, str]:
 
 
 def _declared() -> list[Requirement]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    texts = list(project["dependencies"])
-    for extra in ("local", "test", "dev"):
-        texts += project["optional-dependencies"][extra]
-    return [Requirement(t) for t in texts]
+    texts: list[str] = []
+    for path, extras in PROJECTS.items():
+        project = tomllib.loads(path.read_text())["project"]
+        texts += project["dependencies"]
+        for extra in extras:
+            texts += project["optional-dependencies"][extra]
+    return [r for r in map(Requirement, texts) if canonicalize_name(r.name) not in OURS]
 
 
 def test_every_declared_dependency_is_locked_within_its_range() -> None:

@@ -166,6 +166,42 @@ async def exercise(session: ClientSession, url: str) -> None:
     assert then["Charles Babbage ally_of George Airy"] == "current"
     assert "Charles Babbage enemy_of George Airy" not in then
 
+    # with its history: every belief interval, the superseded one naming what superseded it
+    assert [i["state"] for i in ally["history"]] == ["current", "superseded"]
+    assert ally["history"][1]["superseded_by"] == enemy["id"]
+    assert ally["history"][0]["believed"] == [
+        ally["believed"][0],
+        ally["history"][1]["believed"][0],
+    ]
+    current_only = await tool(
+        session, "entity_relations", realm=A, name="Charles Babbage", include_history=False
+    )
+    assert {r["state"] for r in current_only} == {"current"}
+    assert all("history" not in r for r in current_only)
+    assert {r["id"] for r in current_only} == {r["id"] for r in history if r["state"] == "current"}
+
+    # dates as the HTTP API takes them, and the API's answers
+    for time_args in (
+        {"as_of": "1830"},
+        {"as_of": "1830-06-01"},
+        {"as_believed_at": ally["believed"][0][:10]},  # a date: the end of that day
+        {"as_believed_at": "2020"},
+    ):
+        asked = {**q, **time_args}
+        data = await tool(session, "query_data", realm=A, **asked)
+        want = api(url, "POST", f"/v1/realms/{A}/query_data", json=asked)
+        assert [r["id"] for r in data["relations"]] == [r["id"] for r in want["relations"]]
+    for bad_args, says in (
+        ({"bogus": 1}, "query_data takes no argument bogus; it takes as_believed_at, as_of,"),
+        ({"as_of": "1830-13"}, "as_of: '1830-13' is not a year, year-month or date"),
+        ({"as_believed_at": "1830-06-01T10:00"}, "as_believed_at: '1830-06-01T10:00:00' has no"),
+        ({"space": "*bad*"}, "space"),
+    ):
+        message = await refused(session, "query_data", realm=A, query="Babbage", **bad_args)
+        assert message.startswith("Error executing tool query_data: 422 invalid_request: ")
+        assert says in message, message
+        assert "pydantic" not in message and "http" not in message, message
+
     sources = await tool(session, "relation_sources", realm=A, relation_id=ally["id"])
     assert [d["doc_key"] for d in sources["documents"]] == ["rivalry-1.md"]
     assert sources["documents"][0]["status"] == "indexed"

@@ -12,6 +12,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from tidegraph.schemas import VERSION
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store.realms import create_realm, ensure_control
 
@@ -336,6 +337,7 @@ async def test_service_routes(pool: AsyncConnectionPool[Any], realms: tuple[str,
         assert 'route="/v1/realms/{realm}/query_data"' in metrics
         assert "tidegraph_retrieval_seconds_bucket" in metrics
         spec = (await client.get("/openapi.json")).json()
+        assert spec["info"]["version"] == VERSION  # the release, from the one version source
         assert "/v1/realms/{realm}/query_data" in spec["paths"]
         modes = spec["components"]["schemas"]["QueryDataRequest"]["properties"]["mode"]
         assert set(modes["enum"]) == {"mix", "local", "global", "hybrid", "naive", "bypass"}
@@ -515,3 +517,26 @@ async def test_docs_are_served_from_the_package_not_a_cdn(pool: AsyncConnectionP
         schema = await client.get("/openapi.json")
         assert schema.status_code == 200 and schema.json()["openapi"].startswith("3.1")
         assert (await client.get("/redoc")).status_code == 404  # it would load from a CDN
+
+
+async def test_pages_continue_from_the_string_id_of_their_last_item(
+    pool: AsyncConnectionPool[Any], realms: tuple[str, str]
+) -> None:
+    """Ids are strings everywhere, the page cursor included."""
+    a = realms[0]
+    async with api_client(pool) as client:
+        for route, key in (("relations", "relations"), ("entities", "entities")):
+            every = (await client.get(f"/v1/realms/{a}/{route}", params={"limit": 100})).json()
+            ids = [item["id"] for item in every[key]]
+            assert len(ids) >= 3 and every["next_after_id"] is None
+            seen: list[str] = []
+            after: str | None = "0"
+            while after is not None:
+                page = await client.get(
+                    f"/v1/realms/{a}/{route}", params={"limit": 2, "after_id": after}
+                )
+                body = page.json()
+                seen += [item["id"] for item in body[key]]
+                after = body["next_after_id"]
+                assert after is None or after == body[key][-1]["id"]
+            assert seen == ids

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.query_service.retrieval import RelationHit
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, render_relation
+from tidegraph.schemas.api import RelationOut
 from tidegraph.schemas.realm_config import RealmConfig
 
 from graph_helpers import T0, GraphHarness, ent, rel
@@ -103,9 +103,11 @@ async def test_the_prompt_states_the_rule_and_the_deciding_dates(
 
 
 def test_stated_order_sits_between_validity_and_supersession() -> None:
-    hit = RelationHit(
-        "1", "default", "A", "p", "B", False, "2020", None, T0, None, "2", "superseded", 1,
-        1, [], [], 1.0, "2021-03-04",
+    hit = RelationOut(
+        id="1", space="default", subject="A", predicate="p", object="B", negated=False,
+        valid_from="2020", valid_to=None, t_created=T0, t_expired=None, superseded_by="2",
+        status="superseded", weight=1, hop=1, channels=[], doc_keys=[], score=1.0,
+        order_key="2021-03-04",
     )  # fmt: skip
     assert render_relation(hit) == "(A) --[p]--> (B) [from 2020] [stated 2021-03-04] [superseded]"
     assert "[stated" in SYSTEM_PROMPT

@@ -22,8 +22,8 @@ from tidegraph.query_service.context import (
     approx_tokens,
     fit_block,
 )
-from tidegraph.query_service.retrieval import ChunkHit, RetrievalResult
 from tidegraph.query_service.synthesis import build_prompt
+from tidegraph.schemas.api import ChunkOut, QueryDataResponse
 from tidegraph.schemas.realm_config import RealmConfig
 
 from graph_helpers import GraphHarness, ent, rel
@@ -61,9 +61,20 @@ def test_left_out_passages_get_no_number_and_every_block_is_counted(
     texts: list[str], budget: int
 ) -> None:
     chunks = [
-        ChunkHit(str(i), "default", f"d{i}", 0, t, f"d{i}#0", [], 1.0) for i, t in enumerate(texts)
+        ChunkOut(
+            id=str(i),
+            space="default",
+            doc_key=f"d{i}",
+            ordinal=0,
+            text=t,
+            citation=f"d{i}#0",
+            channels=[],
+            score=1.0,
+        )  # fmt: skip
+        for i, t in enumerate(texts)
     ]
-    prompt = build_prompt("q?", RetrievalResult([], [], chunks, [], {}), None, {"passages": budget})
+    data = QueryDataResponse(entities=[], relations=[], chunks=chunks, communities=[], stats={})
+    prompt = build_prompt("q?", data, None, {"passages": budget})
     assert set(prompt.blocks) == set(BLOCKS)
     passages = prompt.blocks["passages"]
     assert (passages.retrieved_items, passages.retrieved_chars) == (

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.query_service.decompose import MAX_PARTS, merge, sub_questions
-from tidegraph.query_service.retrieval import EntityHit, RelationHit, RetrievalResult
+from tidegraph.schemas.api import EntityOut, QueryDataResponse, RelationOut
 from tidegraph.schemas.realm_config import RealmConfig
 
 from graph_helpers import GraphHarness, ent, rel
@@ -69,20 +69,30 @@ def test_splitting_drops_only_the_connectives(tokens: list[tuple[str, str]]) -> 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _e(i: int, matched: str) -> EntityHit:
-    return EntityHit(str(i), "default", f"E{i}", "Person", "", [], matched, 1.0)
-
-
-def _r(i: int) -> RelationHit:
-    return RelationHit(
-        str(i), "default", "A", "p", f"B{i}", False, None, None, T, None, None, "current", 1,
-        1, [], [], 1.0,
+def _e(i: int, matched: str) -> EntityOut:
+    return EntityOut(
+        id=str(i), space="default", name=f"E{i}", type="Person", description="", aliases=[],
+        matched=matched, score=1.0,
     )  # fmt: skip
 
 
+def _r(i: int) -> RelationOut:
+    return RelationOut(
+        id=str(i), space="default", subject="A", predicate="p", object=f"B{i}", negated=False,
+        valid_from=None, valid_to=None, t_created=T, t_expired=None, superseded_by=None,
+        status="current", weight=1, hop=1, channels=[], doc_keys=[], score=1.0,
+    )  # fmt: skip
+
+
+def _result(entities: list[EntityOut], relations: list[RelationOut]) -> QueryDataResponse:
+    return QueryDataResponse(
+        entities=entities, relations=relations, chunks=[], communities=[], stats={}
+    )
+
+
 def test_merge_alternates_parts_and_keeps_named_entities_first() -> None:
-    a = RetrievalResult([_e(1, "name"), _e(2, "vector")], [_r(1), _r(2), _r(3)], [], [], {})
-    b = RetrievalResult([_e(3, "vector"), _e(4, "name")], [_r(4), _r(2), _r(5)], [], [], {})
+    a = _result([_e(1, "name"), _e(2, "vector")], [_r(1), _r(2), _r(3)])
+    b = _result([_e(3, "vector"), _e(4, "name")], [_r(4), _r(2), _r(5)])
     out = merge([a, b], top_k=3, relation_top_k=4)
     assert [e.id for e in out.entities] == ["1", "4", "3"]  # E3 leads its part, E2 not
     # in both parts first, then each part's first, then the cap cuts the third places

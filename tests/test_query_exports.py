@@ -24,7 +24,6 @@ EXPECTED = [
     "QuerySettings",
     "RetrievalLimits",
     "RetrievalParams",
-    "RetrievalResult",
     "build_prompt",
     "create_app",
     "load_query_settings",

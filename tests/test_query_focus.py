@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.infra.package_files import sample_corpus
 from tidegraph.query_service.focus import find_word, question_focus
 from tidegraph.schemas.realm_config import preset
 
@@ -26,7 +27,7 @@ from query_helpers import api_client, index_corpus, open_pool, query_data
 
 pytestmark = pytest.mark.postgres
 
-DEMO = Path(__file__).resolve().parents[1] / "examples" / "corpus"
+DEMO = sample_corpus()
 RELATION_MODES = ("mix", "local", "global", "hybrid")
 
 

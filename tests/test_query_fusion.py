@@ -17,8 +17,8 @@ from tidegraph.query_service.keywords import (
     parse_model_keywords,
     websearch_text,
 )
-from tidegraph.query_service.retrieval import ChunkHit, RelationHit, RetrievalResult
 from tidegraph.query_service.synthesis import build_prompt, render_relation
+from tidegraph.schemas.api import ChunkOut, QueryDataResponse, RelationOut
 
 ranked = st.lists(st.integers(0, 30), max_size=25)
 lists_of = st.lists(ranked, max_size=4)
@@ -106,7 +106,7 @@ async def test_keyword_model_is_used_and_falls_back_to_lexical() -> None:
     assert fallback.source == "lexical" and fallback.low == ("Ada Lovelace",)
 
 
-def _rel(**kw: object) -> RelationHit:
+def _rel(**kw: object) -> RelationOut:
     base: dict[str, object] = dict(
         id="1",
         space="default",
@@ -127,7 +127,7 @@ def _rel(**kw: object) -> RelationHit:
         score=1.0,
     )
     base.update(kw)
-    return RelationHit(**base)  # type: ignore[arg-type]
+    return RelationOut.model_validate(base)
 
 
 def test_relation_rendering() -> None:
@@ -147,10 +147,21 @@ def test_relation_rendering() -> None:
 )
 def test_budget_clips_and_never_drops(texts: list[str], budget: int | None) -> None:
     chunks = [
-        ChunkHit(str(i), "default", f"doc{i}", 0, t, f"doc{i}#0", [], 1.0)
+        ChunkOut(
+            id=str(i),
+            space="default",
+            doc_key=f"doc{i}",
+            ordinal=0,
+            text=t,
+            citation=f"doc{i}#0",
+            channels=[],
+            score=1.0,
+        )  # fmt: skip
         for i, t in enumerate(texts)
     ]
-    data = RetrievalResult([], [_rel()], chunks, [], {})
+    data = QueryDataResponse(
+        entities=[], relations=[_rel()], chunks=chunks, communities=[], stats={}
+    )
     prompt = build_prompt("q?", data, budget)
     assert [r.n for r in prompt.references] == list(range(1, len(texts) + 1))
     for r in prompt.references:

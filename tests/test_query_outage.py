@@ -198,3 +198,39 @@ async def test_latency(proxied: tuple[httpx.AsyncClient, TcpProxy]) -> None:
 
     proxy.heal()
     assert await _time_to_recover(client) <= RECOVER
+
+
+def _checks(metrics: str, result: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(f'tidegraph_db_checks_total{{result="{result}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_slow_but_answering_is_not_an_outage(
+    proxied: tuple[httpx.AsyncClient, TcpProxy],
+) -> None:
+    """Every round trip to the server takes 0.2 s: a check on a fresh connection (several
+    round trips to log in) cannot answer within the probe's 0.6 s, yet requests go on being
+    answered. The gate tells slow from down: no 503, the checks counted as slow."""
+    client, proxy = proxied
+    assert (await client.get(f"/v1/realms/{REALM}/entities")).status_code == 200
+    proxy.delay(0.1)
+    statuses: list[int] = []
+
+    async def ask(until: float) -> None:
+        while time.monotonic() < until:
+            response = await client.get(f"/v1/realms/{REALM}/entities")
+            statuses.append(response.status_code)
+
+    until = time.monotonic() + 5.0
+    await asyncio.gather(*(ask(until) for _ in range(6)))
+    proxy.heal()
+    metrics = (await client.get("/metrics")).text
+    print(
+        f"{len(statuses)} answers while slow; checks: slow {_checks(metrics, 'slow')},"
+        f" answered {_checks(metrics, 'answered')}, down {_checks(metrics, 'down')}"
+    )
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
+    assert _checks(metrics, "slow") + _checks(metrics, "answered") >= 1, "the gate checked"
+    assert _checks(metrics, "down") == 0

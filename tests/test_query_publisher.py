@@ -27,6 +27,7 @@ from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import changes_topic
+from tidegraph.store.realms import drop_realm
 
 from graph_helpers import GraphHarness, ent, rel
 
@@ -310,3 +311,47 @@ async def test_two_serve_processes_one_killed_mid_stream(
     assert stderr.decode().startswith(f"{len(expected)} change(s)")
     lines = [GraphChange.from_json(line).id for line in stdout.splitlines() if line]
     assert lines == expected
+
+
+async def test_a_realm_deleted_under_a_round_is_let_go_quietly(
+    pg_dsn: str,
+    kafka_bootstrap: str,
+    conn: psycopg.AsyncConnection[Any],
+    unique_name: Callable[[str], str],
+) -> None:
+    """`realm delete` while `serve` publishes: the round that listed the realm finds its
+    tables gone, lets the realm go and goes on; no failed round, no traceback."""
+    realm, prefix = unique_name("p"), unique_name("tp")
+    topic = changes_topic(prefix, partitions=1)
+    await ensure_topic_specs(kafka_bootstrap, [topic])
+    graph = await GraphHarness.create(conn, realm, CONFIG)
+    await write_some(graph, 0, 2)
+    sink = KafkaChangeSink(kafka_bootstrap, topic.name)
+    publisher = ChangePublisher(pg_dsn, sink, realms=[realm])
+    try:
+        assert await publisher.step() > 0 and realm in publisher.held
+        await write_some(graph, 2, 1)
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as deleter:
+            await deleter.execute("BEGIN")
+            outbox = sql.Identifier(graph.info.schema, "outbox")
+            await deleter.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(outbox))
+            round_ = asyncio.create_task(publisher.step())  # lists the realm, waits on the lock
+            async with asyncio.timeout(30):
+                while True:
+                    cur = await conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND application_name = 'tidegraph-publisher'"
+                    )
+                    row = await cur.fetchone()
+                    if row and row[0]:
+                        break
+                    await asyncio.sleep(0.05)
+            assert await drop_realm(deleter, realm) is not None
+            await deleter.execute("COMMIT")
+        assert await round_ == 0
+        assert realm not in publisher.held
+        assert await publisher.step() == 0  # and later rounds do not see it at all
+    finally:
+        publisher.stop()
+        await publisher.run()  # stopped already: only closes its connection
+        await sink.stop()

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tidegraph.infra.package_files import sample_corpus
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.names import realm_schema
 from tidegraph.store import holds, positions, realm_positions
@@ -42,7 +43,7 @@ from local_services import env_without_settings, run_cli
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
-CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus"
+CORPUS = sample_corpus()
 DOCUMENT_KINDS = ("document_indexed", "document_replaced", "document_deleted", "document_failed")
 
 

@@ -30,6 +30,7 @@ from tidegraph.indexer.replay.rebuild import ReplayOptions, ReplayResult, replay
 from tidegraph.indexer.replay.swap import baseline, rebuild_differences
 from tidegraph.indexer.retention.archive import archive
 from tidegraph.infra.composition import ModelRegistry
+from tidegraph.infra.package_files import sample_corpus
 from tidegraph.query_service.reads import change_from_row
 from tidegraph.schemas.realm_config import RealmConfig, preset
 from tidegraph.store import positions, realm_positions
@@ -62,10 +63,7 @@ from query_helpers import api_client, open_pool, query_data
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
 NARRATIVE = preset("narrative", embedder="hashing:64")
-CORPUS = [
-    (p.name, p.read_text())
-    for p in sorted((Path(__file__).resolve().parents[1] / "examples" / "corpus").glob("*.md"))
-]
+CORPUS = [(p.name, p.read_text()) for p in sorted(sample_corpus().glob("*.md"))]
 """The sample corpus (file name, text): enough of a graph to make communities of."""
 
 

@@ -12,6 +12,7 @@ EXPECTED = [
     "DOCUMENT_SCHEMA",
     "REALM_PATTERN",
     "SPACE_PATTERN",
+    "VERSION",
     "ChangeKind",
     "ConfigError",
     "ContractError",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,6 +43,7 @@ from tidegraph.infra.composition import ModelRegistry
 from tidegraph.query_service import reads, retrieval
 from tidegraph.query_service.channels import Scope
 from tidegraph.query_service.retrieval import RetrievalLimits, RetrievalParams
+from tidegraph.schemas.api import QueryDataResponse
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.store import positions, realm_positions
@@ -175,11 +175,11 @@ async def _head(r: Realm) -> datetime:
     return row[0]  # type: ignore[no-any-return]
 
 
-def _query(result: retrieval.RetrievalResult) -> dict[str, Any]:
+def _query(result: QueryDataResponse) -> dict[str, Any]:
     """A ``query_data`` answer without what ranks by today's vectors and text."""
 
     def strip(items: list[Any], *drop: str) -> list[dict[str, Any]]:
-        out = [{k: v for k, v in asdict(i).items() if k not in drop} for i in items]
+        out = [i.model_dump(exclude=set(drop)) for i in items]
         return sorted(out, key=lambda d: int(d["id"]))
 
     return {

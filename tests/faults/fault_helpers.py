@@ -172,6 +172,8 @@ class Writer:
     realm: str
     acknowledged: dict[str, str] = field(default_factory=dict)
     """doc_key → content_hash of every 202."""
+    ack_times: list[float] = field(default_factory=list)
+    """``time.monotonic()`` of every 202, in order."""
     refused: int = 0
     errors: int = 0
     sent: int = 0
@@ -195,6 +197,7 @@ class Writer:
                         continue
                     if r.status_code == 202:
                         self.acknowledged[key] = content_hash(content)
+                        self.ack_times.append(time.monotonic())
                     else:
                         self.refused += 1
                         await asyncio.sleep(0.05)

@@ -3,13 +3,16 @@
 :class:`Client` (blocking) and :class:`AsyncClient` (asyncio) return the contract's models
 (:mod:`tidegraph.schemas.api`, :class:`~tidegraph.schemas.GraphChange`); errors are the
 classes below, one per HTTP error status. ``subscribe`` iterates over a realm's changes from
-a position the caller keeps. Depends on ``tidegraph.schemas``, httpx and aiokafka only.
+a position the caller keeps. Depends on ``tidegraph.schemas`` and httpx only; reading the
+changes topic (``subscribe(..., bootstrap=...)``) also needs aiokafka, the ``kafka`` extra of
+the ``tidegraph-client`` distribution.
 """
 
 from tidegraph.client._async import AsyncClient
 from tidegraph.client._config import DEFAULT_URL, ClientConfig
 from tidegraph.client._errors import (
     ApiError,
+    AuthenticationFailed,
     BadRequest,
     ClientError,
     Conflict,
@@ -28,6 +31,7 @@ __all__ = [
     "DEFAULT_URL",
     "ApiError",
     "AsyncClient",
+    "AuthenticationFailed",
     "BadRequest",
     "Client",
     "ClientConfig",

@@ -6,15 +6,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import date, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from tidegraph.client import _calls as calls
 from tidegraph.client._calls import Call, M
 from tidegraph.client._config import ClientConfig
-from tidegraph.client._errors import ConnectError
-from tidegraph.client._kafka import topic_changes
+from tidegraph.client._errors import ClientError, ConnectError
 from tidegraph.client._position import Position, later
 from tidegraph.schemas.api import (
     ChangesResponse,
@@ -25,6 +24,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
 )
 from tidegraph.schemas.changes import GraphChange
@@ -125,7 +125,7 @@ class AsyncClient:
         doc_key: str,
         *,
         space: str = "default",
-        as_believed_at: datetime | None = None,
+        as_believed_at: datetime | date | str | None = None,
     ) -> DocumentResponse:
         """A document's indexing state (of the version held at ``as_believed_at``)."""
         return await self._send(calls.document(realm, doc_key, space, as_believed_at))
@@ -138,10 +138,10 @@ class AsyncClient:
         predicate: str | None = None,
         object: str | None = None,  # noqa: A002 - the API's name
         space: str = "*",
-        as_of: date | None = None,
-        as_believed_at: datetime | None = None,
+        as_of: date | str | None = None,
+        as_believed_at: datetime | date | str | None = None,
         include_superseded: bool = False,
-        after_id: int = 0,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> RelationsResponse:
         """Relations by canonical names and predicate; current ones unless asked."""
@@ -160,6 +160,10 @@ class AsyncClient:
             )
         )
 
+    async def relation_history(self, realm: str, relation_id: int | str) -> RelationHistoryResponse:
+        """A relation's belief history: each interval it was believed current or superseded."""
+        return await self._send(calls.relation_history(realm, relation_id))
+
     async def entities(
         self,
         realm: str,
@@ -167,8 +171,8 @@ class AsyncClient:
         name: str | None = None,
         space: str = "*",
         include_dormant: bool = False,
-        as_believed_at: datetime | None = None,
-        after_id: int = 0,
+        as_believed_at: datetime | date | str | None = None,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> EntitiesResponse:
         """Entities by canonical name or alias; with ``as_believed_at``, those that existed
@@ -205,10 +209,16 @@ class AsyncClient:
         ``<topic_prefix>.changes`` topic, otherwise from the HTTP feed, polled every
         ``poll_interval`` seconds once caught up. Without ``follow`` iteration ends once
         caught up.
+
+        The topic is read with the login the ``tidegraph`` commands use: the
+        ``TIDEGRAPH_KAFKA_*`` variables, else the env file `tidegraph up` wrote into the
+        state folder (``TIDEGRAPH_STATE_DIR``, else found from the working directory); a
+        refused or missing login raises :class:`~tidegraph.client.AuthenticationFailed`.
         """
         position = Position.after(after_seq, after_id)
         if bootstrap is not None:
             topic = changes_topic(topic_prefix).name
+            topic_changes = _topic_reader()
             async for change in topic_changes(bootstrap, topic, realm, position, follow=follow):
                 yield change
             return
@@ -224,3 +234,24 @@ class AsyncClient:
                 if not follow:
                     return
                 await asyncio.sleep(poll_interval)
+
+
+class _TopicChanges(Protocol):
+    def __call__(
+        self, bootstrap: str, topic: str, realm: str, position: Position, *, follow: bool
+    ) -> AsyncIterator[GraphChange]: ...
+
+
+def _topic_reader() -> _TopicChanges:
+    """The topic path, imported when first used: aiokafka comes with the ``kafka`` extra
+    (``pip install 'tidegraph-client[kafka]'``), and the HTTP feed needs none of it."""
+    try:
+        from tidegraph.client._kafka import topic_changes
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "aiokafka":
+            raise
+        raise ClientError(
+            "reading the changes topic needs aiokafka: pip install 'tidegraph-client[kafka]' "
+            "(or leave bootstrap unset to read the HTTP feed)"
+        ) from exc
+    return topic_changes

@@ -23,6 +23,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
 )
 
@@ -87,7 +88,7 @@ def changes(
 
 
 def document(
-    realm: str, doc_key: str, space: str, as_believed_at: datetime | None = None
+    realm: str, doc_key: str, space: str, as_believed_at: datetime | date | str | None = None
 ) -> Call[DocumentResponse]:
     path = _realm(realm) + "/documents/" + quote(doc_key, safe="")
     return Call("GET", path, DocumentResponse, _params(space=space, as_believed_at=as_believed_at))
@@ -95,6 +96,11 @@ def document(
 
 def relations(realm: str, **filters: Param) -> Call[RelationsResponse]:
     return Call("GET", _realm(realm) + "/relations", RelationsResponse, _params(**filters))
+
+
+def relation_history(realm: str, relation_id: int | str) -> Call[RelationHistoryResponse]:
+    path = f"{_realm(realm)}/relations/{quote(str(relation_id), safe='')}/history"
+    return Call("GET", path, RelationHistoryResponse, {})
 
 
 def entities(realm: str, **filters: Param) -> Call[EntitiesResponse]:

@@ -3,6 +3,7 @@
     TidegraphError                       (tidegraph.schemas.errors)
     └── ClientError                      a request through the client failed
         ├── ConnectError                 the service could not be reached (not retried)
+        │   └── AuthenticationFailed     the Kafka broker refused the login (or wants one)
         ├── ProtocolError                the answer is not what the contract describes
         └── ApiError                     the service answered ``{"error": {code, message}}``
             ├── BadRequest               400
@@ -30,6 +31,11 @@ class ClientError(TidegraphError):
 
 class ConnectError(ClientError):
     """No HTTP answer at all (refused, timed out, DNS); the client does not retry these."""
+
+
+class AuthenticationFailed(ConnectError):
+    """The Kafka broker answers but refused the client's login, or wants one it was not
+    given; the message says which and where the login is configured."""
 
 
 class ProtocolError(ClientError):

@@ -18,14 +18,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 from aiokafka.partitioner import DefaultPartitioner
 
-from tidegraph.client._errors import ConnectError, ProtocolError
+from tidegraph.client._errors import AuthenticationFailed, ConnectError, ProtocolError
 from tidegraph.client._position import Position
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import KafkaSecurity, configured_security
 
 
 async def topic_changes(
@@ -38,18 +44,19 @@ async def topic_changes(
 ) -> AsyncIterator[GraphChange]:
     """Changes of ``realm`` after ``position``; without ``follow`` it ends at the end of
     the partition as it stood when reading began."""
+    security = configured_security()  # as the CLI logs in: environment, then <state>/env
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         client_id="tidegraph-client",
-        **kafka_client_options(),  # SASL/TLS from TIDEGRAPH_KAFKA_* when set
+        **security.client_options(),
     )
     try:
         await consumer.start()
     except (KafkaError, OSError) as exc:
         await consumer.stop()
-        raise ConnectError(f"Kafka at {bootstrap} is unreachable: {exc}") from exc
+        raise await _why_not(bootstrap, security, exc) from exc
     try:
         partitions = await _partitions(consumer, topic)
         key = realm.encode()
@@ -85,3 +92,40 @@ async def _partitions(consumer: Any, topic: str) -> list[int]:
         await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
         await asyncio.sleep(0.1)
     raise ConnectError(f"topic {topic} does not exist (is `tidegraph serve` publishing?)")
+
+
+_LOGIN = (
+    "set TIDEGRAPH_KAFKA_SECURITY_PROTOCOL, _SASL_MECHANISM, _SASL_USERNAME and _SASL_PASSWORD;"
+    " for the broker `tidegraph up` runs they are in <state>/env, which the client reads"
+    " (TIDEGRAPH_STATE_DIR names the state folder when it is not found from here)"
+)
+
+
+async def _why_not(bootstrap: str, security: KafkaSecurity, exc: BaseException) -> ConnectError:
+    """Why bootstrapping failed, asked of the first broker directly: aiokafka reports a
+    refused login and a broker that wants one alike, as "Unable to bootstrap"."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        conn = await create_conn(
+            host.strip("[]"), int(port), request_timeout_ms=5000, **security.client_options()
+        )
+    except (
+        SaslAuthenticationFailed,
+        AuthenticationFailedError,
+        UnsupportedSaslMechanismError,
+    ) as e:
+        user = security.sasl_username or "(none)"
+        return AuthenticationFailed(
+            f"Kafka at {bootstrap} refused the login of user {user!r}"
+            f" ({security.sasl_mechanism}): {e} — {_LOGIN}"
+        )
+    except (KafkaError, OSError, ValueError):
+        return ConnectError(f"Kafka at {bootstrap} is unreachable: {exc}")
+    conn.close()
+    if not security.security_protocol.startswith("SASL_"):
+        return AuthenticationFailed(
+            f"Kafka at {bootstrap} accepts connections but closed a"
+            f" {security.security_protocol} session without answering: it wants a login"
+            f" (SASL) or TLS — {_LOGIN}"
+        )
+    return ConnectError(f"Kafka at {bootstrap} is unreachable: {exc}")

@@ -26,6 +26,7 @@ from tidegraph.schemas.api import (
     QueryRequest,
     QueryResponse,
     RealmsResponse,
+    RelationHistoryResponse,
     RelationsResponse,
 )
 from tidegraph.schemas.changes import GraphChange
@@ -120,7 +121,7 @@ class Client:
         doc_key: str,
         *,
         space: str = "default",
-        as_believed_at: datetime | None = None,
+        as_believed_at: datetime | date | str | None = None,
     ) -> DocumentResponse:
         """A document's indexing state (of the version held at ``as_believed_at``)."""
         return self._send(calls.document(realm, doc_key, space, as_believed_at))
@@ -133,10 +134,10 @@ class Client:
         predicate: str | None = None,
         object: str | None = None,  # noqa: A002 - the API's name
         space: str = "*",
-        as_of: date | None = None,
-        as_believed_at: datetime | None = None,
+        as_of: date | str | None = None,
+        as_believed_at: datetime | date | str | None = None,
         include_superseded: bool = False,
-        after_id: int = 0,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> RelationsResponse:
         """Relations by canonical names and predicate; current ones unless asked."""
@@ -155,6 +156,10 @@ class Client:
             )
         )
 
+    def relation_history(self, realm: str, relation_id: int | str) -> RelationHistoryResponse:
+        """A relation's belief history: each interval it was believed current or superseded."""
+        return self._send(calls.relation_history(realm, relation_id))
+
     def entities(
         self,
         realm: str,
@@ -162,8 +167,8 @@ class Client:
         name: str | None = None,
         space: str = "*",
         include_dormant: bool = False,
-        as_believed_at: datetime | None = None,
-        after_id: int = 0,
+        as_believed_at: datetime | date | str | None = None,
+        after_id: int | str = 0,
         limit: int = 100,
     ) -> EntitiesResponse:
         """Entities by canonical name or alias; with ``as_believed_at``, those that existed

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from tidegraph.connectors.errors import DeliveryError
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import producer_options
 from tidegraph.schemas.topics import HEADER_ERROR, HEADER_ERROR_CLASS, HEADER_ORIGIN
 
 __all__ = ["HEADER_SOURCE_KEY", "DeadLetters"]
@@ -39,11 +39,9 @@ class DeadLetters:
     async def start(self) -> None:
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
-            acks="all",
-            enable_idempotence=True,
             max_request_size=self._max,
             client_id="tidegraph-dead-letters",
-            **kafka_client_options(),
+            **producer_options(),
         )
         try:
             await producer.start()

@@ -32,6 +32,7 @@ from starlette.requests import ClientDisconnect
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
+from tidegraph.schemas import VERSION
 from tidegraph.schemas.api import ErrorResponse
 from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion, with_facts_passage
@@ -245,7 +246,11 @@ def _document(realm: str, doc_key: str, op: str, fields: dict[str, Any]) -> Docu
     try:
         return DocumentVersion.from_dict(obj)
     except RecordValidationError as exc:
-        detail = "; ".join(f"{p.field}: {p.rule}" for p in exc.problems)
+        # The service computes content_hash: its absence is never the caller's mistake.
+        problems = [
+            p for p in exc.problems if p.field != "content_hash" or "content_hash" in fields
+        ]
+        detail = "; ".join(f"{p.field}: {p.rule}" for p in problems or exc.problems)
         raise IngestError(422, "invalid_document", detail) from None
 
 
@@ -279,6 +284,7 @@ def create_app(
 
     app = FastAPI(
         title="tidegraph ingest",
+        version=VERSION,
         summary="Documents in, document versions on Kafka out.",
         lifespan=lifespan,
     )

@@ -26,7 +26,7 @@ from aiokafka.partitioner import murmur2
 
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import producer_options
 from tidegraph.schemas.settings import Settings
 from tidegraph.schemas.topics import (
     HEADER_CONTENT_HASH,
@@ -157,12 +157,10 @@ class DocumentProducer:
         _use_fast_lz4()
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
-            acks="all",
-            enable_idempotence=True,
             compression_type="lz4",
             max_request_size=max_message_bytes(self.max_document_bytes),
             **self._options,
-            **kafka_client_options(),
+            **producer_options(),
         )
         try:
             await asyncio.wait_for(producer.start(), connect_timeout)

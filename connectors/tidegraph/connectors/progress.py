@@ -1,7 +1,8 @@
 """A one-line progress display on stderr: count, rate and throughput, at most ten updates/s.
 
-On a terminal the line redraws in place; otherwise a line is written every few seconds, so
-logs of a long run still show it advancing.
+On a terminal the line redraws in place; otherwise a line is written every few seconds from
+the start, so logs of a long run still show it advancing and a quick run shows only its
+final line.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class Progress:
         if not self.enabled:
             return
         now = time.perf_counter()
-        if now - self._last < (0.1 if self._tty else 5.0):
+        if now - max(self._last, self.started) < (0.1 if self._tty else 5.0):
             return
         self._last = now
         self._write(final=False)

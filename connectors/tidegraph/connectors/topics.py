@@ -1,7 +1,8 @@
 """Create the three topics idempotently; never alter an existing one.
 
 An existing topic whose settings differ from the contract's (retention, timestamp type,
-cleanup policy, too small a record limit, partition count) is left as it is and reported:
+cleanup policy, too small a record limit, partition count, fewer copies or fewer in sync
+than tidegraph would create it with) is left as it is and reported:
 silently changing retention on a system-of-record topic is not a decision a tool may take.
 """
 
@@ -11,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -19,7 +21,14 @@ from aiokafka.errors import KafkaError
 from tidegraph.connectors.errors import DeliveryError
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.settings import Settings
-from tidegraph.schemas.topics import DEFAULT_PARTITIONS, MAX_DOCUMENT_BYTES, TopicSpec, topic_specs
+from tidegraph.schemas.topics import (
+    DEFAULT_PARTITIONS,
+    MAX_DOCUMENT_BYTES,
+    Replication,
+    TopicSpec,
+    replication,
+    topic_specs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,43 +115,51 @@ async def _ensure(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> Top
     if report.created:
         # Callers subscribe to or describe them next: wait (a few seconds at most) until
         # the broker's metadata lists the new topics with their partitions.
-        await _partition_counts(admin, report.created)
+        await _partitions(admin, report.created)
     present = [s for s in specs if s.name in existing]
     report.existing += [s.name for s in present]
     if present:
-        report.warnings = await _differences(admin, present)
+        report.warnings = await _differences(admin, present, replication(brokers))
     for w in report.warnings:
         log.warning("%s", w)
     return report
 
 
-async def _partition_counts(
+async def _partitions(
     admin: AIOKafkaAdminClient, names: list[str], attempts: int = 20
-) -> dict[str, int]:
-    """Partition counts of ``names``; a topic created moments ago may not be described yet.
+) -> dict[str, list[dict[str, Any]]]:
+    """The partitions of ``names`` as described (each with its ``replicas``); a topic
+    created moments ago may not be described yet.
 
     A topic the broker still reports with an error or without partitions is asked about
     again for a few seconds, and left out if it never settles: no count beats a wrong one.
     """
-    counts: dict[str, int] = {}
+    found: dict[str, list[dict[str, Any]]] = {}
     pending = list(names)
     for attempt in range(attempts):
         for t in await admin.describe_topics(pending):
             if t["error_code"] == 0 and t["partitions"]:
-                counts[t["topic"]] = len(t["partitions"])
-        pending = [n for n in pending if n not in counts]
+                found[t["topic"]] = list(t["partitions"])
+        pending = [n for n in pending if n not in found]
         if not pending or attempt == attempts - 1:
             break
         await asyncio.sleep(0.25)
-    return counts
+    return found
 
 
 def _new_topic(spec: TopicSpec, brokers: int) -> NewTopic:
-    factor = spec.replication_factor if spec.replication_factor > 0 else min(3, brokers)
-    return NewTopic(spec.name, spec.partitions, factor, topic_configs=dict(spec.configs))
+    """Three copies with two in sync on a cluster of three brokers or more
+    (:func:`~tidegraph.schemas.topics.replication`); ``min.insync.replicas`` is set on the
+    topic itself, so "acknowledged" means what it says whatever the broker's default."""
+    wanted = Replication(spec.replication_factor) if spec.replication_factor > 0 else None
+    chosen = wanted or replication(brokers)
+    configs = {"min.insync.replicas": str(chosen.min_insync), **spec.configs}
+    return NewTopic(spec.name, spec.partitions, chosen.factor, topic_configs=configs)
 
 
-async def _differences(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> list[str]:
+async def _differences(
+    admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec], wanted: Replication
+) -> list[str]:
     resources = [ConfigResource(ConfigResourceType.TOPIC, s.name) for s in specs]
     found: dict[str, dict[str, str]] = {}
     for response in await admin.describe_configs(resources):
@@ -150,7 +167,7 @@ async def _differences(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -
             found[res["resource_name"]] = {
                 e["config_names"]: e["config_value"] for e in res["config_entries"]
             }
-    partitions = await _partition_counts(admin, [s.name for s in specs])
+    described = await _partitions(admin, [s.name for s in specs])
     warnings = []
     for spec in specs:
         have = found.get(spec.name, {})
@@ -164,10 +181,33 @@ async def _differences(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -
                 f"topic {spec.name!r} exists with {key}={got} but tidegraph expects "
                 f"{key}={want}{' or more' if key in _AT_LEAST else ''}; left unchanged"
             )
-        count = partitions.get(spec.name)
-        if count is not None and count != spec.partitions:
+        partitions = described.get(spec.name)
+        if partitions is not None and len(partitions) != spec.partitions:
             warnings.append(
-                f"topic {spec.name!r} exists with {count} partitions, not the configured "
-                f"{spec.partitions}; left unchanged"
+                f"topic {spec.name!r} exists with {len(partitions)} partitions, not the "
+                f"configured {spec.partitions}; left unchanged"
             )
+        if partitions is not None:
+            warnings += _replication_differences(spec.name, partitions, have, wanted)
     return warnings
+
+
+def _replication_differences(
+    name: str, partitions: list[dict[str, Any]], configs: dict[str, str], wanted: Replication
+) -> list[str]:
+    """Fewer copies than tidegraph would create on this cluster, or fewer in sync than its
+    copies call for: an acknowledged record could be lost with one broker."""
+    have = Replication(min(len(p["replicas"]) for p in partitions))
+    found: list[str] = []
+    if have.factor < wanted.factor:
+        found.append(
+            f"topic {name!r} exists with replication factor {have.factor} but tidegraph "
+            f"creates it with {wanted.factor} on this cluster; left unchanged"
+        )
+    insync = configs.get("min.insync.replicas")
+    if insync is not None and insync.isdigit() and int(insync) < have.min_insync:
+        found.append(
+            f"topic {name!r} exists with min.insync.replicas={insync} but tidegraph expects "
+            f"min.insync.replicas={have.min_insync} for {have.factor} copies; left unchanged"
+        )
+    return found

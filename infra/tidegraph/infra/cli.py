@@ -16,7 +16,6 @@ import os
 import pkgutil
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 import psycopg
 from aiokafka.errors import KafkaConnectionError
@@ -26,8 +25,10 @@ from tidegraph.infra import commands
 from tidegraph.infra.errors import InfraError, PrerequisiteMissingError
 from tidegraph.infra.logs import configure_logging
 from tidegraph.infra.reach import kafka_unreachable, pg_unreachable
-from tidegraph.infra.services import read_env_file, state_path
+from tidegraph.infra.services import state_path
+from tidegraph.schemas import VERSION
 from tidegraph.schemas.errors import ConfigError, TidegraphError
+from tidegraph.schemas.local_state import read_env_file
 from tidegraph.schemas.settings import load_settings
 
 STATE_DIR_HELP = (
@@ -37,13 +38,6 @@ STATE_DIR_HELP = (
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-
-def _version() -> str:
-    try:
-        return metadata.version("tidegraph")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class ShowDefaults(argparse.HelpFormatter):
@@ -80,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidegraph",
         description="Keep a bi-temporal knowledge graph in PostgreSQL in step with Kafka.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)"
     )

@@ -117,3 +117,15 @@ def replayable(letter: DeadLetter) -> DocumentVersion | str:
     if letter.realm and doc.realm != letter.realm:
         return f"record key {letter.realm!r} is not its realm {doc.realm!r}"
     return doc
+
+
+def refused_again(letter: DeadLetter) -> str | None:
+    """What publishing ``letter`` again will meet, when its bytes were valid but PostgreSQL
+    refused a value of them (``unstorable``): the same bytes meet the same refusal unless
+    its cause (a server setting, a bug since fixed) is gone; None for other classes."""
+    if letter.error_class != "unstorable":
+        return None
+    return (
+        f"it was dead-lettered as unstorable ({letter.error}): the indexer refuses the same"
+        " value again, and dead-letters it once more, unless that cause has been fixed since"
+    )

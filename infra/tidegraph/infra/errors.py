@@ -8,7 +8,8 @@
         ├── ServiceStartError             a service exited or never answered; carries a log tail
         ├── ServiceUnreachableError       retriable: an external service does not answer
         ├── VectorExtensionError          `CREATE EXTENSION vector` fails on the server
-        └── StateDirError                 the state folder holds something `up` cannot reuse
+        ├── StateDirError                 the state folder holds something `up` cannot reuse
+        └── PackageDataError              a file the package ships is missing: a broken install
 
 The command line prints ``str(exc)``; the first line is meant to stand alone.
 """
@@ -113,3 +114,17 @@ class VectorExtensionError(InfraError):
 
 class StateDirError(InfraError):
     """The state folder describes something `up` must not reuse or overwrite."""
+
+
+class PackageDataError(InfraError):
+    """A file shipped inside the package is not where the package says: the installation
+    is incomplete (or the package was imported from an archive, which tidegraph does not
+    support), so reinstalling is the fix."""
+
+    def __init__(self, what: str, where: str) -> None:
+        super().__init__(
+            f"{what} is missing from the installed package (looked for {where}); "
+            "reinstall tidegraph"
+        )
+        self.what = what
+        self.where = where

@@ -25,35 +25,24 @@ import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tidegraph.infra import _proc, local_kafka, maven
-from tidegraph.infra.errors import ServiceStartError, StateDirError
+from tidegraph.infra.errors import ServiceStartError
+from tidegraph.infra.package_files import connect_file
 from tidegraph.schemas.kafka_security import KafkaSecurity
 
 CONNECT_VERSION = "4.4.0"
-"""The worker's Kafka release: the broker's (``infra/kafka/pom.xml``)."""
+"""The worker's Kafka release: the broker's (``tidegraph/infra/kafka/pom.xml``)."""
 PLUGINS = ("connect-file", "debezium-postgres", "debezium-mysql")
-"""Plugin folders, each with its pom under ``infra/connect/plugins/``."""
+"""Plugin folders, each with its pom under ``tidegraph/infra/connect/plugins/``."""
 DEFAULT_REST_PORT = 8083
 JVM_FLAGS = ("-Xms128m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
-
-
-def _connect_file(*parts: str) -> Path:
-    """A pom shipped for Connect: inside the installed package first, else the source tree."""
-    packaged = resources.files("tidegraph.infra").joinpath("connect", *parts)
-    if isinstance(packaged, Path) and packaged.is_file():
-        return packaged
-    source = Path(__file__).resolve().parents[2].joinpath("connect", *parts)
-    if source.is_file():
-        return source
-    raise StateDirError(f"the Connect file {'/'.join(parts)} is missing (looked in {source})")
 
 
 @dataclass(frozen=True)
@@ -74,11 +63,11 @@ def _home(cache: Path) -> Path:
 def _jar_sets(cache: Path) -> list[tuple[Path, Path, str]]:
     """(pom, libs folder, a jar that must be there) for the worker and each plugin."""
     home = _home(cache)
-    sets = [(_connect_file("worker", "pom.xml"), home / "worker" / "libs", "connect-runtime-*")]
+    sets = [(connect_file("worker", "pom.xml"), home / "worker" / "libs", "connect-runtime-*")]
     for name in PLUGINS:
         expect = "connect-file-*" if name == "connect-file" else "debezium-connector-*"
         sets.append(
-            (_connect_file("plugins", name, "pom.xml"), home / "plugins" / name / "libs", expect)
+            (connect_file("plugins", name, "pom.xml"), home / "plugins" / name / "libs", expect)
         )
     return sets
 

@@ -35,9 +35,8 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,8 +50,10 @@ from tidegraph.infra.errors import (
     ServiceStartError,
     StateDirError,
 )
+from tidegraph.infra.package_files import kafka_file
 from tidegraph.schemas.kafka_security import KafkaSecurity
 from tidegraph.schemas.settings import local_bootstrap
+from tidegraph.schemas.topics import replication
 
 MIN_JAVA = 17
 JAVA_INSTALL = "a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless)"
@@ -76,26 +77,14 @@ _T = TypeVar("_T")
 # --- where things are ---------------------------------------------------------------------
 
 
-def _kafka_file(name: str) -> Path:
-    """A file shipped beside the broker pom: inside the installed package first, else in
-    the source tree."""
-    packaged = resources.files("tidegraph.infra").joinpath("kafka", name)
-    if isinstance(packaged, Path) and packaged.is_file():
-        return packaged
-    source = Path(__file__).resolve().parents[2] / "kafka" / name
-    if source.is_file():
-        return source
-    raise StateDirError(f"the Kafka file {name} is missing (looked in {packaged} and {source})")
-
-
 def pom_path() -> Path:
     """The broker pom."""
-    return _kafka_file("pom.xml")
+    return kafka_file("pom.xml")
 
 
 def stdin_args_path() -> Path:
     """``StdinArgs.java``: runs a tool with secret arguments read from stdin, not argv."""
-    return _kafka_file("StdinArgs.java")
+    return kafka_file("StdinArgs.java")
 
 
 def kafka_version(pom: Path | None = None) -> str:
@@ -290,21 +279,51 @@ def server_properties(
     *,
     advertised_port: int | None = None,
 ) -> str:
-    """The broker's configuration: one KRaft node, loopback only, replication factor 1,
-    SASL on both listeners (SCRAM for clients, PLAIN for the controller: KRaft controllers
-    cannot use SCRAM, whose users live in the metadata they serve).
+    """The single broker's configuration: one KRaft node, loopback only, replication
+    factor 1 (:func:`node_settings` for node 1, the only voter).
 
     ``advertised_port`` is where clients are told to connect after bootstrap (default
     ``port``): a fault test puts a TCP proxy there, so every connection, not only the
     bootstrap one, crosses it."""
+    settings = node_settings(
+        layout,
+        1,
+        port,
+        {1: controller_port},
+        password,
+        controller_password,
+        advertised_port=advertised_port,
+    )
+    return render_properties(settings)
+
+
+def node_settings(
+    layout: KafkaLayout,
+    node_id: int,
+    port: int,
+    voters: Mapping[int, int],
+    password: str,
+    controller_password: str,
+    *,
+    advertised_port: int | None = None,
+) -> dict[str, str]:
+    """One node of a local KRaft cluster whose every node is broker and controller:
+    loopback only, SASL on both listeners (SCRAM for clients and between brokers, PLAIN for
+    the controllers: KRaft controllers cannot use SCRAM, whose users live in the metadata
+    they serve). ``voters`` maps each node id to its controller port; its size sets the
+    replication of the internal topics and the topics' defaults
+    (:func:`~tidegraph.schemas.topics.replication`), and no replica out of sync may lead."""
     host = _proc.LOOPBACK
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
-    settings = {
+    copies = replication(len(voters))
+    factor, insync = str(copies.factor), str(copies.min_insync)
+    quorum = ",".join(f"{node}@{host}:{voters[node]}" for node in sorted(voters))
+    return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{host}:{controller_port}",
-        "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": quorum,
+        "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{voters[node_id]}",
         "advertised.listeners": f"SASL_PLAINTEXT://{host}:{advertised_port or port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "SASL_PLAINTEXT",
@@ -322,16 +341,23 @@ def server_properties(
         ),
         "log.dirs": str(layout.data),
         "num.partitions": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": factor,
+        "min.insync.replicas": insync,
+        "unclean.leader.election.enable": "false",
+        "offsets.topic.replication.factor": factor,
         "offsets.topic.num.partitions": "10",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "transaction.state.log.replication.factor": factor,
+        "transaction.state.log.min.isr": insync,
+        "share.coordinator.state.topic.replication.factor": factor,
+        "share.coordinator.state.topic.min.isr": insync,
         "group.initial.rebalance.delay.ms": "0",
         "message.max.bytes": str(MAX_MESSAGE_BYTES),
         "replica.fetch.max.bytes": str(MAX_MESSAGE_BYTES),
     }
+
+
+def render_properties(settings: Mapping[str, str]) -> str:
+    """``server.properties`` text of ``settings``."""
     lines = ["# Written by `tidegraph up` on every start; edits are overwritten."]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
@@ -374,8 +400,11 @@ def _java_base(runtime: KafkaRuntime, layout: KafkaLayout) -> list[str]:
     ]
 
 
-def _format_storage(runtime: KafkaRuntime, layout: KafkaLayout, password: str) -> None:
-    """Format the log dirs once, with the SCRAM user (a fresh data dir makes a start cold)."""
+def format_storage(
+    runtime: KafkaRuntime, layout: KafkaLayout, password: str, cluster_id: str
+) -> None:
+    """Format the log dirs once, with the SCRAM user (a fresh data dir makes a start cold).
+    Every node of one cluster is formatted with the same ``cluster_id`` and SCRAM user."""
     if (layout.data / "meta.properties").is_file():
         if not layout.scram_marker.is_file():
             raise StateDirError(
@@ -388,7 +417,7 @@ def _format_storage(runtime: KafkaRuntime, layout: KafkaLayout, password: str) -
     # /proc/<pid>/cmdline for as long as the format runs.
     command = [
         *_java_base(runtime, layout), str(stdin_args_path()), "kafka.tools.StorageTool",
-        "format", "-t", new_cluster_id(), "-c", str(layout.config), "--ignore-formatted",
+        "format", "-t", cluster_id, "-c", str(layout.config), "--ignore-formatted",
     ]  # fmt: skip
     secret = f"--add-scram\nSCRAM-SHA-256=[name={USER},password={password}]\n"
     done = subprocess.run(command, input=secret, capture_output=True, text=True, timeout=180)
@@ -435,26 +464,44 @@ def launch(
     advertised_port: int | None = None,
 ) -> KafkaProcess:
     """Write the configuration, format if fresh, start the JVM; returns before it answers.
-    The broker's folder (data, segments, log) is the owner's only. ``password`` is the
-    SCRAM user's: the one the log dirs were formatted with, or a new one for fresh ones.
-    ``advertised_port``: see :func:`server_properties`."""
+    ``password`` is the SCRAM user's: the one the log dirs were formatted with, or a new one
+    for fresh ones. ``advertised_port``: see :func:`server_properties`."""
     password = password or new_password()
+    controller_password = new_password()
+    text = server_properties(
+        layout,
+        port,
+        controller_port,
+        password,
+        controller_password,
+        advertised_port=advertised_port,
+    )
+    write_config(layout, text)
+    format_storage(runtime, layout, password, new_cluster_id())
+    return spawn(layout, runtime, port=port, controller_port=controller_port, password=password)
+
+
+def write_config(layout: KafkaLayout, text: str) -> None:
+    """Write ``server.properties`` (0600: it holds the node's logins) and the logging
+    configuration into the node's folder, which is the owner's only."""
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.root.chmod(0o700)
     layout.config.touch(mode=0o600)
     layout.config.chmod(0o600)
-    layout.config.write_text(
-        server_properties(
-            layout,
-            port,
-            controller_port,
-            password,
-            new_password(),
-            advertised_port=advertised_port,
-        )
-    )
+    layout.config.write_text(text)
     layout.log4j.write_text(LOG4J2)
-    _format_storage(runtime, layout, password)
+
+
+def spawn(
+    layout: KafkaLayout,
+    runtime: KafkaRuntime,
+    *,
+    port: int,
+    controller_port: int,
+    password: str,
+    jvm_flags: Sequence[str] = JVM_FLAGS,
+) -> KafkaProcess:
+    """Start the JVM of a configured, formatted node and record it; returns at once."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     with layout.log.open("a") as log:
         log.write(f"\n===== tidegraph up: starting Kafka {runtime.version} at {stamp} =====\n")
@@ -466,7 +513,7 @@ def launch(
     else:
         pending = archive.with_name(f"{archive.name}.{os.getpid()}-{time.time_ns()}.partial")
         sharing = f"-XX:ArchiveClassesAtExit={pending}"
-    command = [java, *JVM_FLAGS, sharing, *rest, "kafka.Kafka", str(layout.config)]
+    command = [java, *jvm_flags, sharing, *rest, "kafka.Kafka", str(layout.config)]
     pid = _proc.spawn_detached(command, log=layout.log, cwd=layout.root)
     process = KafkaProcess(
         pid=pid,
@@ -591,14 +638,22 @@ def _quiet_client() -> Iterator[None]:
         logger.setLevel(level)
 
 
+def broker_count(
+    bootstrap: str, *, timeout: float = 5.0, security: KafkaSecurity | None = None
+) -> int:
+    """How many live brokers the metadata from ``bootstrap`` lists to a client logging in
+    with ``security`` (the environment's when ``None``); 0 when nothing answers."""
+    try:
+        with _quiet_client():
+            count = _count_brokers(bootstrap, timeout, security or KafkaSecurity())
+            return _run_blocking(count)
+    except (KafkaError, OSError, TimeoutError):
+        return 0
+
+
 def brokers_answering(
     bootstrap: str, *, timeout: float = 5.0, security: KafkaSecurity | None = None
 ) -> bool:
     """True when a broker at ``bootstrap`` returns metadata naming at least one broker to a
     client logging in with ``security`` (the environment's when ``None``)."""
-    try:
-        with _quiet_client():
-            count = _count_brokers(bootstrap, timeout, security or KafkaSecurity())
-            return _run_blocking(count) > 0
-    except (KafkaError, OSError, TimeoutError):
-        return False
+    return broker_count(bootstrap, timeout=timeout, security=security) > 0

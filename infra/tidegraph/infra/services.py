@@ -17,6 +17,7 @@ Rules the command line and the test fixtures rely on:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 from collections.abc import Callable, Collection, Mapping
@@ -27,31 +28,47 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tidegraph.infra import _proc, local_kafka, local_pg
+from tidegraph.infra import (
+    _proc,
+    local_kafka,
+    local_kafka_cluster,
+    local_kafka_plan,
+    local_pg,
+    local_pg_servers,
+)
 from tidegraph.infra.errors import (
     InfraError,
     ServiceUnreachableError,
     StateDirError,
 )
-from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.schemas import local_state
+from tidegraph.schemas.local_state import ENV_FILE, read_env_file
+from tidegraph.schemas.local_state import find_state_dir as find_state_dir
+from tidegraph.schemas.settings import Settings, load_settings, local_bootstrap
 
 KAFKA = "kafka"
 POSTGRES = "postgres"
 SERVICES: tuple[str, ...] = (KAFKA, POSTGRES)
-ENV_FILE = "env"
-STATE_FOLDER = ".tidegraph"
 ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
 KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
 REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
+PG_SERVERS_KEY = "TIDEGRAPH_PG_SERVERS"
+"""Where `up --pg-servers` names its extra servers (:mod:`tidegraph.schemas.servers`)."""
 """The PostgreSQL connector's DSN on the local server (its own role)."""
+CLIENT_PROPERTIES = "client.properties"
+"""Kafka's own client configuration for the local broker, beside the env file."""
+UP_WROTE_KEY = "TIDEGRAPH_UP_WROTE"
+"""Which addresses of the env file `up` wrote (a digest of each), so that a shell that
+loaded the file still tells them from addresses given by hand once the file has changed."""
 
 Origin = Literal["local", "external"]
 Progress = Callable[[str], None]
 
 
 class LocalSettings(BaseSettings):
-    """What only `up` needs (``TIDEGRAPH_KAFKA_CONTROLLER_PORT``, ``_START_TIMEOUT``).
+    """What only `up` needs (``TIDEGRAPH_KAFKA_CONTROLLER_PORT``, ``_START_TIMEOUT``,
+    ``_KAFKA_BROKERS``).
 
     The service ports themselves (``TIDEGRAPH_KAFKA_PORT``, ``TIDEGRAPH_PG_PORT``) are in
     :class:`~tidegraph.schemas.settings.Settings`, because every command's default address
@@ -61,9 +78,28 @@ class LocalSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TIDEGRAPH_", extra="ignore")
 
     kafka_controller_port: int | None = Field(
-        None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + 1)."
+        None, ge=1, le=65535, description="KRaft controller port (default: Kafka port + nodes)."
     )
     start_timeout: float = Field(90.0, gt=0, description="Seconds to wait for each service.")
+    kafka_brokers: int | None = Field(
+        None, description="Kafka nodes: 1 or 3 (default: as many as run, else 1)."
+    )
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """One node of a local Kafka cluster."""
+
+    node_id: int
+    """The node's id (1, 2, 3)."""
+    address: str
+    """Its client listener, ``127.0.0.1:port``."""
+    controller: str
+    """Its controller listener, ``127.0.0.1:port``."""
+    pid: int | None
+    """Process id while it runs."""
+    running: bool
+    """Answering right now."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +122,8 @@ class ServiceState:
     """Version or the reason it is not running."""
     replication_address: str = field(default="", repr=False)
     """The local server's DSN for the PostgreSQL connector's role (holds its password)."""
+    brokers: tuple[BrokerState, ...] = ()
+    """The nodes, when the local Kafka is a cluster (`up --brokers 3`)."""
 
     @property
     def shown(self) -> str:
@@ -126,63 +164,11 @@ class ServiceStatus:
 # --- state folder and env file ----------------------------------------------------------------
 
 
-def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The per-user state folder: ``$XDG_STATE_HOME/tidegraph`` (``~/.local/state/tidegraph``)."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
-    return Path(base).expanduser().resolve() / "tidegraph"
-
-
-def _holds_state(folder: Path) -> bool:
-    """A ``.tidegraph/`` someone meant as a state folder: empty, or with `up`'s files in it.
-
-    A folder holding only the test suite's ``test*/`` areas does not count, so running the
-    tests in a checkout never hides the services `up` started elsewhere.
-    """
-    try:
-        names = {child.name for child in folder.iterdir()}
-    except OSError:
-        return False
-    return not names or bool(names & {ENV_FILE, KAFKA, POSTGRES})
-
-
-def find_state_dir(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """The state folder every command uses when none is given.
-
-    The nearest ``.tidegraph/`` from ``start`` (the working directory) upwards that holds
-    state, else :func:`user_state_dir`. `up` and every other command look the same way, so
-    from any directory they agree on where the services are.
-    """
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / STATE_FOLDER
-        if candidate.is_dir() and _holds_state(candidate):
-            return candidate
-    return user_state_dir(environ)
-
-
 def state_path(state_dir: str | os.PathLike[str] | None, settings: Settings | None = None) -> Path:
     """The state folder as an absolute path: ``--state-dir``, ``TIDEGRAPH_STATE_DIR``, else
-    :func:`find_state_dir`."""
+    :func:`find_state_dir` (:mod:`tidegraph.schemas.local_state`)."""
     chosen = state_dir if state_dir is not None else (settings or load_settings()).state_dir
-    if chosen is None:
-        return find_state_dir()
-    return Path(chosen).expanduser().resolve()
-
-
-def read_env_file(state_dir: Path) -> dict[str, str]:
-    """The ``KEY=value`` pairs `up` wrote into ``<state>/env`` (empty when absent)."""
-    values: dict[str, str] = {}
-    try:
-        text = (state_dir / ENV_FILE).read_text()
-    except OSError:
-        return values
-    for line in text.splitlines():
-        words = shlex.split(line, comments=True)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            key, value = words[1].split("=", 1)
-            values[key] = value
-    return values
+    return local_state.state_path(chosen)
 
 
 def _write_env_file(
@@ -203,20 +189,54 @@ def _write_env_file(
             and secrets.get(KAFKA_PASSWORD_KEY)
         ):
             values.update(local_kafka.local_security(secrets[KAFKA_PASSWORD_KEY]).env())
+    pg = next((s for s in states if s.name == POSTGRES), None)
+    if pg is not None and pg.origin == "local" and pg.running:
+        extra = local_pg_servers.running(state_dir, local_pg.PgCredentials.from_env(secrets))
+        if extra:
+            values[PG_SERVERS_KEY] = local_pg_servers.servers_entry(extra)
     values.update(secrets)
+    _write_client_properties(state_dir, states, secrets)
     if not values:
         path.unlink(missing_ok=True)
         return None
-    state_dir.mkdir(parents=True, exist_ok=True)
+    addresses = {ENV_KEYS[s.name]: s.address for s in states if s.origin == "local" and s.running}
+    if addresses:
+        values[UP_WROTE_KEY] = _wrote(addresses)
     header = "# Written by `tidegraph up`; load into a shell with: . " + shlex.quote(str(path))
     lines = [header] + [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
-    partial = path.with_name(ENV_FILE + ".partial")
+    _write_private(path, lines)
+    return path
+
+
+def _write_client_properties(
+    state_dir: Path, states: Collection[ServiceState], secrets: Mapping[str, str]
+) -> None:
+    """``<state>/client.properties`` (0600) while the local broker runs: its address and
+    login as Kafka's own tools and Java clients take them; removed when it does not run."""
+    path = state_dir / CLIENT_PROPERTIES
+    kafka = next((s for s in states if s.name == KAFKA), None)
+    password = secrets.get(KAFKA_PASSWORD_KEY)
+    if kafka is None or kafka.origin != "local" or not kafka.running or not password:
+        path.unlink(missing_ok=True)
+        return
+    security = local_kafka.local_security(password)
+    header = [
+        "# Written by `tidegraph up`: the local broker for Kafka's own tools and Java clients,",
+        f"#   kafka-console-consumer.sh --bootstrap-server {kafka.address} \\",
+        f"#     --consumer.config {path} --topic tidegraph.changes --from-beginning",
+    ]
+    _write_private(path, header + security.java_properties(kafka.address))
+
+
+def _write_private(path: Path, lines: list[str]) -> None:
+    """Replace ``path`` with ``lines``, mode 0600 from its first byte."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
     partial.unlink(missing_ok=True)
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     os.replace(partial, path)
-    return path
 
 
 def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
@@ -226,7 +246,8 @@ def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
     if credentials is not None and local_pg.PgLayout.under(state).data.exists():
         kept.update(credentials.env())
     password = written.get(KAFKA_PASSWORD_KEY)
-    if password and local_kafka.KafkaLayout.under(state).data.exists():
+    single = local_kafka.KafkaLayout.under(state).data.exists()
+    if password and (single or local_kafka_cluster.ClusterLayout.under(state).has_data):
         kept[KAFKA_PASSWORD_KEY] = password
     return kept
 
@@ -238,13 +259,31 @@ def _close_state_dir(state: Path) -> None:
     state.chmod(state.stat().st_mode & 0o001 | 0o700)
 
 
+def _digest(key: str, value: str) -> str:
+    return key + "=" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def _wrote(addresses: Mapping[str, str]) -> str:
+    """The marker naming ``addresses`` (variable → value) as `up`'s own."""
+    return " ".join(_digest(key, value) for key, value in sorted(addresses.items()))
+
+
 def _external(settings: Settings, service: str, written: dict[str, str]) -> str | None:
-    """The external address for ``service`` when the environment names one."""
+    """The external address for ``service`` when the environment names one.
+
+    An address `up` wrote is not external, whether it still stands in the env file or came
+    through a shell that loaded an earlier one (the marker travels with it): values that
+    `up` wrote never change what `up` does."""
     fieldname = "kafka_bootstrap" if service == KAFKA else "pg_dsn"
     if fieldname not in settings.model_fields_set:
         return None
     value = settings.kafka_bootstrap if service == KAFKA else settings.pg_dsn.get_secret_value()
-    return None if written.get(ENV_KEYS[service]) == value else value
+    key = ENV_KEYS[service]
+    if written.get(key) == value:
+        return None
+    if _digest(key, value) in os.environ.get(UP_WROTE_KEY, "").split():
+        return None
+    return value
 
 
 # --- status -------------------------------------------------------------------------------------
@@ -254,6 +293,9 @@ def _kafka_state(state: Path, external: str | None) -> ServiceState:
     if external is not None:
         up_ = local_kafka.brokers_answering(external, timeout=3.0)
         return ServiceState(KAFKA, "external", up_, external, detail="" if up_ else "no answer")
+    cluster = local_kafka_cluster.ClusterLayout.under(state)
+    if cluster.recorded:
+        return _cluster_state(cluster)
     layout = local_kafka.KafkaLayout.under(state)
     process = local_kafka.running(layout)
     if process is None:
@@ -268,6 +310,36 @@ def _kafka_state(state: Path, external: str | None) -> ServiceState:
         process.bootstrap,
         pid=process.pid,
         detail=f"Kafka {process.version}" if answering else "process up, port not answering",
+    )
+
+
+def _cluster_state(layout: local_kafka_cluster.ClusterLayout) -> ServiceState:
+    """The cluster runs while a majority of its nodes answer; each node is listed."""
+    cluster = local_kafka_cluster.view(layout)
+    if cluster is None:
+        return ServiceState(KAFKA, "local", False, "", detail="not running")
+    nodes = tuple(
+        BrokerState(
+            node_id=n.node_id,
+            address=local_bootstrap(n.ports.client),
+            controller=local_bootstrap(n.ports.controller),
+            pid=n.process.pid if n.process else None,
+            running=n.process is not None and _proc.port_answers(n.ports.client),
+        )
+        for n in cluster.nodes
+    )
+    up_ = [n for n in nodes if n.running]
+    down_ = [str(n.node_id) for n in nodes if not n.running]
+    detail = f"Kafka {cluster.version}, {len(up_)} of {len(nodes)} brokers" if up_ else ""
+    if down_:
+        detail += f"{'; ' if detail else ''}node {', '.join(down_)} down"
+    return ServiceState(
+        KAFKA,
+        "local",
+        len(up_) > len(nodes) // 2,
+        cluster.bootstrap,
+        detail=detail,
+        brokers=nodes,
     )
 
 
@@ -344,11 +416,15 @@ class _Ports:
 
 
 def _ports(
-    settings: Settings, kafka_port: int | None, controller_port: int | None, pg_port: int | None
+    settings: Settings,
+    kafka_port: int | None,
+    controller_port: int | None,
+    pg_port: int | None,
+    brokers: int = 1,
 ) -> _Ports:
     local = LocalSettings()
     kafka = kafka_port or settings.kafka_port
-    controller = controller_port or local.kafka_controller_port or kafka + 1
+    controller = controller_port or local.kafka_controller_port or kafka + brokers
     return _Ports(
         kafka=kafka,
         controller=controller,
@@ -372,34 +448,40 @@ def up(
     timeout: float | None = None,
     progress: Progress = _silent,
     kafka_advertised_port: int | None = None,
+    pg_servers: int = 1,
+    kafka_brokers: int | None = None,
 ) -> ServiceStatus:
     """Start (or reuse, or check) the services and write ``<state>/env``.
 
     ``kafka_advertised_port``: the port a started broker tells clients to use after
-    bootstrap (default: its own), for a proxy standing in front of it."""
+    bootstrap (default: its own), for a proxy standing in front of it. ``kafka_brokers``:
+    1 or 3 nodes (:mod:`~tidegraph.infra.local_kafka_plan`); node ``i`` of a cluster listens
+    on ``kafka_port + i - 1``, its controller on ``kafka_controller_port + i - 1``.
+    ``pg_servers``: local PostgreSQL servers to run, ``main`` and ``pg2`` …
+    (:mod:`local_pg_servers`)."""
+    if pg_servers < 1:
+        raise StateDirError(f"--pg-servers {pg_servers}: at least one server (main)")
     unknown = set(services) - set(SERVICES)
     if unknown:
         raise StateDirError(f"unknown service(s) {sorted(unknown)}; choose from {SERVICES}")
     settings = load_settings()
     state = state_path(state_dir, settings)
     written = read_env_file(state)
-    ports = _ports(settings, kafka_port, kafka_controller_port, pg_port)
     wait = timeout or LocalSettings().start_timeout
     ext_kafka = _external(settings, KAFKA, written)
     ext_pg = _external(settings, POSTGRES, written)
-    kafka_layout = local_kafka.KafkaLayout.under(state)
+    local_kafka_asked = KAFKA in services and ext_kafka is None
+    asked = kafka_brokers or LocalSettings().kafka_brokers
+    brokers = local_kafka_plan.brokers(state, asked) if local_kafka_asked else 1
+    ports = _ports(settings, kafka_port, kafka_controller_port, pg_port, brokers)
+    kafka_start = local_kafka_plan.KafkaStart(
+        state, brokers, ports.kafka, ports.controller, ports.kafka_explicit, kafka_advertised_port
+    )
     pg_layout = local_pg.PgLayout.under(state)
 
     # 1. Decide, and check everything, before anything starts.
-    start_kafka = KAFKA in services and ext_kafka is None
+    start_kafka = local_kafka_asked and kafka_start.needed()
     start_pg = POSTGRES in services and ext_pg is None
-    if start_kafka and (running_kafka := local_kafka.running(kafka_layout)) is not None:
-        if ports.kafka_explicit and running_kafka.port != ports.kafka:
-            raise StateDirError(
-                f"Kafka from {state} already runs on port {running_kafka.port}, not "
-                f"{ports.kafka}: run `tidegraph down` first"
-            )
-        start_kafka = False
     if start_pg and (running_pg := local_pg.running(pg_layout)) is not None:
         if ports.pg_explicit and running_pg.port != ports.pg:
             raise StateDirError(
@@ -409,10 +491,7 @@ def up(
         start_pg = False
     if start_kafka:
         local_kafka.check_prerequisites()
-        if ports.kafka == ports.controller:
-            raise StateDirError(f"Kafka and its controller cannot share port {ports.kafka}")
-        _proc.ensure_port_free("Kafka", ports.kafka)
-        _proc.ensure_port_free("the Kafka controller", ports.controller)
+        kafka_start.check_ports()
     if start_pg:
         local_pg.check_prerequisites()
         _proc.ensure_port_free("PostgreSQL", ports.pg)
@@ -443,21 +522,12 @@ def up(
         _write_env_file(state, [], written)
     started: list[str] = []
     try:
-        kafka_process = None
         if start_kafka:
             cache = local_kafka.cache_root()
             if not local_kafka.jars_cached(cache):
                 progress(f"kafka: fetching the broker jars with Maven into {cache}")
             runtime = local_kafka.prepare(cache)
-            progress(f"kafka: starting Kafka {runtime.version} on 127.0.0.1:{ports.kafka}")
-            kafka_process = local_kafka.launch(
-                kafka_layout,
-                runtime,
-                port=ports.kafka,
-                controller_port=ports.controller,
-                password=written[KAFKA_PASSWORD_KEY],
-                advertised_port=kafka_advertised_port,
-            )
+            kafka_start.launch(runtime, written[KAFKA_PASSWORD_KEY], progress)
             started.append(KAFKA)
         if start_pg:
             progress(f"postgres: starting on 127.0.0.1:{ports.pg}")
@@ -465,11 +535,18 @@ def up(
             started.append(POSTGRES)
             local_pg.wait_ready(pg_layout, pg_process, timeout=wait)
             local_pg.ensure_vector(pg_process.dsn)
-        if kafka_process is not None:
-            progress("kafka: waiting for the broker to answer")
-            local_kafka.wait_ready(kafka_layout, kafka_process, timeout=wait)
+        if POSTGRES in services and ext_pg is None and pg_servers > 1:
+            main = local_pg.running(pg_layout)
+            if main is None:
+                raise StateDirError(f"PostgreSQL from {state} does not run: `tidegraph up` again")
+            local_pg_servers.start(state, pg_servers, main.port, credentials, wait, progress)
+        if start_kafka:
+            progress("kafka: waiting for Kafka to answer")
+            kafka_start.wait_ready(wait)
     except (InfraError, OSError) as exc:
-        _stop(state, started)
+        if KAFKA in started:
+            kafka_start.undo()
+        _stop(state, [s for s in started if s != KAFKA])
         if isinstance(exc, OSError):
             raise StateDirError(f"could not start services under {state}: {exc}") from exc
         raise
@@ -505,6 +582,8 @@ class Stopped:
 def _stop(state: Path, services: Collection[str]) -> list[Stopped]:
     stopped: list[Stopped] = []
     if POSTGRES in services:
+        for name, extra in local_pg_servers.stop_all(state):
+            stopped.append(Stopped(f"{POSTGRES} {name}", extra))
         pid = local_pg.stop(local_pg.PgLayout.under(state))
         if pid is not None:
             stopped.append(Stopped(POSTGRES, pid))
@@ -512,6 +591,8 @@ def _stop(state: Path, services: Collection[str]) -> list[Stopped]:
         pid = local_kafka.stop(local_kafka.KafkaLayout.under(state))
         if pid is not None:
             stopped.append(Stopped(KAFKA, pid))
+        cluster = local_kafka_cluster.ClusterLayout.under(state)
+        stopped += [Stopped(KAFKA, pid) for pid in local_kafka_cluster.stop(cluster)]
     return stopped
 
 

@@ -14,7 +14,6 @@ from tidegraph.query_service.retrieval import (
     MODES,
     RetrievalLimits,
     RetrievalParams,
-    RetrievalResult,
     retrieve,
 )
 from tidegraph.query_service.synthesis import ChatModel, Prompt, build_prompt
@@ -35,7 +34,6 @@ __all__ = [
     "QuerySettings",
     "RetrievalLimits",
     "RetrievalParams",
-    "RetrievalResult",
     "build_prompt",
     "create_app",
     "load_query_settings",

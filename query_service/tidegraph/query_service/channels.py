@@ -35,6 +35,7 @@ from tidegraph.query_service.db import table
 from tidegraph.schemas.names import ANY_SPACE
 from tidegraph.schemas.periods import covered
 from tidegraph.store.belief import belief, entities_view, relations_view
+from tidegraph.store.entity_state import alive
 
 
 @dataclass(frozen=True)
@@ -159,10 +160,7 @@ def chunk_filter(scope: Scope, alias: str = "c") -> sql.Composed:
 def entity_filter(scope: Scope, alias: str = "e") -> sql.Composed:
     """Entities neither dormant nor archived (as they stood at the belief instant, when one
     is given: entity rows come from :func:`ents`), in scope."""
-    alive = sql.SQL("{e}.dormant_since IS NULL AND {e}.archived_since IS NULL").format(
-        e=sql.Identifier(alias)
-    )
-    return sql.SQL(" AND ").join([_space(alias, scope), alive])
+    return sql.SQL(" AND ").join([_space(alias, scope), alive(alias)])
 
 
 _ENTITY_COLUMNS = sql.SQL("e.id, e.space, e.name, e.type, e.description, e.aliases")
@@ -392,9 +390,7 @@ def last_write(schema: str, scope: Scope) -> sql.Composed:
     rebuild that changed nothing, is no reason to call the reports stale), as known now or
     at the belief instant."""
     until = (
-        sql.SQL("AND belief_time <= %(believed)s")
-        if scope.believed_at is not None
-        else sql.SQL("")
+        sql.SQL("AND belief_time <= %(believed)s") if scope.believed_at is not None else sql.SQL("")
     )
     return sql.SQL(
         "SELECT belief_time FROM {} WHERE kind <> ALL(ARRAY['communities_built',"

@@ -19,10 +19,12 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.query_service.errors import CopyNotFound, RealmNotFound, Unavailable
+from tidegraph.query_service.gate import Gates
 from tidegraph.schemas.errors import InvalidNameError
 from tidegraph.schemas.names import copy_schema
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import RealmInfo, find_realm, open_realm, realm_exists
+from tidegraph.store.realms import RealmInfo, find_realm, open_realm, realm_exists, realm_server
 
 Query = LiteralString | sql.Composed
 """What may be executed: literal SQL, or SQL composed from identifiers and literals."""
@@ -79,24 +81,29 @@ def unavailable(exc: BaseException) -> Unavailable:
 
 
 class RealmCatalog:
-    """Looks realms up, caching found ones briefly; a realm of an earlier layout is
-    upgraded when first looked up, so queries never meet a missing column.
+    """Looks realms up where the catalogue places them, caching found ones briefly; a
+    realm of an earlier layout is upgraded when first looked up, so queries never meet a
+    missing column.
 
-    A realm's embedder never changes, but a rebuild can swap a realm's schema, so positive
-    answers are kept only ``ttl`` seconds; negative answers are never cached (a realm may be
-    created at any moment by its first document).
+    A realm's embedder never changes, but a rebuild can swap a realm's schema and a move
+    its server, so positive answers are kept only ``ttl`` seconds (the period within which
+    readers follow a move); negative answers are never cached (a realm may be created at
+    any moment by its first document).
     """
 
     def __init__(self, ttl: float = 5.0) -> None:
         self.ttl = ttl
         self._cache: dict[tuple[str, str | None], tuple[float, RealmInfo]] = {}
 
-    def invalidate(self) -> None:
-        self._cache.clear()
+    def invalidate(self, realm: str | None = None) -> None:
+        """Forget every realm, or ``realm`` (and its copies)."""
+        if realm is None:
+            self._cache.clear()
+        else:
+            for key in [k for k in self._cache if k[0] == realm]:
+                del self._cache[key]
 
-    async def get(
-        self, conn: AsyncConnection[Any], realm: str, copy: str | None = None
-    ) -> RealmInfo:
+    async def get(self, gates: Gates, realm: str, copy: str | None = None) -> RealmInfo:
         """The realm's metadata, or its copy ``copy``'s (``audit_1``: read as the realm
         stood then); :class:`RealmNotFound` / :class:`CopyNotFound` when absent or the
         name is invalid."""
@@ -104,27 +111,49 @@ class RealmCatalog:
         now = time.monotonic()
         if hit is not None and now - hit[0] < self.ttl:
             return hit[1]
-        meta = await self._load(conn, realm)
+        main = await gates.of(MAIN)
+        server = await main.run(lambda conn: realm_server(conn, realm))
+        if server is None:
+            raise RealmNotFound(realm)
+        gate = await gates.of(server)
+        meta = await gate.run(lambda conn: self._load(conn, realm, server))
         if copy is not None:
-            meta = await self._load_copy(conn, realm, copy)
+            meta = await self._copy(gates, realm, copy, server)
         self._cache[(realm, copy)] = (now, meta)
         return meta
 
-    async def _load_copy(self, conn: AsyncConnection[Any], realm: str, copy: str) -> RealmInfo:
+    async def _copy(self, gates: Gates, realm: str, copy: str, server: str) -> RealmInfo:
+        """A copy lives where the realm was when it was made: its server first, then the
+        others."""
         try:
             schema = copy_schema(realm, copy)
         except InvalidNameError:
             raise CopyNotFound(realm, copy) from None
-        if not await realm_exists(conn, schema):
-            raise CopyNotFound(realm, copy)
-        try:
-            return await open_realm(conn, realm, schema=schema)
-        except RealmSchemaError as exc:
-            raise Unavailable(f"copy {copy!r} of realm {realm!r} cannot be read: {exc}") from exc
+        names = gates.cluster.servers.names
+        for name in (server, *(n for n in names if n != server)):
+            gate = await gates.of(name)
 
-    async def _load(self, conn: AsyncConnection[Any], realm: str) -> RealmInfo:
+            async def load(conn: AsyncConnection[Any], on: str = name) -> RealmInfo | None:
+                return await self._load_copy(conn, realm, schema, on)
+
+            found = await gate.run(load)
+            if found is not None:
+                return found
+        raise CopyNotFound(realm, copy)
+
+    async def _load_copy(
+        self, conn: AsyncConnection[Any], realm: str, schema: str, server: str
+    ) -> RealmInfo | None:
+        if not await realm_exists(conn, schema):
+            return None
         try:
-            info = await find_realm(conn, realm)
+            return await open_realm(conn, realm, schema=schema, server=server)
+        except RealmSchemaError as exc:
+            raise Unavailable(f"copy {schema!r} of realm {realm!r} cannot be read: {exc}") from exc
+
+    async def _load(self, conn: AsyncConnection[Any], realm: str, server: str) -> RealmInfo:
+        try:
+            info = await find_realm(conn, realm, server)
         except RealmSchemaError as exc:
             raise Unavailable(f"realm {realm!r} cannot be read: {exc}") from exc
         if info is None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from tidegraph.query_service.fusion import rrf
-from tidegraph.query_service.retrieval import RetrievalResult
+from tidegraph.schemas.api import QueryDataResponse
 
 MAX_PARTS = 4
 
@@ -56,7 +56,9 @@ def sub_questions(query: str) -> list[str]:
     return [f"{p}?" for p in parts[:MAX_PARTS]]
 
 
-def merge(results: Sequence[RetrievalResult], top_k: int, relation_top_k: int) -> RetrievalResult:
+def merge(
+    results: Sequence[QueryDataResponse], top_k: int, relation_top_k: int
+) -> QueryDataResponse:
     """One result from the sub-questions' results: each list merged by reciprocal rank
     (ids as keys, the first occurrence's hit kept), entities named in any sub-question
     ahead of vector matches, capped as the request caps one result."""
@@ -64,12 +66,12 @@ def merge(results: Sequence[RetrievalResult], top_k: int, relation_top_k: int) -
     entities = [e for e in entities if e.matched == "name"] + [
         e for e in entities if e.matched != "name"
     ]
-    return RetrievalResult(
-        entities[: max(top_k, sum(e.matched == "name" for e in entities))],
-        _fused([r.relations for r in results], lambda h: h.id, relation_top_k),
-        _fused([r.chunks for r in results], lambda h: h.id, top_k),
-        _fused([r.communities for r in results], lambda h: h.id, top_k),
-        {"parts": [r.stats for r in results]},
+    return QueryDataResponse(
+        entities=entities[: max(top_k, sum(e.matched == "name" for e in entities))],
+        relations=_fused([r.relations for r in results], lambda h: h.id, relation_top_k),
+        chunks=_fused([r.chunks for r in results], lambda h: h.id, top_k),
+        communities=_fused([r.communities for r in results], lambda h: h.id, top_k),
+        stats={"parts": [r.stats for r in results]},
     )
 
 

@@ -11,7 +11,8 @@
         ├── NotFound                       404: base of the ones below
         │   ├── RealmNotFound              the realm does not exist (or its name is invalid)
         │   ├── CopyNotFound               the realm has no copy of that name
-        │   └── DocumentNotFound           no such document in the space
+        │   ├── DocumentNotFound           no such document in the space
+        │   └── RelationNotFound           no relation of that id
         ├── EmbedderMismatch               409: the query embedder is not the realm's pinned one
         ├── TelemetryOff                   409: coverage asked of a realm that records none
         └── Unavailable                    503, retriable: database down, no chat model
@@ -135,6 +136,17 @@ class DocumentNotFound(NotFound):
         self.realm = realm
         self.space = space
         self.doc_key = doc_key
+
+
+class RelationNotFound(NotFound):
+    """The realm has no relation with that id."""
+
+    code = "relation_not_found"
+
+    def __init__(self, realm: str, relation_id: int) -> None:
+        super().__init__(f"realm {realm!r} has no relation {relation_id}")
+        self.realm = realm
+        self.relation_id = relation_id
 
 
 class EmbedderMismatch(QueryServiceError):

@@ -14,7 +14,8 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
-ASSETS = files("tidegraph.query_service") / "explorer_assets"
+PACKAGE, ASSETS_DIR = "tidegraph.query_service", "explorer_assets"
+ASSETS = files(PACKAGE) / ASSETS_DIR
 CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'"
@@ -31,4 +32,6 @@ def mount_explorer(app: FastAPI, *, keys_required: bool) -> None:
         """The graph explorer."""
         return HTMLResponse(page, headers={"Content-Security-Policy": CSP})
 
-    app.mount("/ui/assets", StaticFiles(directory=str(ASSETS)), name="explorer-assets")
+    # Found through the package, as the page is: an installed wheel has no source tree.
+    assets = StaticFiles(packages=[(PACKAGE, ASSETS_DIR)])
+    app.mount("/ui/assets", assets, name="explorer-assets")

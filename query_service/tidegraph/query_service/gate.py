@@ -16,6 +16,16 @@ database coming back. The gate keeps one bit, *up* or *down*:
    gate up. Stale pooled connections are dropped by the pool's own ``check`` on checkout
    (:func:`tidegraph.query_service.db.make_pool`), so the first request after recovery
    gets a live connection.
+
+Slow is not down. A check is one round trip on a connection the gate keeps between checks
+(a fresh one, made as the pool makes them, when it has none or the kept one broke), so it
+does not pay a backend start and a password exchange on a loaded machine. And a check that
+times out while other requests' database work went on completing meanwhile means the
+server is slow, not gone: the gate stays up, those requests keep their answers (bounded by
+``work_timeout``), and nothing is shed. Only a server that answers nobody within
+``probe_timeout`` (stopped, unreachable, frozen, or so slow that no request completes) turns
+it down. Each check's outcome — ``answered``, ``slow`` or ``down`` — is counted (``observe``;
+the app exports ``tidegraph_db_checks_total{result}``).
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tidegraph.query_service.errors import Unavailable
+from tidegraph.schemas.servers import MAIN
+from tidegraph.store.cluster import Cluster
 from tidegraph.store.errors import is_transient
 
 log = logging.getLogger(__name__)
@@ -73,15 +85,23 @@ class DatabaseGate:
     """Runs request work on pooled connections, answering 503 fast while PostgreSQL is down."""
 
     def __init__(
-        self, pool: AsyncConnectionPool[AsyncConnection[Any]], timings: GateTimings
+        self,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        timings: GateTimings,
+        server: str = MAIN,
     ) -> None:
         self.pool = pool
         self.timings = timings
+        self.server = server
         self._down_since: float | None = None
         self._reason = ""
         self._outage: asyncio.Future[None] | None = None
         self._checker: asyncio.Task[None] | None = None
         self._orphans: set[asyncio.Task[Any]] = set()
+        self._probe: AsyncConnection[Any] | None = None
+        self._last_answer = float("-inf")
+        self.observe: Callable[[str], None] = _ignore
+        """Told each check's outcome: ``answered``, ``slow`` or ``down``."""
 
     @property
     def up(self) -> bool:
@@ -90,7 +110,10 @@ class DatabaseGate:
 
     def raise_if_down(self) -> None:
         if self._down_since is not None:
-            raise DatabaseDown(self._down_since, self._reason)
+            raise DatabaseDown(self._down_since, self._where(self._reason))
+
+    def _where(self, reason: str) -> str:
+        return reason if self.server == MAIN else f"server {self.server!r}: {reason}"
 
     async def run(self, work: Work[T], *, within: float | None = None) -> T:
         """``work(conn)`` on a pooled connection, or a 503 as soon as the gate is down."""
@@ -131,7 +154,9 @@ class DatabaseGate:
 
     async def _with_connection(self, work: Work[T]) -> T:
         async with self.pool.connection() as conn:
-            return await work(conn)
+            result = await work(conn)
+        self._last_answer = time.monotonic()  # the database answered a request
+        return result
 
     def _abandon(self, child: asyncio.Task[Any]) -> None:
         """Cancel ``child`` without waiting for it; keep a reference until it ends."""
@@ -158,29 +183,65 @@ class DatabaseGate:
 
     async def _check_loop(self) -> None:
         while True:
+            started = time.monotonic()
             problem = await self.check()
             if problem is None:
+                self.observe("answered")
                 self._mark_up()
                 return
+            if problem.startswith(_NO_ANSWER) and self._last_answer >= started:
+                # requests completed while the check waited: slow, not gone
+                self.observe("slow")
+                log.info("database slow (%s) but answering requests: not an outage", problem)
+                self._mark_up()
+                return
+            self.observe("down")
             self._mark_down(problem)
             await asyncio.sleep(self.timings.recheck_every)
 
     async def check(self) -> str | None:
-        """``None`` when a fresh connection answers ``SELECT 1`` in time, else the reason."""
-        try:
-            async with asyncio.timeout(self.timings.probe_timeout):
-                conn = await self._connect()
-                try:
-                    await conn.execute("SELECT 1")
-                finally:
-                    await conn.close()
-        except TimeoutError:
-            return f"no answer within {self.timings.probe_timeout:g}s"
-        except psycopg.Error as exc:
+        """``None`` when the database answers ``SELECT 1`` within ``probe_timeout`` — on the
+        connection kept from the last check, else on a fresh one — else the reason.
+
+        The attempt runs as a task of its own and is abandoned, not awaited, when late:
+        cancelling a statement in flight makes psycopg ask the server to cancel it and wait
+        for that, which on an unresponsive link takes seconds the check must not spend."""
+        attempt = asyncio.create_task(self._answer(), name="db-gate-probe")
+        done, _ = await asyncio.wait({attempt}, timeout=self.timings.probe_timeout)
+        if not done:
+            self._abandon(attempt)  # it closes its connection once the cancellation is over
+            return f"{_NO_ANSWER} {self.timings.probe_timeout:g}s"
+        exc = attempt.exception()
+        if exc is None:
+            return None
+        if isinstance(exc, psycopg.Error):
             return _first_line(exc)
-        except OSError as exc:
+        if isinstance(exc, OSError):
             return str(exc)
-        return None
+        raise exc
+
+    async def _answer(self) -> None:
+        """``SELECT 1`` on the kept connection, else on a fresh one, kept on success; a
+        connection that failed (or whose attempt was abandoned) is closed, never kept."""
+        kept, self._probe = self._probe, None
+        if kept is not None:
+            try:
+                await kept.execute("SELECT 1")
+            except psycopg.Error:
+                await _close(kept)  # broken since the last check: a fresh one decides
+            except BaseException:
+                await _close(kept)
+                raise
+            else:
+                self._probe = kept
+                return
+        conn = await self._connect()
+        try:
+            await conn.execute("SELECT 1")
+        except BaseException:
+            await _close(conn)
+            raise
+        self._probe = conn
 
     async def _connect(self) -> AsyncConnection[Any]:
         """A connection outside the pool, made the way the pool makes them."""
@@ -195,13 +256,19 @@ class DatabaseGate:
         self._reason = reason
         if self._down_since is None:
             self._down_since = time.monotonic()
-            log.warning("database unreachable: %s; answering 503 until it is back", reason)
+            log.warning(
+                "database unreachable: %s; answering 503 until it is back", self._where(reason)
+            )
         if self._outage is not None and not self._outage.done():
             self._outage.set_result(None)
 
     def _mark_up(self) -> None:
         if self._down_since is not None:
-            log.warning("database answers again after %.1fs", time.monotonic() - self._down_since)
+            log.warning(
+                "database answers again after %.1fs%s",
+                time.monotonic() - self._down_since,
+                "" if self.server == MAIN else f" (server {self.server!r})",
+            )
         self._down_since = None
         self._reason = ""
 
@@ -213,6 +280,48 @@ class DatabaseGate:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._probe is not None:
+            conn, self._probe = self._probe, None
+            await _close(conn)
+
+
+class Gates:
+    """A gate per server realms live on (``main``'s given, the others made when first
+    needed over the cluster's pools): one server's outage answers 503 for its realms only."""
+
+    def __init__(self, cluster: Cluster, main: DatabaseGate, observe: Callable[[str], None]):
+        self.cluster = cluster
+        self._gates = {MAIN: main}
+        self._observe = observe
+        main.observe = observe
+
+    async def of(self, server: str) -> DatabaseGate:
+        gate = self._gates.get(server)
+        if gate is None:
+            pool = self.cluster.pool(server)
+            await pool.open(wait=False)
+            gate = DatabaseGate(pool, self._gates[MAIN].timings, server)
+            gate.observe = self._observe
+            self._gates[server] = gate
+        return gate
+
+    async def aclose(self) -> None:
+        """Close every gate but ``main``'s (its owner closes it)."""
+        for server, gate in list(self._gates.items()):
+            if server != MAIN:
+                await gate.aclose()
+
+
+_NO_ANSWER = "no answer within"
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+async def _close(conn: AsyncConnection[Any]) -> None:
+    with contextlib.suppress(psycopg.Error, OSError):
+        await conn.close()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -64,6 +64,13 @@ class ServiceMetrics:
             ["code"],
             registry=registry,
         )
+        self.db_checks = Counter(
+            "tidegraph_db_checks",
+            "The outage gate's database checks by outcome: answered, slow (no answer in"
+            " time, but requests completed meanwhile: kept up) or down (503 until it answers).",
+            ["result"],
+            registry=registry,
+        )
 
 
 class PublisherMetrics:

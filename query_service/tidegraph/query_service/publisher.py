@@ -37,8 +37,10 @@ from psycopg import AsyncConnection, sql
 from tidegraph.query_service.db import table
 from tidegraph.query_service.metrics import PublisherMetrics
 from tidegraph.query_service.reads import OUTBOX_COLUMNS, change_from_row
-from tidegraph.schemas.kafka_security import kafka_client_options
-from tidegraph.store.realms import list_realms
+from tidegraph.schemas.kafka_security import producer_options
+from tidegraph.schemas.servers import MAIN
+from tidegraph.store.cluster import Cluster
+from tidegraph.store.realms import placements
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +66,10 @@ class KafkaChangeSink:
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,
-            acks="all",
-            enable_idempotence=True,
             compression_type="lz4",
             linger_ms=5,
             max_batch_size=1024 * 1024,
-            **kafka_client_options(),
+            **producer_options(),
         )
         await producer.start()
         self._producer = producer
@@ -105,8 +105,10 @@ class ChangePublisher:
         poll_interval: float = 0.1,
         registry: CollectorRegistry | None = None,
         realms: Sequence[str] | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
-        """``realms`` restricts publishing to those realms (default: every realm)."""
+        """``realms`` restricts publishing to those realms (default: every realm);
+        ``cluster`` reaches the realms on other servers than ``conninfo``'s (``main``)."""
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.conninfo = conninfo
@@ -114,6 +116,7 @@ class ChangePublisher:
         self.batch_size = batch_size
         self.poll_interval = poll_interval
         self.only = frozenset(realms) if realms is not None else None
+        self.cluster = cluster
         self.metrics = PublisherMetrics(registry or CollectorRegistry())
         self._conn: AsyncConnection[Any] | None = None
         self._held: set[str] = set()
@@ -159,11 +162,24 @@ class ChangePublisher:
             await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (LOCK_PREFIX + realm,))
             self._release(realm)
         total = 0
-        for realm, schema in realms.items():
+        for realm, (schema, server) in realms.items():
             if realm not in self._held and not await self._claim(conn, realm):
                 continue
             try:
-                total += await self.publish_realm(conn, realm, schema)
+                total += await self.publish_realm(conn, realm, schema, server)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                now = {p.realm: (p.schema, p.server) for p in await placements(conn)}
+                if now.get(realm) == (schema, server):
+                    raise
+                if realm in now:
+                    continue  # moved (or swapped) since the listing: the next round reads it
+                # `realm delete` dropped it between the listing and the read: nothing left
+                # to publish (the deletion published its own `realm_deleted` change).
+                await conn.execute(
+                    "SELECT pg_advisory_unlock(hashtext(%s))", (LOCK_PREFIX + realm,)
+                )
+                self._release(realm)
+                log.info("realm %s was deleted; no longer publishing its changes", realm)
             except KafkaError as exc:
                 self.metrics.failures.labels(realm).inc()
                 log.warning("publishing changes of realm %s failed, will retry: %s", realm, exc)
@@ -172,10 +188,21 @@ class ChangePublisher:
                     await restart()
         return total
 
-    async def publish_realm(self, conn: AsyncConnection[Any], realm: str, schema: str) -> int:
-        """Publish one batch of whole commits of ``realm``; returns the changes sent."""
+    async def publish_realm(
+        self, conn: AsyncConnection[Any], realm: str, schema: str, server: str = MAIN
+    ) -> int:
+        """Publish one batch of whole commits of ``realm``; returns the changes sent.
+
+        The position and the lock are on ``main`` (``conn``), the outbox on the realm's
+        server: a realm that moves keeps its position, and the copy a stale catalogue
+        answer points at holds the same outbox up to the move, so the feed goes on with
+        the next sequence whichever copy a round read."""
         position = await self._position(conn, realm)
-        rows = await self._pending(conn, schema, position)
+        if server == MAIN or self.cluster is None:
+            rows = await self._pending(conn, schema, position)
+        else:
+            async with self.cluster.connection(server) as there:
+                rows = await self._pending(there, schema, position)
         if not rows:
             return 0
         key = realm.encode()
@@ -228,8 +255,9 @@ class ChangePublisher:
         )
         return list(await cur.fetchall())
 
-    async def _realms(self, conn: AsyncConnection[Any]) -> dict[str, str]:
-        found = dict(await list_realms(conn))
+    async def _realms(self, conn: AsyncConnection[Any]) -> dict[str, tuple[str, str]]:
+        """Realm → (schema, server), by name."""
+        found = {p.realm: (p.schema, p.server) for p in await placements(conn)}
         if self.only is not None:
             found = {r: s for r, s in found.items() if r in self.only}
         return dict(sorted(found.items()))

@@ -34,12 +34,7 @@ from tidegraph.query_service.context import (
     clip,
     fit_block,
 )
-from tidegraph.query_service.retrieval import (
-    CommunityHit,
-    EntityHit,
-    RelationHit,
-    RetrievalResult,
-)
+from tidegraph.schemas.api import CommunityOut, EntityOut, QueryDataResponse, RelationOut
 
 SYSTEM_PROMPT = (
     "You answer questions from the evidence given: community reports, numbered passages, "
@@ -91,7 +86,7 @@ class Prompt:
     prompt."""
 
 
-def render_relation(r: RelationHit) -> str:
+def render_relation(r: RelationOut) -> str:
     """``(A) --[p]--> (B)`` with the validity period, denial, statement order and
     supersession marked."""
     pred = f"NOT {r.predicate}" if r.negated else r.predicate
@@ -109,7 +104,7 @@ def render_relation(r: RelationHit) -> str:
     return line
 
 
-def render_entity(e: EntityHit) -> str:
+def render_entity(e: EntityOut) -> str:
     head = f"{e.name} ({e.type})"
     if e.aliases:
         head += f", also {', '.join(e.aliases)}"
@@ -118,7 +113,7 @@ def render_entity(e: EntityHit) -> str:
 
 def build_prompt(
     question: str,
-    data: RetrievalResult,
+    data: QueryDataResponse,
     budget: int | None = None,
     token_budgets: Mapping[Block, int] | None = None,
 ) -> Prompt:
@@ -187,7 +182,7 @@ def _stated(order_key: str | None) -> str:
     return f" [stated {order_key}]" if order_key else ""
 
 
-def _report_text(c: CommunityHit) -> str:
+def _report_text(c: CommunityOut) -> str:
     return "\n".join([c.summary, *(f"- {f}" for f in c.findings)])
 
 

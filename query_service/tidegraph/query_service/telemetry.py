@@ -18,14 +18,15 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.db import table
-from tidegraph.query_service.retrieval import RetrievalResult
+from tidegraph.schemas.api import QueryDataResponse
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.names import ANY_SPACE
+from tidegraph.store.entity_state import alive
 from tidegraph.store.realms import RealmInfo
 
 
 async def record(
-    conn: AsyncConnection[Any], meta: RealmInfo, query: str, mode: str, result: RetrievalResult
+    conn: AsyncConnection[Any], meta: RealmInfo, query: str, mode: str, result: QueryDataResponse
 ) -> None:
     """Append one ``retrievals`` row for an answered query (raises on failure)."""
     s = meta.schema
@@ -102,10 +103,14 @@ async def never_retrieved_entities(
         sql.SQL(
             "SELECT e.id, e.space, e.name, e.type FROM {ent} e"
             " LEFT JOIN (SELECT DISTINCT unnest(entity_ids) AS id FROM {ret}) t ON t.id = e.id"
-            " WHERE t.id IS NULL AND e.dormant_since IS NULL AND e.archived_since IS NULL"
-            " AND e.id > %(after)s AND {f}"
+            " WHERE t.id IS NULL AND {alive} AND e.id > %(after)s AND {f}"
             " ORDER BY e.id LIMIT %(limit)s"
-        ).format(ent=table(s, "entities"), ret=table(s, "retrievals"), f=_space("e", space)),
+        ).format(
+            ent=table(s, "entities"),
+            ret=table(s, "retrievals"),
+            alive=alive("e"),
+            f=_space("e", space),
+        ),
         {"space": space, "after": after_id, "limit": limit},
     )
     return [

@@ -94,5 +94,5 @@ async def community_tree(
         "levels": levels,
         "built_at": built[0] if built else None,
         "stale": bool(built[1]) if built else False,
-        "next_after_id": int(rows[-1][0]) if len(rows) == limit else None,
+        "next_after_id": str(rows[-1][0]) if len(rows) == limit else None,
     }

@@ -1,9 +1,12 @@
 """tidegraph.schemas: the public contracts — event models, names, topics, realm configuration.
 
-No I/O happens here; every other package depends on this one and on nothing else shared.
+No I/O happens here beyond reading settings (the environment, and the env file `tidegraph up`
+writes: :mod:`tidegraph.schemas.local_state`); every other package depends on this one and on
+nothing else shared.
 """
 
 from tidegraph.schemas._validation import Problem, RecordValidationError, problems_from
+from tidegraph.schemas._version import __version__ as VERSION
 from tidegraph.schemas.changes import (
     CHANGE_SCHEMA,
     ChangeKind,
@@ -52,6 +55,7 @@ __all__ = [
     "DOCUMENT_SCHEMA",
     "REALM_PATTERN",
     "SPACE_PATTERN",
+    "VERSION",
     "ChangeKind",
     "ConfigError",
     "ContractError",

@@ -6,26 +6,53 @@ service documents and validates with them, and :mod:`tidegraph.client` returns t
 Requests are validated here (unknown fields refused, unknown ``mode`` a 422, no NUL
 characters anywhere since PostgreSQL text cannot hold them); limits that depend on the
 service configuration (``top_k``, ``hops``, query length) are checked by the query service
-against its settings. Responses are serialised straight
-from the retrieval values; these models document their shape.
+against its settings. Responses are these models as they are: retrieval builds them, the
+service serialises them and the client returns them. An entity, relation or community
+report has one set of fields wherever it appears (``EntityFields`` …); each view adds what
+it knows of it (a retrieval score, a retention state, a place in the topic tree).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
-from tidegraph.schemas.periods import covered
+from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS, belief_instant, covered
+
+BELIEVED_AT_DOC = f"Belief time: the graph as believed then. Takes {BELIEF_INSTANT_FORMS}."
 
 ENTITIES_BELIEVED_AT_DOC = (
-    "Belief-time instant (with offset): the entities that existed then (live then unless "
+    "Belief time: the entities that existed then (live then unless "
     "`include_dormant`/`include_archived`), with the name, type, description and aliases "
-    "believed then. A `name` lookup still matches today's names and aliases."
+    "believed then. A `name` lookup still matches today's names and aliases. Takes "
+    f"{BELIEF_INSTANT_FORMS}."
 )
+
+BeliefInstant = Annotated[
+    datetime,
+    BeforeValidator(belief_instant),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": f"A belief-time instant: {BELIEF_INSTANT_FORMS}.",
+            "examples": ["1842", "1842-06-30", "2026-12-06T05:19:35.376Z"],
+        }
+    ),
+]
+"""An ``as_believed_at`` value as every surface takes it (:func:`belief_instant`): after
+validation always a timezone-aware instant in UTC."""
 
 AS_OF_DOC = (
     "Valid time: `YYYY`, `YYYY-MM` or `YYYY-MM-DD`, as relations' `valid_from` holds them;"
@@ -68,10 +95,10 @@ class QueryDataRequest(BaseModel):
     )
     hops: int = Field(2, ge=0, le=10, description="Traversal depth from matched entities.")
     as_of: str | None = Field(None, description=AS_OF_DOC)
-    as_believed_at: AwareDatetime | None = Field(
+    as_believed_at: BeliefInstant | None = Field(
         None,
-        description="Belief-time instant (with offset): the graph as believed then, "
-        "entities with the name, type, description and aliases believed then.",
+        description="Belief time: the graph as believed then, entities with the name, type, "
+        f"description and aliases believed then. Takes {BELIEF_INSTANT_FORMS}.",
     )
     include_superseded: bool = Field(False, description="Admit superseded relations.")
     relation_types: list[str] | None = Field(
@@ -189,18 +216,27 @@ class QueryRequest(QueryDataRequest):
     )
 
 
-class EntityOut(BaseModel):
+class EntityFields(BaseModel):
+    """An entity as every answer shows it; each view adds what it knows of it."""
+
     id: str
     space: str
     name: str
     type: str
     description: str
     aliases: list[str]
-    matched: str
+
+
+class EntityOut(EntityFields):
+    """An entity a retrieval matched."""
+
+    matched: str = Field(description="`name` (named in the question) or `vector`.")
     score: float
 
 
-class RelationOut(BaseModel):
+class RelationFields(BaseModel):
+    """A relation as every answer shows it; each view adds what it knows of it."""
+
     id: str
     space: str
     subject: str
@@ -211,19 +247,10 @@ class RelationOut(BaseModel):
     valid_to: str | None
     t_created: datetime
     t_expired: datetime | None
-    superseded_by: str | None
-    status: str
-    weight: int
-    hop: int | None
-    channels: list[str]
-    doc_keys: list[str]
-    score: float
-    order_key: str | None = Field(
-        None,
-        description="Document order (`order_key`: publication date, fiscal year …) of the "
-        "latest live document asserting the relation; the synthesis prompt shows it as "
-        "`[stated …]` and resolves conflicting statements to the most recent one.",
+    status: str = Field(
+        description="Belief state in the view read: `current`, `superseded` or `retracted`."
     )
+    superseded_by: str | None
     superseded_via: str | None = Field(
         None,
         description="How the relation was superseded, when it is: `negation` (a later "
@@ -235,9 +262,29 @@ class RelationOut(BaseModel):
         "model said contradicts it). Null for a current relation, and for one superseded "
         "before realms recorded it.",
     )
+    weight: int
+    doc_keys: list[str]
+
+
+class RelationOut(RelationFields):
+    """A relation a retrieval found, with how it was found."""
+
+    hop: int | None = Field(
+        description="Hops from the nearest matched entity; null when the walk did not reach it."
+    )
+    channels: list[str]
+    score: float
+    order_key: str | None = Field(
+        None,
+        description="Document order (`order_key`: publication date, fiscal year …) of the "
+        "latest live document asserting the relation; the synthesis prompt shows it as "
+        "`[stated …]` and resolves conflicting statements to the most recent one.",
+    )
 
 
 class ChunkOut(BaseModel):
+    """A passage a retrieval found."""
+
     id: str
     space: str
     doc_key: str
@@ -251,16 +298,28 @@ class ChunkOut(BaseModel):
     )
 
 
-class CommunityOut(BaseModel):
+class CommunityFields(BaseModel):
+    """A community report as every answer shows it; each view adds what it knows of it."""
+
     id: str
     space: str
+    level: int = Field(
+        description="Level in the topic tree (paper §6.1): 0 the finest communities, each "
+        "higher level grouping those below it."
+    )
     title: str
     summary: str
-    findings: list[str]
-    level: int
     rating: float
-    size: int
+    size: int = Field(description="Member entities.")
     built_at: datetime
+
+
+class CommunityOut(CommunityFields):
+    """A community report a retrieval ranked."""
+
+    findings: list[str] = Field(
+        description="The report's findings, one statement each (denials stated as denials)."
+    )
     score: float
 
 
@@ -334,7 +393,27 @@ class DocumentResponse(BaseModel):
     title: str | None
 
 
-class RelationListed(BaseModel):
+class RelationListed(RelationFields):
+    """A relation as the relation list shows it."""
+
+
+class RelationsResponse(BaseModel):
+    relations: list[RelationListed]
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
+
+
+class BeliefInterval(BaseModel):
+    state: Literal["current", "superseded"] = Field(description="What the relation was then.")
+    superseded_by: str | None = Field(description="The relation superseding it, if it was.")
+    superseded_via: str | None = Field(description="How (see `superseded_via` on relations).")
+    t_created: datetime = Field(description="Believed from this instant …")
+    t_expired: datetime | None = Field(description="… until this one; null: still believed.")
+
+
+class RelationHeader(BaseModel):
     id: str
     space: str
     subject: str
@@ -343,37 +422,28 @@ class RelationListed(BaseModel):
     negated: bool
     valid_from: str | None
     valid_to: str | None
+    status: Literal["current", "superseded", "retracted"] = Field(
+        description="Its state now (`retracted`: no live document asserts it)."
+    )
+    superseded_by: str | None
+    superseded_via: str | None
     t_created: datetime
     t_expired: datetime | None
-    status: str
-    superseded_by: str | None
-    superseded_via: str | None = Field(
-        None,
-        description="How the relation was superseded, when it is: `negation` (a later "
-        "statement of the same predicate on the same pair with the opposite negation), "
-        "`exclusive_group` (a later predicate of one of the realm's exclusive groups on the "
-        "same pair), `functional` (a later value of a predicate the realm declares "
-        "functional: another object for the same subject, or another subject for the same "
-        "object) or `model` (a later object for the same subject and predicate that the "
-        "model said contradicts it). Null for a current relation, and for one superseded "
-        "before realms recorded it.",
+
+
+class RelationHistoryResponse(BaseModel):
+    """``GET /v1/realms/{realm}/relations/{id}/history``."""
+
+    relation: RelationHeader
+    history: list[BeliefInterval] = Field(
+        description="Its belief intervals, oldest first; a gap between two is a time it was "
+        "not believed at all (retracted, then asserted again)."
     )
-    weight: int
-    doc_keys: list[str]
 
 
-class RelationsResponse(BaseModel):
-    relations: list[RelationListed]
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+class EntityListed(EntityFields):
+    """An entity as the entity list shows it: with its retention state."""
 
-
-class EntityListed(BaseModel):
-    id: str
-    space: str
-    name: str
-    type: str
-    description: str
-    aliases: list[str]
     dormant_since: datetime | None
     archived_since: datetime | None = Field(
         None,
@@ -387,18 +457,15 @@ class EntitiesResponse(BaseModel):
         description="By id; for a `name` lookup, ranked: exact name or alias, then names "
         "and aliases beginning with it, then those with words beginning with its words."
     )
-    next_after_id: int | None = Field(
-        description="Pass as `after_id` for the next page; always null for a `name` lookup."
+    next_after_id: str | None = Field(
+        description="The id of the page's last entity (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page and always for a `name` lookup."
     )
 
 
-class CommunityListed(BaseModel):
-    id: str
-    space: str
-    level: int = Field(
-        description="Level in the topic tree (paper §6.1): 0 the finest communities, each "
-        "higher level grouping those below it."
-    )
+class CommunityListed(CommunityFields):
+    """A community as the topic tree lists it: with its place in the tree."""
+
     parent_id: str | None = Field(
         description="The community one level up that contains this one; null for a root "
         "(the top level, or one whose parent's report failed at build)."
@@ -406,11 +473,6 @@ class CommunityListed(BaseModel):
     children: list[str] = Field(
         description="Ids of the communities one level down that this one contains, by id."
     )
-    title: str
-    summary: str
-    rating: float
-    size: int = Field(description="Member entities.")
-    built_at: datetime
 
 
 class CommunitiesResponse(BaseModel):
@@ -421,7 +483,10 @@ class CommunitiesResponse(BaseModel):
     levels: list[int] = Field(description="Levels present in the space filter, ascending.")
     built_at: datetime | None = Field(description="When the last build ran; null: never.")
     stale: bool = Field(description="The graph has changed since the last build.")
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
 
 
 class CoverageCommunity(BaseModel):
@@ -456,7 +521,10 @@ class CoverageEntitiesResponse(BaseModel):
         "of a reported relation), by id."
     )
     since: datetime | None = Field(description="First recorded query; null: none yet.")
-    next_after_id: int | None = Field(description="Pass as `after_id` for the next page.")
+    next_after_id: str | None = Field(
+        description="The id of the page's last item (ids are strings): pass it as `after_id` "
+        "for the next page; null on the last page."
+    )
 
 
 class RealmSummary(BaseModel):
@@ -499,3 +567,7 @@ def valid_as_of(value: str | None) -> str | None:
             f"{value!r} is not a year, year-month or date (YYYY, YYYY-MM, YYYY-MM-DD)"
         ) from None
     return value
+
+
+AsOf = Annotated[str | None, AfterValidator(valid_as_of)]
+"""An ``as_of`` value as every surface takes it (:func:`valid_as_of`)."""

@@ -9,6 +9,7 @@ committed file differs from what the models generate. Regenerate with
 from __future__ import annotations
 
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ from pydantic import BaseModel
 from tidegraph.schemas.changes import CHANGE_SCHEMA, GraphChange
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 
-JSON_DIR = Path(__file__).with_name("json")
-"""Where the committed schema files live."""
+PACKAGE_JSON = resources.files("tidegraph.schemas").joinpath("json")
+"""The shipped schema files, wherever the package is installed."""
+JSON_DIR = Path(str(PACKAGE_JSON))
+"""The same folder as a path, for regeneration (which writes into the source tree)."""
 SCHEMA_FILES: dict[str, tuple[str, type[BaseModel]]] = {
     "document.v1.json": (DOCUMENT_SCHEMA, DocumentVersion),
     "change.v1.json": (CHANGE_SCHEMA, GraphChange),
@@ -69,8 +72,12 @@ def write_files(directory: Path = JSON_DIR) -> list[Path]:
 
 
 def load(name: str) -> dict[str, Any]:
-    """A committed schema file, parsed (``document.v1.json`` or ``change.v1.json``)."""
-    result: dict[str, Any] = orjson.loads((JSON_DIR / name).read_bytes())
+    """A shipped schema file, parsed (``document.v1.json`` or ``change.v1.json``); read
+    through the package, so it works wherever the package is installed."""
+    if name not in SCHEMA_FILES:
+        raise KeyError(f"no schema file {name!r}: one of {', '.join(SCHEMA_FILES)}")
+    data = PACKAGE_JSON.joinpath(name).read_bytes()
+    result: dict[str, Any] = orjson.loads(data)
     return result
 
 

@@ -16,6 +16,37 @@ MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
 """Default limit on one encoded ``DocumentVersion`` value; larger documents are refused."""
 RECORD_OVERHEAD_BYTES = 1024 * 1024
 """Headroom above the document limit for key, headers and record-batch framing."""
+NO_UNCLEAN_ELECTION: Mapping[str, str] = MappingProxyType(
+    {"unclean.leader.election.enable": "false"}
+)
+"""On every topic: a leader comes from the in-sync replicas only, since an out-of-sync
+replica taking over would drop records the old leader acknowledged (whatever the broker's
+own default says)."""
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How many copies of each partition, and how many must hold a record before it is
+    acknowledged to an ``acks=all`` producer."""
+
+    factor: int
+    """Replicas of each partition."""
+
+    @property
+    def min_insync(self) -> int:
+        """``min.insync.replicas``: 2 of 3 copies, so a write is acknowledged once two brokers
+        hold it and one broker can be lost without losing it or stopping writes. With fewer
+        copies there is no majority to keep: one must hold it (two of two would stop writes
+        at the first loss)."""
+        return 2 if self.factor >= 3 else 1
+
+
+def replication(brokers: int) -> Replication:
+    """The replication tidegraph gives its topics (and a local cluster its internal ones) on
+    a cluster of ``brokers``: three copies when there are brokers enough."""
+    if brokers < 1:
+        raise ValueError(f"a cluster has at least one broker, not {brokers}")
+    return Replication(factor=min(3, brokers))
 
 
 @dataclass(frozen=True)
@@ -27,7 +58,7 @@ class TopicSpec:
     partitions: int
     """Partition count on creation (never changed afterwards by tidegraph)."""
     replication_factor: int = -1
-    """``-1`` lets the broker apply its ``default.replication.factor``."""
+    """``-1``: :func:`replication` for the brokers the cluster has when the topic is created."""
     configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Topic-level settings; only these are compared with an existing topic."""
 
@@ -54,6 +85,7 @@ def documents_topic(
                 "retention.bytes": "-1",
                 "message.timestamp.type": "LogAppendTime",
                 "max.message.bytes": str(max_message_bytes(max_document_bytes)),
+                **NO_UNCLEAN_ELECTION,
             }
         ),
     )
@@ -66,7 +98,7 @@ def changes_topic(
     retention_ms: int | None = None,
 ) -> TopicSpec:
     """``<prefix>.changes``: the broker's retention unless one is given."""
-    configs = {"cleanup.policy": "delete"}
+    configs = {"cleanup.policy": "delete", **NO_UNCLEAN_ELECTION}
     if retention_ms is not None:
         configs["retention.ms"] = str(retention_ms)
     return TopicSpec(
@@ -89,6 +121,7 @@ def dlq_topic(
                 "cleanup.policy": "delete",
                 "retention.ms": "-1",
                 "max.message.bytes": str(max_message_bytes(max_document_bytes)),
+                **NO_UNCLEAN_ELECTION,
             }
         ),
     )

@@ -35,7 +35,8 @@ CREATE SCHEMA IF NOT EXISTS tidegraph;
 CREATE TABLE IF NOT EXISTS tidegraph.realms (
     realm        text PRIMARY KEY,
     schema_name  text NOT NULL UNIQUE,
-    created_at   timestamptz NOT NULL DEFAULT now()
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    server       text NOT NULL DEFAULT 'main'
 );
 CREATE TABLE IF NOT EXISTS tidegraph.consumer_positions (
     group_id     text   NOT NULL,
@@ -579,6 +580,12 @@ POSITIONS_AHEAD_DDL = sql.SQL(
     " NOT NULL DEFAULT '{}'"
 )
 """Per-realm positions for a control schema created before them."""
+
+CATALOGUE_SERVER_DDL = sql.SQL(
+    "ALTER TABLE tidegraph.realms ADD COLUMN IF NOT EXISTS server text NOT NULL DEFAULT 'main'"
+)
+"""Which server holds each realm, for a catalogue created before realms had a server (all
+of its realms are on ``main``, the catalogue's own server)."""
 
 
 def control_ddl() -> sql.SQL:

@@ -8,6 +8,7 @@
     ├── RealmBusy            a replay of the realm runs: it cannot be deleted now
     └── TransientError
         ├── DatabaseUnavailable   PostgreSQL unreachable, restarting or overloaded
+        │   └── ServerUnavailable     one named server of several does not answer
         └── RealmSwapped          a replay replaced the realm's schema under this write
 
 ``classify_db_error`` maps psycopg's SQLSTATE classes onto ``retriable``;
@@ -82,11 +83,25 @@ class DatabaseUnavailable(TransientError):
     """PostgreSQL cannot serve the write now; the partition pauses and retries."""
 
 
+class ServerUnavailable(DatabaseUnavailable):
+    """A named server does not answer (a connection to it failed or was lost): the work
+    on its realms waits, work on other servers' realms goes on."""
+
+    def __init__(self, server: str, cause: BaseException) -> None:
+        super().__init__(f"server {server!r} does not answer: {refusal(cause)}")
+        self.server = server
+
+
 class RealmSwapped(TransientError):
-    """The realm's schema was swapped out by a replay; retrying writes into the new one."""
+    """The copy written was replaced — a replay swapped a rebuild in, or a move switched
+    the realm to another server — and fenced; the write is tried again where the realm
+    lives now."""
 
     def __init__(self, realm: str) -> None:
-        super().__init__(f"realm {realm!r} was rebuilt and swapped in; retrying the record")
+        super().__init__(
+            f"realm {realm!r} was replaced under this write (a rebuild swapped in, or a move"
+            " to another server); retrying it where the realm lives now"
+        )
 
 
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")

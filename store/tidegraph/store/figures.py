@@ -14,8 +14,11 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store import realm_positions
-from tidegraph.store.realms import list_realms
+from tidegraph.store.cluster import Cluster
+from tidegraph.store.errors import ServerUnavailable
+from tidegraph.store.realms import list_realms, placements
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class RealmFigures:
     ``error`` says which)."""
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     """(topic, partition) → where the realm stands: its records below are settled."""
+    server: str = MAIN
+    """The server holding it."""
 
 
 _FIGURES = sql.SQL(
@@ -54,21 +59,47 @@ _FIGURES = sql.SQL(
 
 
 async def realm_figures(
-    conn: AsyncConnection[Any], *, only: Collection[str] | None = None
+    conn: AsyncConnection[Any],
+    *,
+    only: Collection[str] | None = None,
+    realms: list[tuple[str, str]] | None = None,
+    server: str = MAIN,
 ) -> list[RealmFigures]:
-    """Figures of every registered realm (or of those in ``only``), by name."""
+    """Figures of the realms (realm, schema) ``realms`` on ``conn``'s server ``server`` —
+    by default the catalogue's realms on ``main`` — or of those in ``only``, by name."""
     out = []
-    for realm, schema in await list_realms(conn):
+    for realm, schema in await list_realms(conn) if realms is None else realms:
         if only is not None and realm not in only:
             continue
-        figures = await schema_figures(conn, realm, schema)
+        figures = await schema_figures(conn, realm, schema, server)
         if figures is not None:
             out.append(figures)
     return out
 
 
+async def figures_everywhere(
+    cluster: Cluster, *, only: Collection[str] | None = None
+) -> tuple[list[RealmFigures], list[str]]:
+    """Figures of every realm on every server, by name, and what kept some from being
+    counted (a server that does not answer: its realms are left out, the others counted)."""
+    async with cluster.connection(MAIN) as main:
+        placed = await placements(main)
+    by_server: dict[str, list[tuple[str, str]]] = {}
+    for p in placed:
+        by_server.setdefault(p.server, []).append((p.realm, p.schema))
+    out: list[RealmFigures] = []
+    problems: list[str] = []
+    for server, realms in sorted(by_server.items()):
+        try:
+            async with cluster.connection(server, wait=5) as conn:
+                out += await realm_figures(conn, only=only, realms=realms, server=server)
+        except ServerUnavailable as exc:
+            problems.append(f"{exc} — {len(realms)} realm(s) not counted")
+    return sorted(out, key=lambda f: f.realm), problems
+
+
 async def schema_figures(
-    conn: AsyncConnection[Any], realm: str, schema: str
+    conn: AsyncConnection[Any], realm: str, schema: str, server: str = MAIN
 ) -> RealmFigures | None:
     """Figures of the realm ``schema`` holds (the live one or a copy)."""
     cur = await conn.execute(_FIGURES.format(s=sql.Identifier(schema)))
@@ -88,4 +119,5 @@ async def schema_figures(
         str(extractor),
         int(refused),
         await realm_positions.read(conn, schema),
+        server,
     )

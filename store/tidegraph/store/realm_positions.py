@@ -74,19 +74,31 @@ async def key_position(conn: AsyncConnection[Any], key: str, topic: str, partiti
 
 
 async def ensure(
-    conn: AsyncConnection[Any], schema: str, key: str, topic: str, partition: int
+    conn: AsyncConnection[Any],
+    schema: str,
+    key: str,
+    topic: str,
+    partition: int,
+    start: int | None = None,
 ) -> int:
     """The realm's position on the partition, created where the realm's key stood before
-    the realm existed (a deleted realm's records stay settled) when it has none yet."""
+    the realm existed (a deleted realm's records stay settled) when it has none yet: at
+    ``start`` when the caller read that on ``main`` (the realm lives on another server),
+    else as this server's control schema keeps it."""
+    stood = (
+        sql.SQL("(SELECT next_offset FROM tidegraph.key_positions")
+        + sql.SQL(" WHERE key = %(k)s AND topic = %(t)s AND partition = %(n)s)")
+        if start is None
+        else sql.Literal(start)
+    )
     cur = await conn.execute(
         sql.SQL(
             "WITH made AS (INSERT INTO {p} (topic, partition, next_offset)"
-            " SELECT %(t)s, %(n)s, coalesce((SELECT next_offset FROM tidegraph.key_positions"
-            "  WHERE key = %(k)s AND topic = %(t)s AND partition = %(n)s), 0)"
+            " SELECT %(t)s, %(n)s, coalesce({stood}, 0)"
             " ON CONFLICT (topic, partition) DO NOTHING RETURNING next_offset)"
             " SELECT next_offset FROM made"
             " UNION ALL SELECT next_offset FROM {p} WHERE topic = %(t)s AND partition = %(n)s"
-        ).format(p=_positions(schema)),
+        ).format(p=_positions(schema), stood=stood),
         {"t": topic, "n": partition, "k": key},
     )
     row = await cur.fetchone()
@@ -176,12 +188,17 @@ def marks_of(keys: Sequence[tuple[str, str | None, int]]) -> list[Mark]:
 
 
 async def bury(
-    conn: AsyncConnection[Any], realm: str, schema: str, ends: Mapping[tuple[str, int], int]
+    conn: AsyncConnection[Any],
+    realm: str,
+    schema: str,
+    ends: Mapping[tuple[str, int], int],
+    keys: AsyncConnection[Any] | None = None,
 ) -> None:
     """Before a realm is dropped: raise its key's position to the realm's own position and
     to ``ends`` ((topic, partition) → the log's end at the deletion), so no record published
     before the deletion creates the realm again, whatever reads it (a realm not opened
-    since positions moved into it holds none: its key is raised to ``ends`` alone)."""
+    since positions moved into it holds none: its key is raised to ``ends`` alone). Key
+    positions are kept on ``main``: ``keys`` when the realm is on another server."""
     cur = await conn.execute(
         "SELECT to_regclass(%s) IS NOT NULL", (_positions(schema).as_string(conn),)
     )
@@ -189,7 +206,7 @@ async def bury(
     held = await read(conn, schema) if row and row[0] else {}
     for (topic, partition), offset in sorted({**ends, **held}.items()):
         at = max(offset, held.get((topic, partition), 0), ends.get((topic, partition), 0))
-        await conn.execute(
+        await (keys or conn).execute(
             "INSERT INTO tidegraph.key_positions AS k (key, topic, partition, next_offset)"
             " VALUES (%s, %s, %s, %s) ON CONFLICT (key, topic, partition) DO UPDATE"
             " SET next_offset = greatest(k.next_offset, excluded.next_offset),"

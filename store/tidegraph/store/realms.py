@@ -1,5 +1,10 @@
 """The realm catalogue: realm schemas created on first use, found, listed and verified on
-every open (paper §3.5, DESIGN invariant 10). Every package asks these questions here."""
+every open (paper §3.5, DESIGN invariant 10). Every package asks these questions here.
+
+The catalogue (``tidegraph.realms``) lives on the ``main`` server and says which server
+holds each realm's schema (:mod:`tidegraph.schemas.servers`); the functions that read or
+write a realm's own tables take a connection to that server.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from tidegraph.schemas.names import is_realm, realm_schema, validate_realm
 from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store import realm_positions
 from tidegraph.store.ddl import (
     EMBEDDING_COLUMNS,
@@ -29,6 +35,7 @@ from tidegraph.store.upgrades import (
     add_archival,
     add_attribute_indexes,
     add_belief_history,
+    add_catalogue_server,
     add_contradiction_answers,
     add_entity_belief,
     add_name_keys,
@@ -59,6 +66,8 @@ class RealmInfo:
     """Extractor id the realm was created with."""
     config: RealmConfig = field(default_factory=RealmConfig)
     """Vocabulary, predicate aliases, exclusive groups (CONTRACT "Realm configuration")."""
+    server: str = MAIN
+    """The server holding the schema (the catalogue's word for it when it was opened)."""
 
     @property
     def exclusive_groups(self) -> tuple[frozenset[str], ...]:
@@ -75,6 +84,7 @@ async def ensure_control(conn: AsyncConnection[Any]) -> None:
         await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         await conn.execute(control_ddl())
         await add_positions_ahead(conn)
+        await add_catalogue_server(conn)
 
 
 async def create_realm(
@@ -84,8 +94,14 @@ async def create_realm(
     *,
     schema: str | None = None,
     search_indexes: bool = True,
+    server: str = MAIN,
+    catalogue: AsyncConnection[Any] | None = None,
 ) -> RealmInfo:
-    """Create a realm (or a shadow schema for one) if absent; return what is pinned."""
+    """Create a realm (or a shadow schema for one) if absent on ``conn``'s server, named
+    ``server``; return what is pinned. The catalogue row goes in the same transaction when
+    the catalogue is on that server (``catalogue`` not given), else on ``catalogue`` once
+    the schema is there (a schema without its row is a realm not created yet: creating it
+    again finishes the job)."""
     validate_realm(realm)
     schema = schema or realm_schema(realm)
     dimension = config.embedder_spec.dimension
@@ -107,13 +123,20 @@ async def create_realm(
                 Jsonb(orjson.loads(config.to_json())),
             ),
         )
-        if schema == realm_schema(realm):
-            await conn.execute(
-                "INSERT INTO tidegraph.realms (realm, schema_name) VALUES (%s, %s)"
-                " ON CONFLICT DO NOTHING",
-                (realm, schema),
-            )
-    return await open_realm(conn, realm, schema=schema)
+        if schema == realm_schema(realm) and catalogue is None:
+            await register(conn, realm, schema, server)
+    if schema == realm_schema(realm) and catalogue is not None:
+        await register(catalogue, realm, schema, server)
+    return await open_realm(conn, realm, schema=schema, server=server)
+
+
+async def register(conn: AsyncConnection[Any], realm: str, schema: str, server: str) -> None:
+    """Record in the catalogue that ``server`` holds ``realm`` (kept when already there)."""
+    await conn.execute(
+        "INSERT INTO tidegraph.realms (realm, schema_name, server) VALUES (%s, %s, %s)"
+        " ON CONFLICT DO NOTHING",
+        (realm, schema, server),
+    )
 
 
 async def realm_exists(conn: AsyncConnection[Any], schema: str) -> bool:
@@ -127,15 +150,64 @@ async def realm_exists(conn: AsyncConnection[Any], schema: str) -> bool:
     return await cur.fetchone() is not None
 
 
-async def list_realms(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
-    """(realm, schema) of every registered realm, by name; empty before the control schema
-    exists."""
+async def control_exists(conn: AsyncConnection[Any]) -> bool:
+    """Whether the control schema is there: a server no tidegraph process has written to yet
+    (a fresh `up`) has no catalogue, no positions and no holds to read."""
+    cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A catalogue row: where a realm lives."""
+
+    realm: str
+    schema: str
+    server: str
+
+
+async def placements(conn: AsyncConnection[Any], server: str | None = None) -> list[Placement]:
+    """Every registered realm (on ``server`` only, when given), by name; empty before the
+    control schema exists. ``conn`` is the catalogue's (``main``)."""
+    if not await control_exists(conn):
+        return []
+    cur = await conn.execute(
+        "SELECT realm, schema_name, server FROM tidegraph.realms"
+        " WHERE %(server)s::text IS NULL OR server = %(server)s ORDER BY realm",
+        {"server": server},
+    )
+    return [Placement(str(a), str(b), str(c)) for a, b, c in await cur.fetchall()]
+
+
+async def list_realms(conn: AsyncConnection[Any], server: str = MAIN) -> list[tuple[str, str]]:
+    """(realm, schema) of every realm the catalogue places on ``server``, by name."""
+    return [(p.realm, p.schema) for p in await placements(conn, server)]
+
+
+async def realm_server(conn: AsyncConnection[Any], realm: str) -> str | None:
+    """The server the catalogue (on ``conn``) places ``realm`` on; ``None`` when it has no
+    row (not created yet)."""
     cur = await conn.execute("SELECT to_regclass('tidegraph.realms') IS NOT NULL")
     row = await cur.fetchone()
     if not row or not row[0]:
-        return []
-    cur = await conn.execute("SELECT realm, schema_name FROM tidegraph.realms ORDER BY realm")
-    return [(str(a), str(b)) for a, b in await cur.fetchall()]
+        return None
+    cur = await conn.execute("SELECT server FROM tidegraph.realms WHERE realm = %s", (realm,))
+    row = await cur.fetchone()
+    return str(row[0]) if row else None
+
+
+async def fewest_realms(conn: AsyncConnection[Any], servers: tuple[str, ...]) -> str:
+    """The server among ``servers`` holding the fewest realms (the first named, on a tie):
+    where a realm goes when its creator names none. Realms, not documents: the catalogue
+    counts them in one statement on ``main``, while documents would mean asking every
+    server, and a realm's size is not known when it is placed."""
+    cur = await conn.execute(
+        "SELECT server, count(*) FROM tidegraph.realms WHERE server = ANY(%s) GROUP BY server",
+        (list(servers),),
+    )
+    held = {str(s): int(n) for s, n in await cur.fetchall()}
+    return min(servers, key=lambda s: (held.get(s, 0), servers.index(s)))
 
 
 async def realm_copies(conn: AsyncConnection[Any], realm: str) -> list[str]:
@@ -161,7 +233,10 @@ class DroppedRealm:
 
 
 async def drop_realm(
-    conn: AsyncConnection[Any], realm: str, ends: Mapping[tuple[str, int], int] | None = None
+    conn: AsyncConnection[Any],
+    realm: str,
+    ends: Mapping[tuple[str, int], int] | None = None,
+    catalogue: AsyncConnection[Any] | None = None,
 ) -> DroppedRealm | None:
     """Delete a realm in one transaction: its schema (its own position with it), its
     catalogue row, its publisher position, the indexer's holds on it and its replays'
@@ -174,8 +249,17 @@ async def drop_realm(
     from there (:func:`~tidegraph.store.realm_positions.bury`). Kept too: the realm's
     copies (``replay --drop`` removes them one by one). Run inside a caller's transaction,
     nothing is gone before it commits.
+
+    ``conn`` is the realm's server; ``catalogue`` the ``main`` server when that is another
+    one. Then three steps follow one another, each safe to repeat: the key's position is
+    raised on ``main``, the schema dropped on its server (in the caller's transaction, when
+    there is one), and — by the caller, once that committed — the catalogue row deleted
+    (:func:`unregister`). A deletion interrupted between them is finished by running it
+    again; meanwhile the realm reads as not existing (a row without its schema).
     """
     validate_realm(realm)
+    if catalogue is not None:
+        return await _drop_elsewhere(conn, catalogue, realm, ends or {})
     async with conn.transaction():
         cur = await conn.execute(
             "SELECT schema_name FROM tidegraph.realms WHERE realm = %s FOR UPDATE", (realm,)
@@ -206,7 +290,58 @@ async def drop_realm(
     return DroppedRealm(realm, schema, int(meta[0]) if meta else 0, copies)
 
 
-async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None:
+async def _drop_elsewhere(
+    conn: AsyncConnection[Any],
+    catalogue: AsyncConnection[Any],
+    realm: str,
+    ends: Mapping[tuple[str, int], int],
+) -> DroppedRealm | None:
+    """:func:`drop_realm` for a realm on another server than the catalogue."""
+    cur = await catalogue.execute(
+        "SELECT schema_name FROM tidegraph.realms WHERE realm = %s", (realm,)
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    schema = str(row[0])
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtext(%s))", (replay_lock_key(realm),)
+        )
+        locked = await cur.fetchone()
+        if locked is None or not locked[0]:
+            raise RealmBusy(realm)
+        await lock_realm_schema(conn, schema)
+        head = 0
+        if await realm_exists(conn, schema):
+            cur = await conn.execute(
+                sql.SQL("SELECT seq FROM {}.meta").format(sql.Identifier(schema))
+            )
+            meta = await cur.fetchone()
+            head = int(meta[0]) if meta else 0
+            await realm_positions.bury(conn, realm, schema, ends, keys=catalogue)
+        copies = tuple(c for c in await realm_copies(conn, realm) if c != schema)
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+        )
+        await conn.execute(
+            "DELETE FROM tidegraph.consumer_positions WHERE group_id = %s",
+            (replay_group(schema),),
+        )
+    return DroppedRealm(realm, schema, head, copies)
+
+
+async def unregister(catalogue: AsyncConnection[Any], realm: str) -> None:
+    """The last step of deleting a realm on another server than ``main``
+    (:func:`drop_realm`): its catalogue row and the indexer's holds on it."""
+    async with catalogue.transaction():
+        await catalogue.execute("DELETE FROM tidegraph.realms WHERE realm = %s", (realm,))
+        await catalogue.execute("DELETE FROM tidegraph.indexer_holds WHERE realm = %s", (realm,))
+
+
+async def find_realm(
+    conn: AsyncConnection[Any], realm: str, server: str = MAIN
+) -> RealmInfo | None:
     """A registered realm, opened (and upgraded if need be); ``None`` when there is none
     (an invalid name included).
 
@@ -218,7 +353,7 @@ async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None
     schema = realm_schema(realm)
     if not await realm_exists(conn, schema):
         return None
-    info = await open_realm(conn, realm)
+    info = await open_realm(conn, realm, server=server)
     if not await has_name_search(conn, schema):
         await add_name_search(conn, schema)
     if not await has_telemetry(conn, schema):
@@ -227,7 +362,7 @@ async def find_realm(conn: AsyncConnection[Any], realm: str) -> RealmInfo | None
 
 
 async def open_realm(
-    conn: AsyncConnection[Any], realm: str, *, schema: str | None = None
+    conn: AsyncConnection[Any], realm: str, *, schema: str | None = None, server: str = MAIN
 ) -> RealmInfo:
     """Load a realm's pinned configuration and verify every embedding column's width."""
     schema = schema or realm_schema(realm)
@@ -243,7 +378,13 @@ async def open_realm(
         raise RealmSchemaError(f"realm {realm!r}: schema {schema!r} has no meta row")
     embedder, dimension, extractor, config = row
     info = RealmInfo(
-        realm, schema, embedder, int(dimension), extractor, RealmConfig.model_validate(config)
+        realm,
+        schema,
+        embedder,
+        int(dimension),
+        extractor,
+        RealmConfig.model_validate(config),
+        server,
     )
     types = await _column_types(conn, schema)
     if ("entities", "name") in types and ("entities", "name_key") not in types:
@@ -302,10 +443,12 @@ async def _add_name_keys(conn: AsyncConnection[Any], info: RealmInfo) -> None:
         raise RealmSchemaError(f"realm {info.realm!r}: {exc}") from exc
 
 
-async def set_coverage_telemetry(conn: AsyncConnection[Any], realm: str, on: bool) -> RealmInfo:
+async def set_coverage_telemetry(
+    conn: AsyncConnection[Any], realm: str, on: bool, server: str = MAIN
+) -> RealmInfo:
     """Turn a realm's coverage telemetry on or off: the one configuration field that may
     change after creation, since it changes no stored fact, only what queries record."""
-    info = await open_realm(conn, realm)
+    info = await open_realm(conn, realm, server=server)
     config = info.config.model_copy(update={"coverage_telemetry": on})
     async with conn.transaction():
         await lock_realm_schema(conn, info.schema)
@@ -315,7 +458,7 @@ async def set_coverage_telemetry(conn: AsyncConnection[Any], realm: str, on: boo
         )
         if on and not await has_telemetry(conn, info.schema):
             await add_telemetry(conn, info.schema)
-    return await open_realm(conn, realm)
+    return await open_realm(conn, realm, server=server)
 
 
 def check_embedder(info: RealmInfo, embedder_id: str) -> None:
@@ -324,11 +467,14 @@ def check_embedder(info: RealmInfo, embedder_id: str) -> None:
         raise EmbedderMismatch(info.realm, info.embedder, embedder_id)
 
 
-async def realm_problems(conn: AsyncConnection[Any]) -> tuple[int, list[str]]:
+async def realm_problems(
+    conn: AsyncConnection[Any], realms: list[tuple[str, str]] | None = None
+) -> tuple[int, list[str]]:
     """(number of realms, why some cannot serve), in three statements whatever the number
     of realms: each needs a meta row whose embedder agrees with its dimension, and every
-    embedding column at that dimension."""
-    realms = await list_realms(conn)
+    embedding column at that dimension. ``realms`` ((realm, schema) on ``conn``'s server)
+    default to the catalogue's realms on ``main``."""
+    realms = await list_realms(conn) if realms is None else realms
     if not realms:
         return 0, []
     schemas = [s for _, s in realms]

@@ -16,6 +16,7 @@ from psycopg import AsyncConnection, sql
 from tidegraph.schemas.names import name_key
 from tidegraph.store.ddl import (
     ATTRIBUTE_INDEXES,
+    CATALOGUE_SERVER_DDL,
     ENTITY_BELIEF_TABLES,
     HNSW_OPTIONS,
     NAME_SEARCH_INDEXES,
@@ -48,6 +49,17 @@ async def add_positions_ahead(conn: AsyncConnection[Any]) -> None:
     )
     if await cur.fetchone() is None:
         await conn.execute(POSITIONS_AHEAD_DDL)
+
+
+async def add_catalogue_server(conn: AsyncConnection[Any]) -> None:
+    """Give the realm catalogue its ``server`` column, when missing (checked first, as in
+    :func:`add_positions_ahead`)."""
+    cur = await conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = 'tidegraph.realms'::regclass"
+        " AND attname = 'server' AND NOT attisdropped"
+    )
+    if await cur.fetchone() is None:
+        await conn.execute(CATALOGUE_SERVER_DDL)
 
 
 async def add_realm_positions(conn: AsyncConnection[Any], schema: str, realm: str) -> None:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, LiteralString
 
 import psycopg
 from psycopg import AsyncConnection, sql
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.communities.detect import ClusterParams
 from tidegraph.indexer.communities.reports import model_reporter
@@ -22,7 +21,9 @@ from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.schemas.errors import ConfigError, TidegraphError
 from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.store.realms import RealmInfo, list_realms, open_realm
+from tidegraph.schemas.servers import MAIN
+from tidegraph.store.cluster import Cluster
+from tidegraph.store.realms import RealmInfo, open_realm, placements
 
 if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
     from tidegraph.indexer.models.client import LLMClient
@@ -45,7 +46,7 @@ def _hashing_only(info: RealmInfo) -> Embedder:
 
 
 async def auto_build_loop(
-    pool: AsyncConnectionPool[AsyncConnection[Any]],
+    cluster: Cluster,
     quiet_seconds: float,
     *,
     embedder_for: Callable[[RealmInfo], Embedder] | None = None,
@@ -64,25 +65,29 @@ async def auto_build_loop(
     fails is logged and not retried until the realm is written again. ``embedder_for``
     gives a realm's pinned embedder (the composition root's ``ModelRegistry.embedder_for``);
     without it only ``hashing:*`` realms can be built. ``realms`` limits it to those.
+    Each realm is built on its own server; a server that does not answer is skipped.
     """
     poll = poll_seconds if poll_seconds is not None else max(1.0, min(quiet_seconds / 4, 30.0))
     embedder_of = embedder_for or _hashing_only
     failed_at: dict[str, int] = {}
     while True:
         try:
-            async with pool.connection() as conn:
-                for realm, schema in await list_realms(conn):
-                    if realms is not None and realm not in realms:
-                        continue
+            async with cluster.connection(MAIN) as main:
+                placed = await placements(main)
+            for p in placed:
+                if realms is not None and p.realm not in realms:
+                    continue
+                async with cluster.connection(p.server) as conn:
                     await _maybe_build(
                         conn,
-                        realm,
-                        schema,
+                        p.realm,
+                        p.schema,
                         quiet_seconds,
                         embedder_of,
                         llm,
                         params,
                         failed_at,
+                        p.server,
                     )
         except (psycopg.Error, TidegraphError) as exc:
             log.warning("automatic community builds: %s", exc)
@@ -98,6 +103,7 @@ async def _maybe_build(
     llm: LLMClient | None,
     params: ClusterParams | None,
     failed_at: dict[str, int],
+    server: str,
 ) -> None:
     cur = await conn.execute(
         _q(
@@ -117,7 +123,7 @@ async def _maybe_build(
     if idle is not None and idle[0] is not None and float(idle[0]) < quiet_seconds:
         return
     try:
-        info = await open_realm(conn, realm, schema=schema)
+        info = await open_realm(conn, realm, schema=schema, server=server)
         reporter = model_reporter(llm, realm) if llm is not None else None
         result = await build_communities(
             conn, info, embedder_of(info), params=params, reporter=reporter, wait=False

@@ -66,6 +66,7 @@ from tidegraph.indexer.extraction.interfaces import Embedder
 from tidegraph.indexer.write.context import ensure_vector_types, vec_param
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
+from tidegraph.store.entity_state import alive
 from tidegraph.store.errors import RealmSwapped
 from tidegraph.store.realms import RealmInfo, check_embedder
 
@@ -159,41 +160,35 @@ async def read_snapshot(
         seq, taken_at = int(row[0]), row[1]
         if spaces is None:
             cur = await conn.execute(
-                _q(
-                    "SELECT space FROM {e} WHERE dormant_since IS NULL AND archived_since IS NULL"
-                    " UNION SELECT space FROM {c} WHERE t_expired IS NULL ORDER BY 1",
-                    s,
-                    e="entities",
-                    c="communities",
-                )
+                sql.SQL(
+                    "SELECT space FROM {e} WHERE {alive}"
+                    " UNION SELECT space FROM {c} WHERE t_expired IS NULL ORDER BY 1"
+                ).format(e=_t(s, "entities"), c=_t(s, "communities"), alive=alive())
             )
             spaces = [str(r[0]) for r in await cur.fetchall()] or [DEFAULT_SPACE]
         wanted = sorted({validate_space(sp) for sp in spaces})
         cur = await conn.execute(
-            _q(
+            sql.SQL(
                 "SELECT id, space, name, type, description FROM {e}"
-                " WHERE space = ANY(%s) AND dormant_since IS NULL AND archived_since IS NULL"
-                " ORDER BY id",
-                s,
-                e="entities",
-            ),
+                " WHERE space = ANY(%s) AND {alive} ORDER BY id"
+            ).format(e=_t(s, "entities"), alive=alive()),
             (wanted,),
         )
         entities: dict[str, list[Entity]] = {sp: [] for sp in wanted}
         for eid, sp, name, typ, desc in await cur.fetchall():
             entities[sp].append(Entity(int(eid), name, typ, desc or ""))
         cur = await conn.execute(
-            _q(
+            sql.SQL(
                 "SELECT r.id, r.space, r.subject_id, r.predicate, r.object_id, r.weight,"
                 " r.negated, r.description FROM {r} r"
-                " JOIN {e} es ON es.id = r.subject_id AND es.dormant_since IS NULL"
-                " AND es.archived_since IS NULL"
-                " JOIN {e} eo ON eo.id = r.object_id AND eo.dormant_since IS NULL"
-                " AND eo.archived_since IS NULL"
-                " WHERE r.space = ANY(%s) AND r.status = 'current' ORDER BY r.id",
-                s,
-                r="relations",
-                e="entities",
+                " JOIN {e} es ON es.id = r.subject_id AND {subject_alive}"
+                " JOIN {e} eo ON eo.id = r.object_id AND {object_alive}"
+                " WHERE r.space = ANY(%s) AND r.status = 'current' ORDER BY r.id"
+            ).format(
+                r=_t(s, "relations"),
+                e=_t(s, "entities"),
+                subject_alive=alive("es"),
+                object_alive=alive("eo"),
             ),
             (wanted,),
         )

@@ -5,9 +5,11 @@ its realm has settled already and what waits behind a held realm, decide each re
 records against its stored document states (:class:`~tidegraph.indexer.decide.planner.
 Planner`), prepare the records to apply ahead of the writer
 (:class:`~tidegraph.indexer.extraction.ahead.PrepareAhead`), then write them in runs, in
-log order (:mod:`~tidegraph.indexer.write.runs`), each run settling its records for the
-group and for each realm in its own transaction. A failed run goes to the failure policy
-(:mod:`~tidegraph.indexer.consumer.failures`).
+log order (:mod:`~tidegraph.indexer.write.runs`), each run settling its records for each
+realm in its own transaction on the realm's server — and for the group, on ``main``,
+which keeps the group's claims. A failed run goes to the failure policy
+(:mod:`~tidegraph.indexer.consumer.failures`); a realm whose server does not answer waits
+from its first record while the others go on.
 """
 
 from __future__ import annotations
@@ -18,11 +20,9 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.consumer import metrics
 from tidegraph.indexer.consumer.failures import FailurePolicy
@@ -37,13 +37,17 @@ from tidegraph.indexer.write.contradictions import Judge
 from tidegraph.indexer.write.runs import Item, Run, RunWriter, as_record_failure, fallback, runs
 from tidegraph.indexer.write.units import Outcome, Settlement
 from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store import positions
+from tidegraph.store.cluster import Cluster
+from tidegraph.store.errors import ServerUnavailable
 from tidegraph.store.realm_positions import key_realm
 from tidegraph.store.realms import RealmInfo
 
 log = logging.getLogger("tidegraph.indexer")
 
 Prepare = Callable[[DocumentVersion, RealmInfo], Awaitable[PreparedDocument]]
+T = TypeVar("T")
 
 
 @dataclass
@@ -52,7 +56,7 @@ class BatchProcessor:
 
     consumer: AIOKafkaConsumer
     producer: AIOKafkaProducer
-    pool: AsyncConnectionPool[AsyncConnection[Any]]
+    cluster: Cluster
     realms: RealmCache
     embedder_for: Callable[[RealmInfo], Embedder]
     judge_for: Callable[[RealmInfo], Judge | None]
@@ -83,15 +87,19 @@ class BatchProcessor:
         by_offset = {m.offset: m for m in msgs}
         try:
             admitted = {m.offset: admit(m) for m in msgs}
-            async with self.pool.connection() as conn:
-                keys = {_key(a) for a in admitted.values()}
-                await part.stands.learn(conn, keys, self.realms.open)
+            firsts: dict[str, int] = {}
+            for a in admitted.values():
+                firsts.setdefault(_key(a), _offset(a))
+            for key, first in sorted(firsts.items()):
+                if key not in part.held:
+                    learning = part.stands.learn(self.cluster, key, self.realms.find)
+                    await self._unless_away(tp, part, {key: first}, learning)
             pending = [
                 a
                 for a in admitted.values()
-                if not part.stands.settled(_key(a), _offset(a)) and _key(a) not in part.held
+                if _key(a) not in part.held and not part.stands.settled(_key(a), _offset(a))
             ]
-            items = await self._plan(part, pending)
+            items = await self._plan(tp, part, pending)
         except Exception as exc:  # noqa: BLE001 - judged by the failure policy
             first = msgs[0].offset
             await self.policy.failed(tp, part, first, key_realm(msgs[0].key), exc, single=False)
@@ -132,7 +140,9 @@ class BatchProcessor:
             if tally:
                 self._log_batch(tp, part, msgs, tally)
 
-    async def _plan(self, part: Partition, pending: Sequence[Admitted | Refused]) -> list[Item]:
+    async def _plan(
+        self, tp: TopicPartition, part: Partition, pending: Sequence[Admitted | Refused]
+    ) -> list[Item]:
         """Decide every admitted record against its realm's stored states, creating the
         realms first seen here."""
         by_realm: dict[str, list[Logged]] = {}
@@ -140,21 +150,53 @@ class BatchProcessor:
             if isinstance(a, Admitted):
                 by_realm.setdefault(a.realm, []).append(a.logged)
         decided: dict[int, tuple[RealmInfo, Decision]] = {}
-        async with self.pool.connection() as conn:
-            for realm, logged in by_realm.items():
-                info = await self.realms.open(conn, realm)
-                if part.stands.schema(realm) != info.schema:
-                    await part.stands.hold(conn, info)  # created just now
-                for decision in await Planner(info.schema).decide(conn, logged):
-                    decided[decision.offset] = (info, decision)
+        for realm, logged in by_realm.items():
+            deciding = self._decide(part, realm, logged)
+            got = await self._unless_away(tp, part, {realm: logged[0].offset}, deciding)
+            for info, decision in got or []:
+                decided[decision.offset] = (info, decision)
         out: list[Item] = []
         for a in pending:
+            key = _key(a)
+            if key in part.held:
+                continue  # its server went away while deciding
             if isinstance(a, Refused):
-                out.append(Item(_offset(a), a.key, error=a.error, error_class=a.error_class))
+                out.append(
+                    Item(
+                        _offset(a),
+                        a.key,
+                        error=a.error,
+                        error_class=a.error_class,
+                        server=part.stands.server(key),
+                    )
+                )
             else:
                 info, decision = decided[a.logged.offset]
-                out.append(Item(a.logged.offset, a.realm, decision, info))
+                out.append(Item(a.logged.offset, a.realm, decision, info, server=info.server))
         return out
+
+    async def _decide(
+        self, part: Partition, realm: str, logged: list[Logged]
+    ) -> list[tuple[RealmInfo, Decision]]:
+        info = await self.realms.open(realm)
+        if part.stands.schema(realm) != info.schema:
+            await part.stands.hold(self.cluster, info)  # created just now
+        async with self.cluster.connection(info.server) as conn:
+            decisions = await Planner(info.schema).decide(conn, logged)
+        return [(info, d) for d in decisions]
+
+    async def _unless_away(
+        self, tp: TopicPartition, part: Partition, firsts: dict[str, int], work: Awaitable[T]
+    ) -> T | None:
+        """``work`` on the realms ``firsts``; ``None`` when their server (not ``main``) does
+        not answer: they wait from their first records (see the failure policy)."""
+        try:
+            return await work
+        except ServerUnavailable as exc:
+            if exc.server == MAIN:
+                raise
+            await self.policy.server_down(tp, part, exc.server, firsts, exc)
+            return None
 
     async def _write(
         self,
@@ -197,9 +239,18 @@ class BatchProcessor:
                         queue.extendleft(reversed(smaller))
                         continue
                     failure = as_record_failure(run, tp.topic, tp.partition, exc)
-                    single = len(run.items) == 1
+                    firsts: dict[str, int] = {}
+                    for it in run.items:
+                        firsts.setdefault(it.key, it.offset)
                     if await self.policy.failed(
-                        tp, part, run.first.offset, run.first.key, failure, single=single
+                        tp,
+                        part,
+                        run.first.offset,
+                        run.first.key,
+                        failure,
+                        single=len(run.items) == 1,
+                        server=run.first.server,
+                        firsts=firsts,
                     ):
                         return False
         return True
@@ -222,16 +273,19 @@ class BatchProcessor:
             if it.decision is not None and it.decision.writes:
                 await outcome_of(it.decision)
         started = time.perf_counter()
+        server = run.first.server
         marks = part.stands.mark([(it.key, it.offset) for it in run.items])
-        settlement = Settlement(part.claim, part.cursor_after(run.items[-1].offset), marks)
-        async with self.pool.connection() as conn:
-            outcomes, prepared = await writer.write(conn, run, settlement, outcome_of)
-            await self.policy.cleared(
-                conn, tp, part, {it.key for it in run.items}, run.first.offset
-            )
+        # The group's cursor moves with the run where the claims are, else after the batch.
+        cursor = part.cursor_after(run.items[-1].offset) if server == MAIN else None
+        settlement = Settlement(part.claim, cursor, marks)
+        async with self.cluster.connection(server) as conn:
+            outcomes, why = await writer.write(conn, run, settlement, outcome_of)
+        await self.policy.cleared(tp, part, {it.key for it in run.items}, run.first.offset)
         part.stands.moved(marks)
-        part.cursor = settlement.cursor
+        if cursor is not None:
+            part.cursor = cursor
         part.failures = 0
+        part.server_failures.pop(server, None)
         if run.catch_up:
             metrics.CATCH_UP_RECORDS.inc(len(run.items))
             log.info(
@@ -246,18 +300,19 @@ class BatchProcessor:
         for key, outcome in outcomes:
             metrics.RECORDS.labels(key, outcome).inc()
             if outcome == "failed":
-                _log_failed(tp, run.first, prepared)
+                _log_failed(tp, run.first, why)
         metrics.APPLY_SECONDS.observe(time.perf_counter() - started)
         self.applied += len(run.items)
         return outcomes
 
     async def _pass_over(self, part: Partition, last: int) -> None:
         """Store the group's cursor past the records the batch passed over (settled by
-        their realms already) when no write stored it."""
+        their realms already) or wrote on other servers than ``main``, when no write
+        stored it."""
         cursor = part.cursor_after(last)
         if cursor <= part.cursor:
             return
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self.cluster.connection(MAIN) as conn, conn.transaction():
             await positions.advance(conn, part.claim, cursor)
         part.cursor = cursor
 
@@ -314,11 +369,11 @@ def _counts(counts: Counter[str]) -> str:
     return ", ".join(said)
 
 
-def _log_failed(tp: TopicPartition, item: Item, prepared: Outcome | None) -> None:
-    """A document stored as ``failed``: which, and why, in the extractor's words."""
+def _log_failed(tp: TopicPartition, item: Item, reason: str | None) -> None:
+    """A document stored as ``failed``: which, and why — in the extractor's words, or
+    PostgreSQL's refusal of a value (the reason the dead-lettered record carries)."""
     assert item.decision is not None
     rec = item.decision.record
-    reason = prepared.failure if isinstance(prepared, PreparedDocument) else None
     log.warning(
         "%s/%d offset %d: document %r (realm %s, space %s) failed: %s",
         tp.topic,

@@ -2,6 +2,9 @@
 
 * retriable (database, model endpoint) → the partition pauses, seeks back to the failed
   record and retries after a bounded, growing backoff honouring ``Retry-After``;
+* a server other than ``main`` does not answer → only the realms it holds wait, each at
+  its record, and are tried again after the same backoff, while the partition's other
+  realms go on (``tidegraph status`` names the server);
 * a replay swapped the realm in, or another reader settled the records first → decide
   again at once, from what the realm now holds;
 * anything else → the record's realm is held at the record (fail closed, never skipped):
@@ -16,19 +19,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.consumer import metrics
 from tidegraph.indexer.consumer.partition import Partition
 from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
 from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store import holds
-from tidegraph.store.errors import classify_db_error
+from tidegraph.store.cluster import Cluster
+from tidegraph.store.errors import DatabaseUnavailable, ServerUnavailable, classify_db_error
 
 log = logging.getLogger("tidegraph.indexer")
 
@@ -38,7 +40,7 @@ class FailurePolicy:
     """Applies a verdict to the partition a run failed on."""
 
     consumer: AIOKafkaConsumer
-    pool: AsyncConnectionPool[AsyncConnection[Any]]
+    cluster: Cluster
     backoff: Backoff
     forget: Callable[[], None]
     """Drop what the indexer remembers of realms (their state is read again)."""
@@ -54,20 +56,28 @@ class FailurePolicy:
         exc: BaseException,
         *,
         single: bool,
+        server: str = MAIN,
+        firsts: dict[str, int] | None = None,
     ) -> bool:
         """Apply the failure policy to ``exc``, raised by the record at ``offset`` filed
-        under ``key`` (``single``) or by a run of records starting there; True when the
-        partition stops here (paused or lost), False when only the record's realm is held
-        and the others go on."""
+        under ``key`` (``single``) or by a run of records starting there, written on
+        ``server`` (``firsts``: each key of the run → its first offset); True when the
+        partition stops here (paused or lost), False when only the record's realm (or the
+        server's realms) wait and the others go on."""
         judged = verdict(exc)
         failed = exc if isinstance(exc, RecordFailed) else None
+        cause = failed.cause if failed else classify_db_error(exc)
+        if isinstance(cause, ServerUnavailable):
+            server = cause.server
+        if judged is Verdict.RETRY and server != MAIN and isinstance(cause, DatabaseUnavailable):
+            await self.server_down(tp, part, server, firsts or {key: offset}, cause)
+            return False
         gone = _schema_gone(failed.cause if failed else exc)
         if judged is Verdict.HOLD and (gone or not single):
             # Not one record's: the partition waits (the longest, unless the realm's schema
             # was dropped under us — `realm delete` — and is created again on the retry).
             judged = Verdict.RETRY
         self.forget()
-        cause = failed.cause if failed else classify_db_error(exc)
         where = f"{tp.topic}/{tp.partition} offset {offset} (realm {key})"
         if judged is Verdict.LOST:
             log.warning("%s: %s", where, cause)
@@ -100,6 +110,37 @@ class FailurePolicy:
         part.resume_at = time.monotonic() + delay
         part.paused_for = f"{type(cause).__name__}: {cause}"
         return True
+
+    async def server_down(
+        self,
+        tp: TopicPartition,
+        part: Partition,
+        server: str,
+        firsts: dict[str, int],
+        cause: BaseException,
+    ) -> None:
+        """The realms ``firsts`` (realm → the offset it waits at) live on ``server``, which
+        does not answer: they wait, the partition goes on, and they are tried again after
+        the backoff (growing while the server stays away)."""
+        self.forget()
+        part.stands.forget()
+        failures = part.server_failures.get(server, 0) + 1
+        part.server_failures[server] = failures
+        delay = self.backoff.delay(failures, None)
+        retry = time.monotonic() + delay
+        part.retry_held_at = min(part.retry_held_at or retry, retry)
+        for key, offset in sorted(firsts.items()):
+            part.held[key] = min(offset, part.held.get(key, offset))
+            await self.note(tp, part, key, "paused", offset, None, cause, delay)
+        log.warning(
+            "%s/%d: %s; its realms wait (%s), the others go on; trying again in %.1fs",
+            tp.topic,
+            tp.partition,
+            cause,
+            ", ".join(f"{k} at offset {o}" for k, o in sorted(firsts.items())),
+            delay,
+        )
+        metrics.TRANSIENT_FAILURES.labels(type(cause).__name__).inc()
 
     async def _hold(
         self,
@@ -145,7 +186,7 @@ class FailurePolicy:
         """Say in ``tidegraph.indexer_holds`` why ``realm`` waits (best effort: the
         database may be what failed)."""
         try:
-            async with self.pool.connection(timeout=2) as conn:
+            async with self.cluster.connection(MAIN, wait=2) as conn:
                 await holds.put(
                     conn,
                     part.claim.group_id,
@@ -164,16 +205,16 @@ class FailurePolicy:
             log.debug("could not record why realm %s waits: %s", realm, exc)
 
     async def cleared(
-        self,
-        conn: AsyncConnection[Any],
-        tp: TopicPartition,
-        part: Partition,
-        keys: set[str],
-        offset: int,
+        self, tp: TopicPartition, part: Partition, keys: set[str], offset: int
     ) -> None:
         """Forget why the realms ``keys`` waited: their records are settled now."""
-        for realm in sorted(keys & part.waiting):
-            await holds.clear(conn, part.claim.group_id, tp.topic, tp.partition, realm)
+        waited = sorted(keys & part.waiting)
+        if not waited:
+            return
+        async with self.cluster.connection(MAIN) as conn:
+            for realm in waited:
+                await holds.clear(conn, part.claim.group_id, tp.topic, tp.partition, realm)
+        for realm in waited:
             part.waiting.discard(realm)
             log.info(
                 "%s/%d: realm %s goes on: its record at offset %d is settled",

@@ -42,11 +42,13 @@ from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.write.contradictions import Judge, JudgeFor
 from tidegraph.indexer.write.failures import Backoff
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import kafka_client_options, producer_options
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.schemas.servers import Servers
 from tidegraph.store import positions
+from tidegraph.store.cluster import Cluster
 from tidegraph.store.positions import Claim
-from tidegraph.store.realms import RealmInfo, ensure_control
+from tidegraph.store.realms import RealmInfo
 
 log = logging.getLogger("tidegraph.indexer")
 
@@ -61,7 +63,9 @@ class IndexerConfig:
     bootstrap: str
     """Kafka bootstrap servers."""
     pg_dsn: str
-    """PostgreSQL connection string."""
+    """PostgreSQL connection string of ``main``: the catalogue and the group's claims."""
+    servers: Servers | None = None
+    """Every server realms live on (``None``: ``pg_dsn`` alone, as ``main``)."""
     topic: str = "tidegraph.documents"
     """Documents topic."""
     dlq_topic: str = "tidegraph.documents.dlq"
@@ -80,7 +84,7 @@ class IndexerConfig:
     backoff_max: float = 30.0
     """Longest pause between retries, seconds; a held realm is tried again this often."""
     pool_size: int = 4
-    """PostgreSQL connections."""
+    """PostgreSQL connections, per server."""
     catch_up_run: int = 16
     """Records of one realm fetched back to back from which they are written as one
     transaction (the indexer is behind); 0 writes every record on its own."""
@@ -90,6 +94,14 @@ class IndexerConfig:
     member that takes its partitions for as long as it stays frozen; its commit then fails
     and the record is applied once, by the new owner."""
 
+    @property
+    def all_servers(self) -> Servers:
+        if self.servers is None:
+            return Servers.single(self.pg_dsn)
+        if self.servers.main_dsn != self.pg_dsn:
+            raise ValueError("IndexerConfig: servers' main is not pg_dsn")
+        return self.servers
+
 
 APPLICATION_NAME = "tidegraph-indexer"
 """How the indexer's sessions name themselves, so a claim can tell them apart."""
@@ -97,12 +109,15 @@ TAKE_OVER_AFTER = 5.0
 """Seconds a claim waits for a previous owner's open write before ending its session."""
 
 
-def make_pool(config: IndexerConfig) -> AsyncConnectionPool[AsyncConnection[Any]]:
-    """An unopened pool of autocommit connections whose sessions PostgreSQL ends after
-    ``idle_in_transaction_timeout`` idle inside a transaction (see that field)."""
+def make_pool(
+    config: IndexerConfig, dsn: str | None = None
+) -> AsyncConnectionPool[AsyncConnection[Any]]:
+    """An unopened pool of autocommit connections (to ``main``, unless ``dsn`` names
+    another server) whose sessions PostgreSQL ends after ``idle_in_transaction_timeout``
+    idle inside a transaction (see that field)."""
     timeout_ms = int(config.idle_in_transaction_timeout * 1000)
     return AsyncConnectionPool(
-        config.pg_dsn,
+        dsn or config.pg_dsn,
         min_size=1,
         max_size=config.pool_size,
         open=False,
@@ -135,14 +150,23 @@ class Indexer:
         """Held while claiming partitions and while stopping."""
         self._partition_locks: dict[TopicPartition, asyncio.Lock] = {}
         """Held while a partition's run is in flight; revocation waits for it."""
-        self._realms = RealmCache(config.default_realm)
         self._stop = asyncio.Event()
         self._running = asyncio.Semaphore(config.prepare_concurrency)
-        self.pool = pool or make_pool(config)
+        self.cluster = Cluster(
+            config.all_servers,
+            lambda _, dsn: make_pool(config, dsn),
+            main_pool=pool or make_pool(config),
+        )
+        self._realms = RealmCache(self.cluster, config.default_realm)
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self._batches: BatchProcessor | None = None
         self._policy: FailurePolicy | None = None
+
+    @property
+    def pool(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        """``main``'s pool: the catalogue and the group's claims."""
+        return self.cluster.main
 
     @property
     def applied(self) -> int:
@@ -155,16 +179,12 @@ class Indexer:
 
     async def run(self) -> None:
         cfg = self.config
-        await self.pool.open(wait=True, timeout=30)
-        async with self.pool.connection() as conn:
-            await ensure_control(conn)
+        await self.cluster.open()
         self.producer = AIOKafkaProducer(
             bootstrap_servers=cfg.bootstrap,
-            acks="all",
-            enable_idempotence=True,
             compression_type="lz4",
             max_request_size=16 * 1024 * 1024,
-            **kafka_client_options(),
+            **producer_options(),
         )
         self.consumer = AIOKafkaConsumer(
             **kafka_client_options(),
@@ -180,12 +200,12 @@ class Indexer:
             fetch_max_wait_ms=50,
         )
         self._policy = FailurePolicy(
-            self.consumer, self.pool, self._backoff, self._realms.forget, self._lose
+            self.consumer, self.cluster, self._backoff, self._realms.forget, self._lose
         )
         self._batches = BatchProcessor(
             consumer=self.consumer,
             producer=self.producer,
-            pool=self.pool,
+            cluster=self.cluster,
             realms=self._realms,
             embedder_for=self._embedder_for,
             judge_for=self._judge_for,
@@ -213,7 +233,7 @@ class Indexer:
                 await self.consumer.stop()
         finally:
             await self.producer.stop()
-            await self.pool.close()
+            await self.cluster.close()
 
     async def _loop(self) -> None:
         """Poll, and hand each partition's records to a task of its own.

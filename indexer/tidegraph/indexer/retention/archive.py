@@ -34,6 +34,7 @@ from tidegraph.indexer.write.sequencer import LiveSequencer
 from tidegraph.schemas.changes import ChangeKind
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.store.belief import ENTITIES
+from tidegraph.store.entity_state import alive
 from tidegraph.store.realms import RealmInfo
 from tidegraph.store.upgrades import add_telemetry, has_telemetry
 
@@ -76,8 +77,13 @@ async def _usages(conn: AsyncConnection[Any], info: RealmInfo) -> tuple[datetime
             " SELECT now(), e.id, e.name, coalesce(h.n, 0), h.last, coalesce(d.n, 0),"
             " e.created_at FROM {ent} e"
             " LEFT JOIN hits h ON h.id = e.id LEFT JOIN deg d ON d.id = e.id"
-            " WHERE e.dormant_since IS NULL AND e.archived_since IS NULL ORDER BY e.id"
-        ).format(ret=_t(info, "retrievals"), rel=_t(info, "relations"), ent=_t(info, "entities"))
+            " WHERE {alive} ORDER BY e.id"
+        ).format(
+            ret=_t(info, "retrievals"),
+            rel=_t(info, "relations"),
+            ent=_t(info, "entities"),
+            alive=alive("e"),
+        )
     )
     rows = await cur.fetchall()
     if not rows:
@@ -155,10 +161,9 @@ async def _commit(
         stamp = await LiveSequencer(info).draw(conn, now_row[0])
         if archived:
             query = sql.SQL(
-                "UPDATE {} SET archived_since = %(bt)s WHERE id = ANY(%(ids)s::bigint[])"
-                " AND dormant_since IS NULL AND archived_since IS NULL"
-                " RETURNING id, space, name, type"
-            ).format(ent)
+                "UPDATE {ent} SET archived_since = %(bt)s WHERE id = ANY(%(ids)s::bigint[])"
+                " AND {alive} RETURNING id, space, name, type"
+            ).format(ent=ent, alive=alive())
         else:
             query = sql.SQL(
                 "UPDATE {} SET archived_since = NULL WHERE archived_since IS NOT NULL"

@@ -36,6 +36,7 @@ from tidegraph.indexer.extraction.prepared import PreparedDocument
 from tidegraph.indexer.write.contradictions import Judge
 from tidegraph.indexer.write.failures import RecordFailed, Verdict, verdict
 from tidegraph.indexer.write.units import BatchUnit, Outcome, RecordUnit, Settlement
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store.errors import refusal
 from tidegraph.store.realms import RealmInfo
 
@@ -51,6 +52,8 @@ class Item:
     info: RealmInfo | None = None
     error: str | None = None
     error_class: str | None = None
+    server: str = MAIN
+    """The server keeping the key's position: a run's items share one."""
 
     @property
     def quiet(self) -> bool:
@@ -74,7 +77,8 @@ def runs(items: Sequence[Item], catch_up_run: int) -> list[Run]:
     """Items in log order, in units of work: a realm's records decided back to back make
     catch-up runs of ``catch_up_run`` records (the last one what is left) when there are
     at least ``catch_up_run`` of them (and one writes); otherwise each record that writes
-    is its own run, and consecutive records that write nothing share one."""
+    is its own run, and consecutive records that write nothing share one when their
+    positions are kept on one server."""
     out: list[list[Item]] = []
     catch_up: list[bool] = []
     for segment in _same_realm_segments(items):
@@ -84,7 +88,14 @@ def runs(items: Sequence[Item], catch_up_run: int) -> list[Run]:
                 catch_up.append(True)
             continue
         for item in segment:
-            if item.quiet and out and not catch_up[-1] and out[-1][-1].quiet:
+            last = out[-1][-1] if out else None
+            if (
+                item.quiet
+                and last is not None
+                and not catch_up[-1]
+                and last.quiet
+                and last.server == item.server
+            ):
                 out[-1].append(item)
             else:
                 out.append([item])
@@ -152,12 +163,15 @@ class RunWriter:
         run: Run,
         settlement: Settlement,
         outcome_of: OutcomeOf,
-    ) -> tuple[list[tuple[str, str]], PreparedDocument | BaseException | None]:
-        """Write ``run`` settling it as ``settlement`` says; also returns the one record's
-        prepared outcome (its failure reason is logged by the caller)."""
+    ) -> tuple[list[tuple[str, str]], str | None]:
+        """Write ``run`` settling it as ``settlement`` says; also returns why the one record
+        failed, when it did (logged by the caller): the extractor's reason, or PostgreSQL's
+        refusal of a value, as dead-lettered."""
+        refusals: dict[int, str] = {}
 
         async def refused(decision: Decision, error: psycopg.Error) -> None:
             reason = f"PostgreSQL refused a value of the record: {refusal(error)}"
+            refusals[decision.offset] = reason
             await self.dead_letter(decision.offset, reason, "unstorable")
 
         first = run.first
@@ -196,4 +210,5 @@ class RunWriter:
             if result is None
             else {"indexed": "applied", "deleted": "deleted"}.get(result.status, result.status)
         )
-        return [(first.key, said)], outcome
+        failure = outcome.failure if isinstance(outcome, PreparedDocument) else None
+        return [(first.key, said)], refusals.get(first.offset, failure)

@@ -64,9 +64,13 @@ class Settlement:
     """What a transaction settles: the records of one run, for the group and each realm."""
 
     claim: Claim
-    """The group's claim on the partition: checked first, the fence against a zombie."""
-    cursor: int
-    """The group's cursor after the run (where it reads from after a restart)."""
+    """The group's claim on the partition: checked first, the fence against a zombie of
+    the group, when the transaction stores the group's cursor."""
+    cursor: int | None
+    """The group's cursor after the run (where it reads from after a restart); ``None``
+    for a run written on another server than the one keeping the group's claims
+    (``main``): its realm's position alone settles it, exactly once whoever writes, and
+    the cursor is stored on ``main`` after it."""
     marks: tuple[Mark, ...]
     """Each realm's (or key's) position over its records in the run."""
 
@@ -80,7 +84,8 @@ class Settlement:
         """Settle inside the caller's transaction, before anything is written: raises
         :class:`Fenced` (the group lost the partition), :class:`AlreadySettled` (another
         reader applied the records first) or :class:`RealmSwapped`."""
-        await positions.advance(conn, self.claim, self.cursor)
+        if self.cursor is not None:
+            await positions.advance(conn, self.claim, self.cursor)
         await realm_positions.settle(conn, self.claim.topic, self.claim.partition, self.marks)
 
 

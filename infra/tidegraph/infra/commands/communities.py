@@ -20,6 +20,7 @@ import psycopg
 
 from tidegraph.indexer.communities.detect import ClusterParams
 from tidegraph.indexer.communities.store import BuildResult, build_communities
+from tidegraph.infra.placed import realm_dsn
 from tidegraph.schemas.errors import TransientError
 from tidegraph.schemas.names import validate_realm, validate_space
 from tidegraph.schemas.settings import load_settings
@@ -96,9 +97,8 @@ async def run(args: argparse.Namespace) -> int:
     llm = llm_client_if_configured()
     try:
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                settings.pg_dsn.get_secret_value(), autocommit=True
-            )
+            dsn = await realm_dsn(settings.pg_dsn.get_secret_value(), realm)
+            conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
         except psycopg.OperationalError as exc:
             raise TransientError(f"PostgreSQL is unreachable: {exc}") from exc
         async with conn:

@@ -25,6 +25,7 @@ from tidegraph.indexer.replay.diff import (
     format_difference,
     resolve_schema,
 )
+from tidegraph.infra.placed import realm_dsn
 from tidegraph.infra.reach import connect_pg
 from tidegraph.schemas.errors import TidegraphError
 from tidegraph.schemas.names import validate_space
@@ -69,7 +70,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.space is not None:
             validate_space(args.space)
         settings = load_settings(pg_dsn=args.pg_dsn)
-        dsn = settings.pg_dsn.get_secret_value()
+        dsn = await realm_dsn(settings.pg_dsn.get_secret_value(), args.realm)
         async with connect_pg(dsn) as conn:
             a, b, differences = await compare(
                 conn, args.realm, args.against, space=args.space, history=args.history

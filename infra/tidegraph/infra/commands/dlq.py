@@ -17,7 +17,7 @@ import sys
 
 from tidegraph.connectors.errors import DeliveryError
 from tidegraph.connectors.producer import DocumentProducer
-from tidegraph.infra.dlq import DeadLetter, read_dead_letters, replayable
+from tidegraph.infra.dlq import DeadLetter, read_dead_letters, refused_again, replayable
 from tidegraph.infra.reach import check_kafka, kafka_unreachable
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import ConfigError
@@ -164,7 +164,11 @@ async def _replay(args: argparse.Namespace) -> int:
         await _publish(settings, [doc for _, doc in ready])
     verb = "would publish" if args.dry_run else "published"
     for d, doc in ready:
-        print(f"{verb} {d.at} again: realm {doc.realm}, doc_key {doc.doc_key!r}")
+        warning = refused_again(d)
+        print(
+            f"{verb} {d.at} again: realm {doc.realm}, doc_key {doc.doc_key!r}"
+            + (f" — {warning}" if warning else "")
+        )
     print(
         f"{verb} {len(ready)} of {len(chosen)} chosen record(s) onto {settings.documents_topic};"
         f" skipped {skipped}",

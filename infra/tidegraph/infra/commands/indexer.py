@@ -15,6 +15,7 @@ from tidegraph.infra._proc import LOOPBACK, ensure_port_free
 from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.logs import set_service_level
+from tidegraph.infra.placed import servers_for
 from tidegraph.infra.reach import kafka_unreachable, until_stopped, wait_for_kafka, wait_for_pg
 from tidegraph.infra.runtime import (
     add_concurrency_option,
@@ -77,6 +78,7 @@ async def _main(args: argparse.Namespace, settings: object) -> None:
     config = IndexerConfig(
         bootstrap=settings.kafka_bootstrap,
         pg_dsn=dsn,
+        servers=servers_for(dsn),
         topic=settings.documents_topic,
         dlq_topic=settings.dlq_topic,
         group_id=args.group,

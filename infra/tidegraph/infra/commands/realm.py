@@ -1,6 +1,7 @@
-"""``tidegraph realm create|show|list|copies|delete|telemetry|reindex``: pin a realm's
-configuration before its first record, see every realm's size and lag, delete one, turn its
-coverage telemetry on or off, rebuild its vector indexes with the current options."""
+"""``tidegraph realm create|show|list|copies|delete|telemetry|reindex|move``: pin a realm's
+configuration (and server) before its first record, see every realm's size and lag, delete
+one, turn its coverage telemetry on or off, rebuild its vector indexes with the current
+options, move it to another server."""
 
 from __future__ import annotations
 
@@ -13,32 +14,28 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from tidegraph.infra.reach import (
-    check_kafka,
-    check_pg,
-    connect_pg,
-    kafka_unreachable,
-    log_ends,
-)
+from tidegraph.infra.placed import command_cluster, on_realm
+from tidegraph.infra.reach import check_kafka, check_pg, kafka_unreachable, log_ends
 from tidegraph.infra.realm_status import DataStatus, data_status
 from tidegraph.infra.runtime import read_realm_config
+from tidegraph.infra.tables import aligned
 from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.kafka_security import producer_options
 from tidegraph.schemas.names import realm_schema, validate_realm
 from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
+from tidegraph.schemas.servers import MAIN, validate_server
 from tidegraph.schemas.settings import load_settings
 from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.figures import realm_figures, schema_figures
+from tidegraph.store.figures import schema_figures
+from tidegraph.store.move import RealmMove
+from tidegraph.store.placement import PlacedElsewhere, find_placed, place_realm
 from tidegraph.store.realms import (
     DroppedRealm,
-    create_realm,
     drop_realm,
-    ensure_control,
-    open_realm,
     realm_copies,
-    realm_exists,
     set_coverage_telemetry,
+    unregister,
 )
 from tidegraph.store.upgrades import rebuild_vector_index, vector_indexes_outdated
 
@@ -68,6 +65,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create.add_argument("realm")
     create.add_argument("--preset", choices=PRESET_NAMES)
     create.add_argument("--config", type=Path, help="JSON file (CONTRACT 'Realm configuration')")
+    create.add_argument(
+        "--server",
+        help="the PostgreSQL server to place it on, by name (main, or one TIDEGRAPH_PG_SERVERS"
+        " names; default: the server holding the fewest realms)",
+    )
     create.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     create.set_defaults(func=_create)
     show = actions.add_parser("show", help="print the configuration in force")
@@ -76,7 +78,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.set_defaults(func=_show)
     listed = actions.add_parser(
         "list",
-        help="every realm: documents, entities, relations, head sequence, embedder, lag",
+        help="every realm: server, documents, entities, relations, head sequence, embedder, lag",
         description="List realms with their size and the indexer's lag on each (records of"
         " the realm in the documents topic not applied yet).",
     )
@@ -134,6 +136,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reindex.add_argument("--check", action="store_true", help="list, rebuild nothing")
     reindex.add_argument("--pg-dsn", help="PostgreSQL DSN (TIDEGRAPH_PG_DSN)")
     reindex.set_defaults(func=_reindex)
+    move = actions.add_parser(
+        "move",
+        help="move a realm to another PostgreSQL server while it is written and read",
+        description="Copy REALM to server --to by logical replication while ingest and"
+        " queries go on, then pause its writes, let the copy catch up, switch the catalogue"
+        " and fence the old copy (writes wait for the switch, typically well under two"
+        " seconds). Run it again to resume a move that was interrupted.",
+    )
+    move.add_argument("realm")
+    move.add_argument("--to", required=True, metavar="SERVER", help="the target server's name")
+    move.add_argument(
+        "--keep-copy",
+        action="store_true",
+        help="keep the old copy as an audit copy (realm_<r>__audit_moved_<time>) instead of"
+        " dropping it",
+    )
+    move.add_argument(
+        "--grace",
+        type=float,
+        default=15.0,
+        help="seconds between the switch and dropping the old copy, for readers' caches"
+        " (default 15)",
+    )
+    move.add_argument("--pg-dsn", help="PostgreSQL DSN of main (TIDEGRAPH_PG_DSN)")
+    move.set_defaults(func=_move)
 
 
 def _config(args: argparse.Namespace) -> RealmConfig:
@@ -146,53 +173,57 @@ def _config(args: argparse.Namespace) -> RealmConfig:
     return RealmConfig()
 
 
+def _main_dsn(args: argparse.Namespace) -> str:
+    return load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
+
+
 async def _create(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     config = _config(args)
-    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with connect_pg(dsn) as conn:
-        await ensure_control(conn)
-        if await realm_exists(conn, realm_schema(realm)):
-            info = await open_realm(conn, realm)
-            differences = info.config.differences(config)
+    async with command_cluster(_main_dsn(args)) as cluster:
+        found = await find_placed(cluster, realm)
+        if found is not None:
+            if args.server is not None and found.server != args.server:
+                raise PlacedElsewhere(realm, found.server, args.server)
+            differences = found.config.differences(config)
             if differences:
                 raise RealmExistsError(realm, differences)
-            print(f"realm {realm} already exists with this configuration", file=sys.stderr)
+            print(
+                f"realm {realm} already exists with this configuration on server {found.server}",
+                file=sys.stderr,
+            )
             return 0
-        info = await create_realm(conn, realm, config)
-    print(f"created realm {realm} ({info.extractor}, {info.embedder})")
+        info, _ = await place_realm(cluster, realm, config, args.server)
+    print(f"created realm {realm} ({info.extractor}, {info.embedder}) on server {info.server}")
     return 0
 
 
 async def _show(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
-    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with connect_pg(dsn) as conn:
-        if not await realm_exists(conn, realm_schema(realm)):
-            raise RealmSchemaError(f"realm {realm!r} does not exist")
-        info = await open_realm(conn, realm)
-    sys.stdout.write(info.config.to_json().decode() + "\n")
+    async with command_cluster(_main_dsn(args)) as cluster, on_realm(cluster, realm) as (_, info):
+        sys.stdout.write(info.config.to_json().decode() + "\n")
     return 0
 
 
 async def _telemetry(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
-    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with connect_pg(dsn) as conn:
-        if not await realm_exists(conn, realm_schema(realm)):
-            raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
-        info = await set_coverage_telemetry(conn, realm, args.state == "on")
+    on = args.state == "on"
+    async with (
+        command_cluster(_main_dsn(args)) as cluster,
+        on_realm(cluster, realm) as (conn, placed),
+    ):
+        info = await set_coverage_telemetry(conn, realm, on, placed.server)
     print(f"realm {realm}: coverage telemetry {'on' if info.config.coverage_telemetry else 'off'}")
     return 0
 
 
 async def _reindex(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
-    schema = realm_schema(realm)
-    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with connect_pg(dsn) as conn:
-        if not await realm_exists(conn, schema):
-            raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
+    async with (
+        command_cluster(_main_dsn(args)) as cluster,
+        on_realm(cluster, realm) as (conn, info),
+    ):
+        schema = info.schema
         outdated = await vector_indexes_outdated(conn, schema)
         if args.check or not outdated:
             print(f"realm {realm}: vector indexes to rebuild: {', '.join(outdated) or 'none'}")
@@ -200,6 +231,26 @@ async def _reindex(args: argparse.Namespace) -> int:
         for table in outdated:
             await rebuild_vector_index(conn, schema, table)
             print(f"realm {realm}: {table} vector index rebuilt", flush=True)
+    return 0
+
+
+async def _move(args: argparse.Namespace) -> int:
+    realm = validate_realm(args.realm)
+    validate_server(args.to)
+
+    def say(line: str) -> None:
+        print(f"realm move: {line}", flush=True)
+
+    async with command_cluster(_main_dsn(args), connections=4) as cluster:
+        mover = RealmMove(
+            cluster, realm, args.to, keep_copy=args.keep_copy, grace=args.grace, say=say
+        )
+        outcome = await mover.run()
+    print(
+        f"moved realm {realm} from {outcome.source} to {outcome.target} in"
+        f" {outcome.total_seconds:.1f}s (writes waited {outcome.pause_seconds:.2f}s)"
+        + (f"; the old copy is kept as {outcome.kept_copy}" if outcome.kept_copy else "")
+    )
     return 0
 
 
@@ -224,6 +275,7 @@ def _listing(data: DataStatus, lag_known: bool, topic: str) -> list[dict[str, ob
     return [
         {
             "realm": r.realm,
+            "server": r.server,
             "positions": {str(p): o for (t, p), o in sorted(r.positions.items()) if t == topic},
             "documents": r.documents,
             "entities": r.entities,
@@ -239,7 +291,17 @@ def _listing(data: DataStatus, lag_known: bool, topic: str) -> list[dict[str, ob
 
 def _table(data: DataStatus, lag_known: bool, topic: str) -> str:
     rows = [
-        ("REALM", "DOCUMENTS", "ENTITIES", "RELATIONS", "HEAD SEQ", "EMBEDDER", "POSITION", "LAG")
+        (
+            "REALM",
+            "SERVER",
+            "DOCUMENTS",
+            "ENTITIES",
+            "RELATIONS",
+            "HEAD SEQ",
+            "EMBEDDER",
+            "POSITION",
+            "LAG",
+        )
     ]
     for item in _listing(data, lag_known, topic):
         docs = item["documents"]
@@ -252,6 +314,7 @@ def _table(data: DataStatus, lag_known: bool, topic: str) -> str:
         rows.append(
             (
                 str(item["realm"]),
+                str(item["server"]),
                 shown,
                 str(item["entities"]),
                 str(item["relations"]),
@@ -263,22 +326,22 @@ def _table(data: DataStatus, lag_known: bool, topic: str) -> str:
         )
     if len(rows) == 1:
         return "no realms yet"
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return "\n".join(aligned(rows))
 
 
 async def _copies(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
-    dsn = load_settings(pg_dsn=args.pg_dsn).pg_dsn.get_secret_value()
-    async with connect_pg(dsn) as conn:
-        await ensure_control(conn)
-        found = [await schema_figures(conn, realm, c) for c in await realm_copies(conn, realm)]
+    found = []
+    async with command_cluster(_main_dsn(args)) as cluster:
+        # On every server: a deleted realm's copies stay where it was.
+        for server in cluster.servers.names:
+            async with cluster.connection(server) as conn:
+                for copy in await realm_copies(conn, realm):
+                    found.append(await schema_figures(conn, realm, copy, server))
     rows = [
         {
             "schema": f.schema,
+            "server": f.server,
             "kind": f.schema[len(realm_schema(realm)) + 2 :].split("_", 1)[0],
             "documents": f.documents,
             "entities": f.entities,
@@ -298,7 +361,8 @@ async def _copies(args: argparse.Namespace) -> int:
         assert isinstance(docs, dict)
         shown = ", ".join(f"{n} {s}" for s, n in sorted(docs.items())) or "0 documents"
         print(
-            f"{row['schema']}  {row['kind']}  {shown}  {row['entities']} entities"
+            f"{row['schema']}  {row['kind']}  server {row['server']}  {shown}"
+            f"  {row['entities']} entities"
             f"  {row['relations']} relations  seq {row['head_seq']}"
             f"  last write {row['last_write_at'] or '-'}"
         )
@@ -310,27 +374,32 @@ async def _delete(args: argparse.Namespace) -> int:
     settings = load_settings(
         kafka_bootstrap=args.bootstrap, pg_dsn=args.pg_dsn, topic_prefix=args.topic_prefix
     )
-    async with connect_pg(settings.pg_dsn.get_secret_value()) as conn:
-        await ensure_control(conn)
-        figures = {f.realm: f for f in await realm_figures(conn)}
-        if realm not in figures:
-            raise RealmSchemaError(f"realm {realm!r} does not exist — `tidegraph realm list`")
+    async with (
+        command_cluster(settings.pg_dsn.get_secret_value()) as cluster,
+        on_realm(cluster, realm) as (conn, info),
+    ):
+        figures = await schema_figures(conn, realm, info.schema, info.server)
         if not args.yes:
-            docs = sum(figures[realm].documents.values())
+            assert figures is not None
+            docs = sum(figures.documents.values())
             raise ConfigError(
                 f"realm delete drops realm {realm!r} and everything in it ({docs} documents,"
-                f" {figures[realm].entities} entities, {figures[realm].relations} relations,"
+                f" {figures.entities} entities, {figures.relations} relations,"
                 f" its history and cache) — run it again with --yes"
             )
         # The note is published inside the transaction: nothing is dropped unless the change
         # feed says so. Every record published until now stays settled (the log's end).
         await check_kafka(settings.kafka_bootstrap)
         ends = await log_ends(settings.kafka_bootstrap, settings.documents_topic)
-        async with conn.transaction():
-            dropped = await drop_realm(conn, realm, ends)
+        elsewhere = info.server != MAIN
+        async with conn.transaction(), cluster.connection() as main:
+            dropped = await drop_realm(conn, realm, ends, main if elsewhere else None)
             if dropped is None:
                 raise RealmSchemaError(f"realm {realm!r} does not exist")
             await _publish_deleted(settings.kafka_bootstrap, settings.changes_topic, dropped)
+        if elsewhere:
+            async with cluster.connection() as main:
+                await unregister(main, realm)
     print(f"deleted realm {realm} (schema {dropped.schema}, last seq {dropped.head_seq})")
     if dropped.copies:
         print(
@@ -354,9 +423,8 @@ async def _publish_deleted(bootstrap: str, topic: str, dropped: DroppedRealm) ->
     )
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
-        acks="all",
         client_id="tidegraph-realm-delete",
-        **kafka_client_options(),
+        **producer_options(),
     )
     try:
         await producer.start()

@@ -18,6 +18,7 @@ import asyncio
 import json
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,6 +36,7 @@ from tidegraph.indexer.replay.rebuild import (
 )
 from tidegraph.infra.composition import ModelRegistry
 from tidegraph.infra.local_kafka import brokers_answering
+from tidegraph.infra.placed import realm_dsn
 from tidegraph.infra.reach import check_pg, connect_pg, kafka_unreachable
 from tidegraph.infra.runtime import (
     add_concurrency_option,
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> Any:
 
 
 async def _drop(realm: str, schema: str, settings: Settings) -> int:
-    async with connect_pg(settings.pg_dsn.get_secret_value()) as conn:
+    async with connect_pg(await realm_dsn(settings.pg_dsn.get_secret_value(), realm)) as conn:
         await drop_copy(conn, realm, schema)
     print(f"dropped {schema}")
     return 0
@@ -180,6 +182,8 @@ def build_options(args: argparse.Namespace, settings: Settings) -> ReplayOptions
 async def _main(args: argparse.Namespace, settings: Settings, options: ReplayOptions) -> int:
     dsn = settings.pg_dsn.get_secret_value()
     await check_pg(dsn)
+    dsn = await realm_dsn(dsn, options.realm)  # a replay runs where the realm lives
+    options = replace(options, pg_dsn=dsn)
     if not await asyncio.to_thread(brokers_answering, settings.kafka_bootstrap, timeout=5.0):
         raise kafka_unreachable(settings.kafka_bootstrap, "no metadata answer")
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(

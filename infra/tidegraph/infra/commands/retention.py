@@ -17,6 +17,7 @@ import orjson
 import psycopg
 
 from tidegraph.indexer.retention.archive import archive, plan_retention, unarchive
+from tidegraph.infra.placed import realm_dsn
 from tidegraph.schemas.errors import ConfigError, TransientError
 from tidegraph.schemas.names import validate_realm
 from tidegraph.schemas.settings import load_settings
@@ -53,8 +54,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.set_defaults(func=_unarchive)
 
 
-async def _connect(pg_dsn: str | None) -> psycopg.AsyncConnection[tuple[object, ...]]:
-    dsn = load_settings(pg_dsn=pg_dsn).pg_dsn.get_secret_value()
+async def _connect(pg_dsn: str | None, realm: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    """A connection to the server holding ``realm``."""
+    dsn = await realm_dsn(load_settings(pg_dsn=pg_dsn).pg_dsn.get_secret_value(), realm)
     try:
         return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     except psycopg.OperationalError as exc:
@@ -65,7 +67,7 @@ async def _retention(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
     if not 0.0 <= args.keep <= 1.0:
         raise ConfigError(f"--keep must be a fraction in [0, 1], not {args.keep}")
-    async with await _connect(args.pg_dsn) as conn:
+    async with await _connect(args.pg_dsn, realm) as conn:
         info = await open_realm(conn, realm)
         plan = await plan_retention(conn, info, args.keep)
         seq = None
@@ -92,7 +94,7 @@ async def _retention(args: argparse.Namespace) -> int:
 
 async def _unarchive(args: argparse.Namespace) -> int:
     realm = validate_realm(args.realm)
-    async with await _connect(args.pg_dsn) as conn:
+    async with await _connect(args.pg_dsn, realm) as conn:
         info = await open_realm(conn, realm)
         done = await unarchive(conn, info, None if args.all else args.entity)
     if args.json:

@@ -21,6 +21,7 @@ from tidegraph.infra._proc import ensure_port_free
 from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.http_server import BoundedConfig, HttpLimits
 from tidegraph.infra.logs import set_service_level
+from tidegraph.infra.placed import servers_for
 from tidegraph.infra.reach import until_stopped, wait_for_pg
 from tidegraph.infra.runtime import llm_client_if_configured
 from tidegraph.query_service.app import Deps, create_app
@@ -41,6 +42,7 @@ from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.realm_config import parse_embedder
 from tidegraph.schemas.settings import Settings, load_settings
 from tidegraph.schemas.topics import changes_topic
+from tidegraph.store.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,13 @@ async def serve(
     dsn = settings.pg_dsn.get_secret_value()
     pool = make_pool(dsn, min_size=2, max_size=args.pool_size, ef_search=query.ef_search)
     await pool.open(wait=True)
+    cluster = Cluster(
+        servers_for(dsn),
+        lambda _, other: make_pool(
+            other, min_size=1, max_size=args.pool_size, ef_search=query.ef_search
+        ),
+        main_pool=pool,
+    )
     llm = llm_client_if_configured()
     gate = DatabaseGate(pool, query.gate_timings())
     app = create_app(
@@ -174,6 +183,7 @@ async def serve(
             keyword_model=keyword_model(llm),
             registry=registry,
             gate=gate,
+            cluster=cluster,
         ),
     )
     server = uvicorn.Server(
@@ -194,7 +204,9 @@ async def serve(
     if not args.no_publisher:
         await _ensure_changes_topic(settings)
         sink = KafkaChangeSink(settings.kafka_bootstrap, settings.changes_topic)
-        publisher = ChangePublisher(dsn, sink, registry=registry, realms=args.publish_realm)
+        publisher = ChangePublisher(
+            dsn, sink, registry=registry, realms=args.publish_realm, cluster=cluster
+        )
         task = asyncio.create_task(publisher.run(), name="change-publisher")
     builder: asyncio.Task[None] | None = None
     if getattr(args, "communities_quiet", 0.0) > 0:
@@ -203,7 +215,7 @@ async def serve(
 
         builder = asyncio.create_task(
             auto_build_loop(
-                pool,
+                cluster,
                 args.communities_quiet,
                 embedder_for=ModelRegistry(llm=llm).embedder_for,
                 llm=llm,
@@ -235,8 +247,9 @@ async def serve(
             await sink.stop()
         if llm is not None:
             await llm.aclose()
+        await app.state.database_gates.aclose()
         await gate.aclose()
-        await pool.close()
+        await cluster.close()
 
 
 async def _ensure_changes_topic(settings: Settings) -> None:

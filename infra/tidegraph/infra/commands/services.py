@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
 
 from tidegraph.connectors.topics import ensure_topics
-from tidegraph.infra import services
+from tidegraph.infra import local_kafka_plan, local_pg, local_pg_servers, services
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
+from tidegraph.infra.tables import aligned
 from tidegraph.schemas import kafka_security
+from tidegraph.schemas.local_state import read_env_file
 from tidegraph.schemas.settings import load_settings
 
 
@@ -27,13 +30,27 @@ def _print_status(status: services.ServiceStatus) -> None:
         if s.started:
             state = "started"
         rows.append((s.name, state, s.origin, s.shown or "-", str(s.pid or "-"), s.detail))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]).rstrip())
+        rows += [_broker_row(b) for b in s.brokers]
+    for name, extra in local_pg_servers.processes(status.state_dir).items():
+        address = local_pg.redact(extra.dsn)
+        rows.append((f"postgres {name}", "running", "local", address, str(extra.pid), ""))
+    for line in aligned(rows):
+        print(line)
     print(f"state dir: {status.state_dir}")
     if status.env_file is not None:
         print(f"env file:  {status.env_file}  (load into a shell with: . {status.env_file})")
+
+
+def _broker_row(broker: services.BrokerState) -> tuple[str, str, str, str, str, str]:
+    """One node of a local cluster, under the kafka row."""
+    return (
+        f"  node {broker.node_id}",
+        "running" if broker.running else "stopped",
+        "local",
+        broker.address,
+        str(broker.pid or "-"),
+        f"controller {broker.controller}",
+    )
 
 
 def _as_json(status: services.ServiceStatus) -> str:
@@ -48,6 +65,9 @@ def _as_json(status: services.ServiceStatus) -> str:
                     "address": s.shown,
                     "pid": s.pid,
                     "detail": s.detail,
+                    **(
+                        {"brokers": [dataclasses.asdict(b) for b in s.brokers]} if s.brokers else {}
+                    ),
                 }
                 for s in status.services
             },
@@ -70,11 +90,13 @@ def run_up(args: argparse.Namespace) -> int:
         services=_selected(args),
         timeout=args.timeout,
         progress=_progress,
+        pg_servers=args.pg_servers,
+        kafka_brokers=args.brokers,
     )
     _print_status(status)
     if "kafka" in _selected(args):
         # This process read the env file before `up` wrote it: log in as it now says.
-        written = services.read_env_file(status.state_dir)
+        written = read_env_file(status.state_dir)
         os.environ.update({k: v for k, v in written.items() if k in kafka_security.ENV_KEYS})
         settings = load_settings(kafka_bootstrap=status.kafka_bootstrap)
         for warning in asyncio.run(ensure_topics(status.kafka_bootstrap, settings)):
@@ -131,17 +153,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "up",
         help="start (or reuse) the local Kafka broker and PostgreSQL server",
         description=(
-            "Start Apache Kafka (KRaft, one node) and PostgreSQL with pgvector under the state "
-            "folder, or reuse them when they already run; write <state>/env. A service named "
-            "by TIDEGRAPH_KAFKA_BOOTSTRAP or TIDEGRAPH_PG_DSN is only checked, not started."
+            "Start Apache Kafka (KRaft, one node, or three with --brokers 3) and PostgreSQL "
+            "with pgvector under the state folder, or reuse them when they already run; write "
+            "<state>/env. A service named by TIDEGRAPH_KAFKA_BOOTSTRAP or TIDEGRAPH_PG_DSN is "
+            "only checked, not started."
         ),
     )
     up.add_argument("--kafka-port", type=int, help="broker port ($TIDEGRAPH_KAFKA_PORT, 9092)")
     up.add_argument(
-        "--kafka-controller-port", type=int, help="KRaft controller port (Kafka port + 1)"
+        "--kafka-controller-port",
+        type=int,
+        help="KRaft controller port (Kafka port + number of brokers)",
+    )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        choices=local_kafka_plan.SUPPORTED,
+        help="Kafka nodes: 1, or a cluster of 3 (each broker and controller; node i on Kafka "
+        "port + i - 1, controller port + i - 1) ($TIDEGRAPH_KAFKA_BROKERS; default: as many "
+        "as run here, else 1)",
     )
     up.add_argument("--pg-port", type=int, help="PostgreSQL port ($TIDEGRAPH_PG_PORT, 54329)")
     up.add_argument("--timeout", type=float, help="seconds to wait for each service (90)")
+    up.add_argument(
+        "--pg-servers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="local PostgreSQL servers to run: main and pg2 … pgN on the next ports, named"
+        " in the env file as TIDEGRAPH_PG_SERVERS (default 1)",
+    )
     _only_option(up)
     add_state_dir_option(up)
     up.set_defaults(func=run_up)

@@ -1,13 +1,14 @@
 // tidegraph graph explorer: plain DOM and SVG over the HTTP query API (no build step).
 // Every read goes through the API with the key typed in the header, so the page reaches
-// exactly what that key reaches.
+// exactly what that key reaches. Layout and label placement live in layout.js.
 "use strict";
 
 (() => {
   const $ = (id) => document.getElementById(id);
   const SVG = "http://www.w3.org/2000/svg";
-  const W = 1000, H = 700;
-  const state = { realm: null, head: 0, poll: null, center: null, edges: [] };
+  const L = window.TidegraphLayout;
+  const state = { realm: null, head: 0, poll: null, center: null, edges: [], selected: null };
+  const keysRequired = () => document.body.dataset.keys === "true";
 
   function say(text, error) {
     const s = $("status");
@@ -42,28 +43,33 @@
 
   const realmPath = (tail) => `/v1/realms/${encodeURIComponent(state.realm)}${tail}`;
 
+  // The API reads both times (a year, month or date; belief time also an instant). A
+  // date-time typed without an offset is read as UTC, as the field's hint says.
   function timeParams() {
     let believed = $("believed").value.trim();
-    if (believed && !/(Z|[+-]\d\d:?\d\d)$/.test(believed)) believed += "Z";
-    return { as_of: $("as-of").value || null, as_believed_at: believed || null };
+    if (/T\d\d:\d\d(:\d\d(\.\d+)?)?$/.test(believed)) believed += "Z";
+    return { as_of: $("as-of").value.trim() || null, as_believed_at: believed || null };
   }
 
-  // -- realms and the live panel -------------------------------------------------------
+  // -- realms, the key and the live panel ------------------------------------------------
 
   async function loadRealms() {
     try {
       const { realms } = await api("/v1/realms");
       const select = $("realm");
+      const wanted = state.realm || new URLSearchParams(location.search).get("realm");
       select.replaceChildren(...realms.map((r) => {
         const o = document.createElement("option");
         o.value = r.realm;
         o.textContent = `${r.realm} (${r.documents} docs, ${r.entities} entities)`;
         return o;
       }));
-      const wanted = new URLSearchParams(location.search).get("realm");
       if (wanted && realms.some((r) => r.realm === wanted)) select.value = wanted;
-      say(realms.length ? `${realms.length} realm(s)` : "this key reads no realm");
-      if (realms.length) await useRealm(select.value);
+      if (!realms.length) { say("this key reads no realm", true); return; }
+      if (select.value !== state.realm) {
+        say(`${realms.length} realm(s)`);
+        await useRealm(select.value);
+      }
     } catch (e) {
       say(e.message, true);
     }
@@ -71,11 +77,24 @@
 
   async function useRealm(realm) {
     state.realm = realm;
+    state.center = null;
+    state.edges = [];
+    $("graph").replaceChildren();
     $("changes").replaceChildren();
     const page = await api(realmPath("/changes"), { limit: 1 });
     state.head = page.head_seq;
     if (state.poll) clearInterval(state.poll);
     state.poll = setInterval(pollChanges, 1000);
+  }
+
+  let typing = null;
+  function keyTyped(now) {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      sessionStorage.setItem("tidegraph-key", $("key").value.trim());
+      state.realm = null;
+      loadRealms();
+    }, now ? 0 : 600);
   }
 
   function describe(c) {
@@ -106,6 +125,10 @@
       }
       while (list.children.length > 200) list.lastChild.remove();
       state.head = page.next_seq;
+      if (page.changes.length) {
+        await loadRealms(); // counts in the realm menu
+        if (state.center) await draw({ live: true });
+      }
     } catch (e) {
       say(e.message, true);
     } finally {
@@ -173,107 +196,219 @@
     return node;
   }
 
-  async function draw() {
+  function canvasSize() {
+    const svg = $("graph");
+    const w = Math.max(320, Math.round(svg.clientWidth)), h = Math.max(240, Math.round(svg.clientHeight));
+    svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+    return { w, h };
+  }
+
+  function message(text, error) {
+    const { w, h } = canvasSize();
+    const svg = $("graph");
+    svg.replaceChildren();
+    const t = el("text", { x: w / 2, y: h / 2, class: error ? "message error" : "message" }, svg);
+    t.textContent = text;
+  }
+
+  async function draw(options) {
     if (!state.center) return;
     const types = $("types").value.split(",").map((t) => t.trim().toLowerCase().replace(/ /g, "_")).filter(Boolean);
     try {
       const { level, edges } = await neighbourhood(state.center, Number($("hops").value), types);
       state.edges = edges;
-      render(level, edges);
       const t = timeParams();
-      say(`${edges.length} relation(s) around ${state.center}` + (t.as_believed_at ? ` as believed at ${t.as_believed_at}` : ""));
+      const when = (t.as_of ? ` valid ${t.as_of}` : "") + (t.as_believed_at ? ` as believed at ${t.as_believed_at}` : "");
+      if (!edges.length) {
+        message(`no relation of ${state.center}${when}`);
+      } else {
+        render(level, edges);
+      }
+      say(`${edges.length} relation(s) around ${state.center}${when}` + (options && options.live ? " (redrawn live)" : ""));
+      if (state.selected) {
+        const g = document.querySelector(`#graph .edge[data-id='${state.selected}']`);
+        if (g) g.classList.add("selected");
+      }
     } catch (e) {
+      state.edges = [];
+      message(e.message, true); // the last graph does not stay on screen under an error
       say(e.message, true);
     }
   }
 
-  function layout(level) {
-    const rings = new Map();
-    for (const [name, l] of level) {
-      if (!rings.has(l)) rings.set(l, []);
-      rings.get(l).push(name);
-    }
-    const pos = new Map();
-    const maxRing = Math.max(1, ...rings.keys());
-    for (const [l, names] of rings) {
-      names.sort();
-      const radius = l === 0 ? 0 : (Math.min(W, H) / 2 - 60) * (l / maxRing);
-      names.forEach((name, i) => {
-        const a = (2 * Math.PI * i) / names.length + l * 0.4;
-        pos.set(name, [W / 2 + radius * Math.cos(a), H / 2 + radius * Math.sin(a)]);
-      });
-    }
-    return pos;
+  function measure(svg, cls, text) {
+    const t = el("text", { class: cls, x: 0, y: 0 }, svg);
+    t.textContent = text;
+    const b = t.getBBox();
+    return { node: t, size: { w: b.width, h: b.height }, dy: -(b.y + b.height / 2) };
+  }
+
+  function edgeText(r) {
+    return `${r.negated ? "NOT " : ""}${r.predicate}${r.status === "current" ? "" : ` (${r.status})`}`;
   }
 
   function render(level, edges) {
+    const { w, h } = canvasSize();
     const svg = $("graph");
     svg.replaceChildren();
-    const pos = layout(level);
-    const pairCount = new Map();
     const edgeLayer = el("g", { class: "edges" }, svg);
+    const nodeLayer = el("g", { class: "nodes" }, svg);
+    const labelLayer = el("g", { class: "labels" }, svg);
+    const nodeLabels = new Map(), edgeLabels = new Map();
+    for (const name of level.keys()) nodeLabels.set(name, measure(labelLayer, "node-label", name));
+    for (const r of edges) edgeLabels.set(r.id, measure(labelLayer, "edge-label", edgeText(r)));
+    const widest = Math.max(...[...nodeLabels.values()].map((m) => m.size.w));
+    const box = { x0: Math.min(widest / 2 + 12, w / 4), y0: 36, x1: w - Math.min(widest / 2 + 12, w / 4), y1: h - 48 };
+    const pos = L.nodes(level, edges, state.center, box);
+    const routes = L.routes(edges, pos);
+    const sizes = (m) => new Map([...m].map(([k, v]) => [k, v.size]));
+    const canvas = { x0: 2, y0: 2, x1: w - 2, y1: h - 30 };
+    const { nodeAt, edgeAt } = L.labels(pos, routes, sizes(nodeLabels), sizes(edgeLabels), canvas);
+
     for (const r of edges) {
-      const [x1, y1] = pos.get(r.subject);
-      const [x2, y2] = pos.get(r.object);
-      const pair = [r.subject, r.object].sort().join("\u0000");
-      const k = pairCount.get(pair) || 0;
-      pairCount.set(pair, k + 1);
-      const bend = (k % 2 ? -1 : 1) * Math.ceil(k / 2) * 40;
-      const dx = x2 - x1, dy = y2 - y1, len = Math.hypot(dx, dy) || 1;
-      const cx = (x1 + x2) / 2 - (dy / len) * bend, cy = (y1 + y2) / 2 + (dx / len) * bend;
+      const q = routes.get(r.id);
       const classes = ["edge", r.status === "current" ? "current" : "superseded"];
       if (r.negated) classes.push("negated");
       const g = el("g", { class: classes.join(" "), "data-id": r.id, "data-state": r.status,
         "data-fact": `${r.subject}|${r.predicate}|${r.object}`, "data-negated": String(r.negated) }, edgeLayer);
-      const d = `M ${x1} ${y1} Q ${cx} ${cy} ${x2} ${y2}`;
+      const d = `M ${q.a.x} ${q.a.y} Q ${q.c.x} ${q.c.y} ${q.b.x} ${q.b.y}`;
       el("path", { d, fill: "none", class: "line" }, g);
       el("path", { d, fill: "none", class: "hit" }, g);
-      const label = el("text", { x: (x1 + 2 * cx + x2) / 4, y: (y1 + 2 * cy + y2) / 4 - 4 }, g);
-      label.textContent = `${r.negated ? "NOT " : ""}${r.predicate}${r.status === "current" ? "" : ` (${r.status})`}`;
-      g.addEventListener("click", () => details(r, g));
+      const label = edgeLabels.get(r.id), spot = edgeAt.get(r.id);
+      label.node.setAttribute("x", spot.x);
+      label.node.setAttribute("y", spot.y + label.dy);
+      label.node.dataset.id = r.id;
+      label.node.addEventListener("click", () => details(r));
+      g.addEventListener("click", () => details(r));
     }
-    const nodeLayer = el("g", { class: "nodes" }, svg);
-    for (const [name, [x, y]] of pos) {
+    for (const [name, p] of pos) {
       const g = el("g", { class: level.get(name) === 0 ? "node center" : "node", "data-name": name }, nodeLayer);
-      el("circle", { cx: x, cy: y, r: 9 }, g);
-      const t = el("text", { x, y: y - 14 }, g);
-      t.textContent = name;
-      g.addEventListener("click", () => { $("entity").value = name; state.center = name; draw(); });
+      el("circle", { cx: p.x, cy: p.y, r: L.NODE_R }, g);
+      const label = nodeLabels.get(name), spot = nodeAt.get(name);
+      label.node.setAttribute("x", spot.x);
+      label.node.setAttribute("y", spot.y + label.dy);
+      const recenter = () => { $("entity").value = name; state.center = name; draw(); };
+      g.addEventListener("click", recenter);
+      label.node.addEventListener("click", recenter);
     }
   }
 
-  // -- relation details ---------------------------------------------------------------
+  // -- relation details: periods, belief history, sources --------------------------------
 
   function row(dl, term, value) {
     const dt = document.createElement("dt");
     dt.textContent = term;
     const dd = document.createElement("dd");
-    dd.textContent = value;
+    if (typeof value === "string") dd.textContent = value; else dd.append(value);
     dl.append(dt, dd);
     return dd;
   }
 
-  async function details(r, g) {
+  const factOf = (r) => `${r.subject} ${r.negated ? "NOT " : ""}${r.predicate} ${r.object}`;
+  const shortTime = (t) => (t ? t.replace("T", " ").replace(/(\.\d{3})\d*Z$/, "$1").replace(/Z$/, "") : "now");
+
+  function jumpLink(id, text) {
+    const a = document.createElement("a");
+    a.href = "#";
+    a.className = "jump";
+    a.dataset.id = id;
+    a.textContent = text;
+    a.addEventListener("click", (e) => { e.preventDefault(); jumpTo(id); });
+    return a;
+  }
+
+  async function jumpTo(id) {
+    let r = state.edges.find((x) => x.id === id);
+    if (!r) {
+      try {
+        const { relation } = await api(realmPath(`/relations/${id}/history`));
+        state.center = relation.subject;
+        $("entity").value = relation.subject;
+        await draw();
+        r = state.edges.find((x) => x.id === id);
+        if (!r) { say(`${factOf(relation)} is not drawn at this valid or belief time`, true); return; }
+      } catch (e) {
+        say(e.message, true);
+        return;
+      }
+    }
+    await details(r);
+  }
+
+  // Each interval (and each gap between two: not believed at all) gets a width by its
+  // duration, but never less than a readable share: a state held for a second beside one
+  // held for a year stays visible.
+  function timeline(history) {
+    const svg = el("svg", { id: "timeline", viewBox: "0 0 300 44", role: "img", "aria-label": "belief history" });
+    if (!history.length) return svg;
+    const pieces = [];
+    history.forEach((i, n) => {
+      const from = Date.parse(i.t_created), to = i.t_expired ? Date.parse(i.t_expired) : Date.now();
+      if (n && from > pieces[pieces.length - 1].to) pieces.push({ state: "gap", from: pieces[pieces.length - 1].to, to: from });
+      pieces.push({ state: i.state, from, to, interval: i });
+    });
+    const total = Math.max(pieces[pieces.length - 1].to - pieces[0].from, 1);
+    const shares = pieces.map((p) => Math.max(0.12, (p.to - p.from) / total));
+    const sum = shares.reduce((a, b) => a + b, 0);
+    let x = 4;
+    pieces.forEach((p, n) => {
+      const width = (shares[n] / sum) * 292;
+      if (p.state !== "gap") {
+        const seg = el("rect", { x, y: 12, width: Math.max(width - 1, 2), height: 16, class: `segment ${p.state}`, "data-state": p.state }, svg);
+        const title = el("title", {}, seg);
+        title.textContent = `${p.state} ${shortTime(p.interval.t_created)} → ${shortTime(p.interval.t_expired)}`;
+      }
+      x += width;
+    });
+    const first = el("text", { x: 4, y: 42, class: "tick" }, svg);
+    first.textContent = shortTime(history[0].t_created);
+    const last = el("text", { x: 296, y: 42, class: "tick end" }, svg);
+    last.textContent = history[history.length - 1].t_expired ? shortTime(history[history.length - 1].t_expired) : "now";
+    return svg;
+  }
+
+  async function details(r) {
+    state.selected = r.id;
     for (const s of document.querySelectorAll(".edge.selected")) s.classList.remove("selected");
-    g.classList.add("selected");
+    const g = document.querySelector(`#graph .edge[data-id='${r.id}']`);
+    if (g) g.classList.add("selected");
     const box = $("details");
     const h = document.createElement("h2");
-    h.textContent = `${r.subject} ${r.negated ? "NOT " : ""}${r.predicate} ${r.object}`;
+    h.textContent = factOf(r);
     const dl = document.createElement("dl");
     dl.id = "relation-facts";
     row(dl, "id", r.id);
     row(dl, "state", r.status);
     row(dl, "valid", `${r.valid_from || "…"} – ${r.valid_to || "…"}`);
-    row(dl, "believed", `${r.t_created} – ${r.t_expired || "now"}`);
+    row(dl, "believed", `${shortTime(r.t_created)} – ${shortTime(r.t_expired)}`);
     row(dl, "weight", String(r.weight));
-    if (r.superseded_by) row(dl, "superseded by", r.superseded_by);
+    const by = r.superseded_by ? row(dl, "superseded by", jumpLink(r.superseded_by, `relation ${r.superseded_by}`)) : null;
+    if (by) by.id = "superseded-by";
     row(dl, "space", r.space);
+    const history = document.createElement("ol");
+    history.id = "relation-history";
     const docs = document.createElement("ul");
     docs.id = "relation-docs";
     const passages = document.createElement("div");
-    box.replaceChildren(h, dl, Object.assign(document.createElement("h2"), { textContent: "Documents" }), docs,
-      Object.assign(document.createElement("h2"), { textContent: "Passages" }), passages);
+    const heading = (text) => Object.assign(document.createElement("h2"), { textContent: text });
+    const chart = document.createElement("div");
+    box.replaceChildren(h, dl, heading("Belief history"), chart, history, heading("Documents"), docs,
+      heading("Passages"), passages);
     try {
+      const found = await api(realmPath(`/relations/${r.id}/history`));
+      chart.append(timeline(found.history));
+      for (const i of found.history) {
+        const li = document.createElement("li");
+        li.dataset.state = i.state;
+        li.append(`${i.state} ${shortTime(i.t_created)} → ${shortTime(i.t_expired)}`);
+        if (i.superseded_by) li.append(" by ", jumpLink(i.superseded_by, `relation ${i.superseded_by}`));
+        history.append(li);
+      }
+      if (r.superseded_by) {
+        const later = state.edges.find((x) => x.id === r.superseded_by)
+          || (await api(realmPath(`/relations/${r.superseded_by}/history`))).relation;
+        for (const a of box.querySelectorAll(`a.jump[data-id='${r.superseded_by}']`)) a.textContent = factOf(later);
+      }
       for (const key of r.doc_keys) {
         const doc = await api(realmPath(`/documents/${encodeURIComponent(key)}`), { space: r.space });
         const li = document.createElement("li");
@@ -296,15 +431,21 @@
   // -- wiring ---------------------------------------------------------------------------
 
   document.addEventListener("DOMContentLoaded", () => {
-    $("key").value = sessionStorage.getItem("tidegraph-key") || "";
-    $("key").addEventListener("change", () => {
-      sessionStorage.setItem("tidegraph-key", $("key").value.trim());
-      loadRealms();
-    });
+    const key = $("key");
+    key.placeholder = keysRequired() ? "required: this service checks keys" : "none needed on loopback";
+    key.title = "applied as you type (or on Enter)";
+    key.value = sessionStorage.getItem("tidegraph-key") || "";
+    key.addEventListener("input", () => keyTyped(false));
+    key.addEventListener("keydown", (e) => { if (e.key === "Enter") keyTyped(true); });
     $("realm").addEventListener("change", () => useRealm($("realm").value));
     $("search").addEventListener("submit", search);
     $("time").addEventListener("submit", (e) => { e.preventDefault(); draw(); });
-    if (document.body.dataset.keys !== "true" || $("key").value) loadRealms();
-    else say("enter an API key");
+    let resized = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resized);
+      resized = setTimeout(() => { if (state.center && state.edges.length) draw(); }, 300);
+    });
+    if (!keysRequired() || key.value) loadRealms();
+    else say("enter an API key (this service checks keys)");
   });
 })();
