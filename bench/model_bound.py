@@ -23,7 +23,9 @@ the whole drain (indexer start to last document applied; the start — Python, K
 join, the first fetch — is shown on its own), the calls in flight as a histogram of the
 model span and a strip over time (each character a slice of the span: its mean calls in
 flight against the bound), and CPU per document of the indexer (its start included),
-PostgreSQL and the scripted endpoint.
+PostgreSQL and the scripted endpoint, with the cores those would keep busy at the ideal
+rate and the machine's load average (on a shared machine the share is bounded by the CPU
+left to the indexer and PostgreSQL, whatever the scheduling).
 
 ``--compare CHECKOUT`` runs every shape with the indexer of another checkout as well
 (``PYTHONPATH`` set to its package folders), alternating the two ``--repeat`` times, and
@@ -63,7 +65,11 @@ from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.topics import topic_specs
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("schemas", "store", "connectors", "indexer", "query_service", "infra", "client")
+PACKAGES = (
+    *("schemas", "store", "connectors", "indexer", "query_service", "infra", "client"),
+    "bench",
+)
+"""The folders ``--compare`` puts on the other checkout's ``PYTHONPATH``."""
 HUGE_CHUNKS = 300
 STRIP = 60
 LEVELS = " ▁▂▃▄▅▆▇█"
@@ -108,6 +114,8 @@ class Figures:
     cpu_pg: float
     cpu_model: float
     """CPU seconds of each process over the run."""
+    load: float
+    """The machine's one-minute load average when the drain ended."""
 
     @property
     def share(self) -> float:
@@ -225,6 +233,7 @@ async def drain(args: argparse.Namespace, shape: str, bound: int, checkout: Path
             await wait_applied(dsn, group, topic, len(docs), proc=proc)
             done = time.time()
             cpu_indexer = process_cpu(proc.pid)
+            load = os.getloadavg()[0]
         finally:
             proc.terminate()
             proc.wait(30)
@@ -250,6 +259,7 @@ async def drain(args: argparse.Namespace, shape: str, bound: int, checkout: Path
         cpu_indexer=cpu_indexer,
         cpu_pg=cpu_pg,
         cpu_model=cpu_model,
+        load=load,
     )
 
 
@@ -283,6 +293,11 @@ def show(label: str, f: Figures, bound: int) -> None:
         f"          CPU per document: indexer {f.cpu_indexer * per:.1f} ms, PostgreSQL "
         f"{f.cpu_pg * per:.1f} ms, endpoint {f.cpu_model * per:.1f} ms "
         f"({f.docs} documents, {f.chunks} chunks)"
+    )
+    cores = (f.cpu_indexer + f.cpu_pg + f.cpu_model) / f.ideal
+    print(
+        f"          cores busy at the ideal rate: {cores:.2f} of {os.cpu_count()}; "
+        f"load average {f.load:.1f} at the end"
     )
 
 

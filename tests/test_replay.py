@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.communities.store import build_communities
 from tidegraph.indexer.extraction.chunking import chunk_document
+from tidegraph.indexer.extraction.fanout import LOOKAHEAD
 from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
 from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.hashing import HashingEmbedder
@@ -458,7 +459,9 @@ async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
     assert row is not None and row[0] == len(records)  # the cache moved with the realm
 
 
+@pytest.mark.parametrize("lookahead", [None, 3], ids=["whole-document", "lookahead-3"])
 async def test_a_long_document_is_extracted_side_by_side_and_replayed_from_the_cache(
+    lookahead: int | None,
     kafka_bootstrap: str,
     pg_dsn: str,
     unique_name: Callable[[str], str],
@@ -467,17 +470,20 @@ async def test_a_long_document_is_extracted_side_by_side_and_replayed_from_the_c
     llm_fixtures_dir: Path,
 ) -> None:
     """The corpus as one long document in small chunks: the indexer extracts its chunks
-    several at a time, each non-lead chunk against the lead's names (the lookahead covers
-    the whole document); a replay computes the same contexts, so it asks the model nothing
-    and rebuilds the same realm."""
+    several at a time, each against the names of the chunks its rule gives it — the lead's
+    when the lookahead covers the whole document, a prefix growing with its position when
+    it does not; a replay computes the same contexts, so it asks the model nothing and
+    rebuilds the same realm."""
     corpus = load_corpus(llm_fixtures_dir)
     config = RealmConfig.model_validate(
         {**corpus.realm_config.model_dump(), "embedder": "hashing:16"}
     )
     chunking = PipelineConfig(chunk_chars=300)
+    if lookahead is not None:
+        chunking = PipelineConfig(chunk_chars=300, lookahead=lookahead)
     text = "\n\n".join(d.content.split("\n\n", 1)[1].strip() for d in corpus.documents)
     chunks = chunk_document(text, chunking.chunk_chars, chunking.overlap_chars)
-    assert 12 <= len(chunks) <= chunking.lookahead + 1
+    assert 12 <= len(chunks) <= LOOKAHEAD + 1
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
     realm, group = unique_name("r"), unique_name("g")
     live = f"realm_{realm}"
@@ -486,7 +492,9 @@ async def test_a_long_document_is_extracted_side_by_side_and_replayed_from_the_c
         topics,
         pg_dsn,
         group,
-        llm=make_llm_client(max_in_flight=8),
+        # attempts long enough that a loaded machine never turns a slow answer into a retry,
+        # which the call count below would take for an extra question
+        llm=make_llm_client(max_in_flight=8, deadline=60.0, attempt_timeout=30.0),
         default_realm=config,
         pipeline_config=chunking,
     ):
@@ -497,15 +505,23 @@ async def test_a_long_document_is_extracted_side_by_side_and_replayed_from_the_c
 
         await wait_for(done, 120, "the document indexed")
     assert llm_server.calls["chat"] == 2 * len(chunks)  # a first pass and a gleaning each
-    assert llm_server.max_concurrent == 8  # one document, every slot busy
+    # one document: every slot busy, or the lookahead's chunks after the lead
+    assert llm_server.max_concurrent == min(8, chunking.lookahead + 1)
     known = dict(
         _chunk_and_known(body["messages"][-1]["content"])
         for route, body in llm_server.requests
         if route == "chat" and "<already_extracted>" not in body["messages"][-1]["content"]
     )
     assert known.pop(chunks[0].text) == ""  # the lead: title and source only
-    assert len(set(known.values())) == 1  # every other chunk: the lead's names
-    assert "Mara Ellison" in next(iter(known.values()))
+    lead_names = known[chunks[1].text]
+    assert "Mara Ellison" in lead_names
+    for k, chunk in enumerate(chunks[1:], start=1):
+        if k <= chunking.lookahead + 1:
+            assert known[chunk.text] == lead_names  # the lead's names
+        else:  # the names of the chunks before k - lookahead: more than the lead's
+            assert len(known[chunk.text]) >= len(lead_names)
+    if lookahead is not None:
+        assert len(set(known.values())) > 1
     snapshot = await realm_snapshot(pg_dsn, realm)
     llm_server.reset()
 
