@@ -38,166 +38,23 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
-from aiokafka import AIOKafkaProducer
+from backlog import document, publish, scripted_answers
 from cpu import postgres_cpu, postmaster_pid, process_cpu
 from progress import wait_applied
 from scripted import ScriptedServer
 
 from tidegraph.connectors.topics import ensure_topic_specs
-from tidegraph.indexer.extraction.chunking import build_context, chunk_document
-from tidegraph.indexer.extraction.pipeline import PipelineConfig
-from tidegraph.indexer.extraction.rules import RulesExtractor
 from tidegraph.infra import services
 from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.hashing import content_hash
-from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
 from tidegraph.schemas.topics import topic_specs
 from tidegraph.store.realms import create_realm, ensure_control
 
 REPO = Path(__file__).resolve().parents[1]
-FIRST = [
-    "Ada",
-    "Charles",
-    "Mary",
-    "Michael",
-    "Grace",
-    "Alan",
-    "Emmy",
-    "Niels",
-    "Lise",
-    "Marie",
-    "Henri",
-    "Sofia",
-    "Paul",
-    "Rosalind",
-    "James",
-    "Dorothy",
-]
-LAST = [
-    "Lovelace",
-    "Babbage",
-    "Somerville",
-    "Faraday",
-    "Hopper",
-    "Turing",
-    "Noether",
-    "Bohr",
-    "Meitner",
-    "Curie",
-    "Poincare",
-    "Kovalevskaya",
-    "Dirac",
-    "Franklin",
-    "Maxwell",
-    "Hodgkin",
-]
-ORGS = [
-    "Royal Society",
-    "Analytical Society",
-    "Cambridge University",
-    "Harvard University",
-    "Bell Laboratories",
-    "Institut Pasteur",
-    "Berlin Academy",
-    "Copenhagen Institute",
-]
-VERBS = ["worked with", "corresponded with", "studied with", "married", "mentored"]
-FILLER = [
-    "The correspondence of the period records long discussions of method and instruments.",
-    "Much of the surviving material concerns the careful checking of tables by hand.",
-    "Letters from these years show how slowly results travelled between the societies.",
-    "Several of the manuscripts were only catalogued a century later by archivists.",
-    "Contemporary reviews were mixed, and some of the work was ignored for decades.",
-    "The notebooks mix calculations with household accounts and travel arrangements.",
-    "Funding came from private subscriptions more often than from any government.",
-]
-
-
-def _person(rng: random.Random) -> str:
-    return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
-
-
-def _document(rng: random.Random, realm: str, i: int, size: int) -> DocumentVersion:
-    paragraphs: list[str] = []
-    total = 0
-    while total < size:
-        a, b = _person(rng), _person(rng)
-        while b == a:
-            b = _person(rng)
-        kind = rng.random()
-        if kind < 0.5:
-            fact = f"{a} {rng.choice(VERBS)} {b}."
-        elif kind < 0.8:
-            fact = f"{a} joined the {rng.choice(ORGS)} in {rng.randint(1800, 1990)}."
-        else:
-            fact = f"{a} is an ally of {b}."
-        para = " ".join([fact, *rng.sample(FILLER, 3)])
-        paragraphs.append(para)
-        total += len(para) + 2
-    text = "\n\n".join(paragraphs)
-    return DocumentVersion(
-        realm=realm,
-        doc_key=f"doc-{i:05d}.md",
-        op="upsert",
-        content=text,
-        content_hash=content_hash(text),
-        title=f"Document {i}",
-        order_key=f"{i:06d}",
-        event_time=datetime.now(UTC),
-    )
-
-
-async def _publish(
-    bootstrap: str, topic: str, docs: list[DocumentVersion], rate: float | None = None
-) -> dict[str, float]:
-    """Publish in order; with ``rate``, paced. Returns doc_key → wall time just before send."""
-    producer = AIOKafkaProducer(
-        **kafka_client_options(),
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        compression_type="lz4",
-        linger_ms=5,
-        max_request_size=16 * 1024 * 1024,
-    )
-    await producer.start()
-    sent: dict[str, float] = {}
-    try:
-        futures = []
-        started = time.perf_counter()
-        for n, doc in enumerate(docs):
-            if rate:
-                delay = started + n / rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            sent[doc.doc_key] = time.time()
-            futures.append(await producer.send(topic, doc.to_json(), key=doc.realm.encode()))
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-    return sent
-
-
-def _scripted_answers(docs: list[DocumentVersion]) -> list[dict[str, object]]:
-    """One fixture per chunk, matched by the chunk's whole text: what the offline
-    extractor finds in it, given the names of the document's earlier chunks."""
-    config, rules = PipelineConfig(), RulesExtractor()
-    fixtures: list[dict[str, object]] = []
-    for doc in docs:
-        known: dict[str, None] = {}
-        for chunk in chunk_document(doc.content or "", config.chunk_chars, config.overlap_chars):
-            context = build_context(doc.title, doc.source, tuple(known), cap=config.context_names)
-            output = rules.extract_text(chunk.text, context)
-            known.update(dict.fromkeys(e.name for e in output.entities))
-            fixtures.append({"match": chunk.text, "output": output.model_dump(mode="json")})
-    return fixtures
 
 
 def _rss_peak_mb(pid: int) -> float:
@@ -212,10 +69,41 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def _freshness(
+    dsn: str,
+    bootstrap: str,
+    group: str,
+    topic: str,
+    realms: list[str],
+    fresh: list[DocumentVersion],
+    applied_before: int,
+    rate: float,
+) -> None:
+    """Publish ``fresh`` at ``rate`` documents/s and print publish-to-applied p50/p99."""
+    sent = await publish(bootstrap, topic, fresh, rate=rate)
+    await wait_applied(dsn, group, topic, applied_before + len(fresh))
+    latencies: list[float] = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for realm in realms:
+            cur = await conn.execute(
+                f"SELECT doc_key, extract(epoch FROM applied_at) FROM realm_{realm}.documents"  # noqa: S608
+                " WHERE doc_key = ANY(%s)",
+                (list(sent),),
+            )
+            for key, applied in await cur.fetchall():
+                latencies.append((float(applied) - sent[key]) * 1000)
+    print(
+        f"publish-to-applied at {rate:.0f} documents/s: "
+        f"p50 {statistics.median(latencies):.1f} ms, p99 {_pct(latencies, 0.99):.1f} ms"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=5000)
-    parser.add_argument("--fresh", type=int, default=400, help="documents for the latency run")
+    parser.add_argument(
+        "--fresh", type=int, default=400, help="documents for the latency run (0: no latency run)"
+    )
     parser.add_argument(
         "--catch-up-run", type=int, default=16, help="the indexer's --catch-up-run (0: off)"
     )
@@ -255,9 +143,9 @@ async def main() -> None:
             for realm in realms:
                 await create_realm(conn, realm, config)
     rng = random.Random(42)
-    docs = [_document(rng, realms[i % len(realms)], i, args.size) for i in range(args.documents)]
+    docs = [document(rng, realms[i % len(realms)], i, args.size) for i in range(args.documents)]
     fresh = [
-        _document(rng, realms[i % len(realms)], args.documents + i, args.size)
+        document(rng, realms[i % len(realms)], args.documents + i, args.size)
         for i in range(args.fresh)
     ]
     size = sum(len(d.content or "") for d in docs)
@@ -273,7 +161,7 @@ async def main() -> None:
     )
     model: ScriptedServer | None = None
     if args.model_latency is not None:
-        model = ScriptedServer(args.model_latency, _scripted_answers(docs + fresh))
+        model = ScriptedServer(args.model_latency, scripted_answers(docs + fresh))
         env.update(
             TIDEGRAPH_LLM_BASE_URL=model.base_url,
             TIDEGRAPH_LLM_MODEL="bench-chat",
@@ -284,7 +172,7 @@ async def main() -> None:
             f"model: scripted endpoint, {args.model_latency * 1000:.0f} ms per call, "
             f"{args.model_in_flight} calls in flight"
         )
-    await _publish(bootstrap, topic, docs)
+    await publish(bootstrap, topic, docs)
     postmaster = await postmaster_pid(dsn)
     pg_before = postgres_cpu(postmaster)
     proc = subprocess.Popen(
@@ -352,28 +240,16 @@ async def main() -> None:
                 "drain (target 80%)"
             )
 
-        sent = await _publish(bootstrap, topic, fresh, rate=rate / 4)
-        await wait_applied(dsn, group, topic, len(docs) + len(fresh))
-        latencies: list[float] = []
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            for realm in realms:
-                cur = await conn.execute(
-                    f"SELECT doc_key, extract(epoch FROM applied_at) FROM realm_{realm}.documents"  # noqa: S608
-                    " WHERE doc_key = ANY(%s)",
-                    (list(sent),),
-                )
-                for key, applied in await cur.fetchall():
-                    latencies.append((float(applied) - sent[key]) * 1000)
-        print(
-            f"publish-to-applied at {rate / 4:.0f} documents/s: "
-            f"p50 {statistics.median(latencies):.1f} ms, p99 {_pct(latencies, 0.99):.1f} ms"
-        )
+        if fresh:
+            await _freshness(dsn, bootstrap, group, topic, realms, fresh, len(docs), rate / 4)
+        else:
+            print("publish-to-applied: not measured (--fresh 0)")
 
         # The indexer is held while the re-sends are published, so the figure is its own
         # rate, not the publisher's (well inside the group's session timeout).
         proc.send_signal(signal.SIGSTOP)
         try:
-            await _publish(bootstrap, topic, docs)
+            await publish(bootstrap, topic, docs)
         finally:
             proc.send_signal(signal.SIGCONT)
         noop = await wait_applied(dsn, group, topic, 2 * len(docs) + len(fresh))

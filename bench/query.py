@@ -711,11 +711,15 @@ async def latency(
                 body = {"query": queries[(n * 7 + w) % len(queries)], "mode": mode, **extra}
                 t = time.perf_counter()
                 r = await client.post(f"/v1/realms/{realm}/query_data", json=body)
-                samples.append((time.perf_counter() - t) * 1000)
+                took = (time.perf_counter() - t) * 1000
+                samples.append(took)
                 if r.status_code != 200:
                     raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
-                for stage, ms in r.json()["stats"].get("timings_ms", {}).items():
+                timings = r.json()["stats"].get("timings_ms", {})
+                for stage, ms in timings.items():
                     stages.setdefault(stage, []).append(float(ms))
+                if "total" in timings:  # the request's time outside the database search
+                    stages.setdefault("outside search", []).append(took - timings["total"])
 
         for q in queries[:20]:  # warm caches and connections
             await client.post(
@@ -726,13 +730,17 @@ async def latency(
         elapsed = time.perf_counter() - started
     samples.sort()
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-    if clients == 1:
-        print(
-            "    stages, median ms: "
-            + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items()),
-            flush=True,
-        )
+    print(
+        f"    stages at {clients} client(s), p50 / p99 ms: "
+        + ", ".join(f"{k} {statistics.median(v):.1f} / {_p99(v):.1f}" for k, v in stages.items()),
+        flush=True,
+    )
     return statistics.median(samples), p99, len(samples) / elapsed, len(samples)
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 EF_CURVE = (40, 100, 200, 400)

@@ -19,8 +19,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "llm_server.py"
 
 
 class ScriptedServer:
-    """Answers every chunk with the fixture whose ``match`` it contains (the longest), after
-    ``latency`` seconds; stops when :meth:`stop` closes its stdin."""
+    """Answers every chunk with the fixture whose ``match`` it contains (the longest) — or,
+    with ``rules``, a chunk no fixture matches with what the rules extractor reads in it
+    given the prompt's known names — after ``latency`` seconds; stops when :meth:`stop`
+    closes its stdin."""
 
     def __init__(
         self,
@@ -28,6 +30,7 @@ class ScriptedServer:
         fixtures: Iterable[Mapping[str, Any]],
         *,
         embed_dim: int | None = None,
+        rules: bool = False,
     ) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="tidegraph-scripted-")
         (Path(self._dir.name) / "fixtures.json").write_text(json.dumps(list(fixtures)))
@@ -35,6 +38,8 @@ class ScriptedServer:
         command += ["--fixtures", self._dir.name]
         if embed_dim is not None:
             command += ["--embed-dim", str(embed_dim)]
+        if rules:
+            command.append("--rules")
         self._proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -43,6 +48,11 @@ class ScriptedServer:
         if not self.base_url.startswith("http"):
             self.stop()
             raise RuntimeError("the scripted server did not start")
+
+    @property
+    def pid(self) -> int:
+        """The server process (its CPU is the endpoint's share of a run)."""
+        return self._proc.pid
 
     def stats(self) -> dict[str, Any]:
         """The server's counters (``calls`` per path, ``max_concurrent``, …)."""

@@ -8,7 +8,10 @@ port, one thread per request (so concurrency is real and measurable):
   message (the layout of ``tidegraph.indexer.extraction.prompts``); the fixture whose ``match``
   substring occurs in it — the longest such match — supplies the answer: its ``output``
   for a first pass, its ``glean`` (default: empty lists) when the prompt carries
-  ``<already_extracted>``. No fixture matches → empty lists.
+  ``<already_extracted>``. No fixture matches → empty lists, or with ``rules`` on, what
+  the offline rules extractor reads in the chunk given the prompt's document context (the
+  known names it lists): a model whose naming follows the context it is given, for
+  measuring what a context costs or buys; gleaning passes then add nothing.
 - Embeddings: a deterministic vector per input text (sha256-based, not normalised) of the
   requested ``dimensions`` or the server's ``embed_dim``; ``float`` or ``base64`` encoding.
 - Usage tokens in every answer (about four characters per token).
@@ -29,8 +32,9 @@ a 400), a reasoning block before the answer (``think``), and the models served
 first").
 
 Observation: ``calls`` per path, ``chunk_calls`` per fixture match, ``gleaning_calls``,
-``max_concurrent`` requests, and every request body in ``requests``; over HTTP, the
-counters at ``GET /v1/_scripted/stats``.
+``max_concurrent`` requests, every request body in ``requests``, and when each chat
+request arrived and was answered (wall-clock seconds, ``chat_spans``); over HTTP, the
+counters at ``GET /v1/_scripted/stats`` and the spans at ``GET /v1/_scripted/spans``.
 
 - Contradiction questions (``tidegraph.indexer.extraction.contradiction_prompt``,
   recognised by its system prompt): ``{"contradicts": true}`` when a rule added with
@@ -207,6 +211,18 @@ def _between(text: str, start: str, end: str) -> str:
     return rest.partition(end)[0]
 
 
+def rules_answer(chunk: str, prompt: str) -> dict[str, Any]:
+    """What the offline rules extractor reads in ``chunk`` knowing the names the prompt's
+    ``<known_entities>`` lists."""
+    from tidegraph.indexer.extraction.interfaces import DocumentContext
+    from tidegraph.indexer.extraction.rules import RulesExtractor
+
+    block = _between(prompt, "<known_entities>", "</known_entities>")
+    known = tuple(line[2:] for line in block.splitlines() if line.startswith("- "))
+    output = RulesExtractor().extract_text(chunk, DocumentContext(known_names=known))
+    return output.model_dump(mode="json")
+
+
 def _chunk_of(prompt: str) -> str:
     start = prompt.find("<chunk>\n")
     end = prompt.rfind("\n</chunk>")
@@ -231,7 +247,10 @@ class ScriptedLLMServer:
         port: int = 0,
         flavour: Flavour | str = "openai",
         models: Iterable[str] | None = None,
+        rules: bool = False,
     ) -> None:
+        self.rules = rules
+        """Answer chunks no fixture matches with the rules extractor (see the module)."""
         self.fixtures: list[ExtractionFixture] = []
         self._whole: dict[str, ExtractionFixture] = {}
         """Fixtures by ``match``: one that is a chunk's whole text is its longest match, found
@@ -314,6 +333,8 @@ class ScriptedLLMServer:
             self.requests: list[tuple[Route, dict[str, Any]]] = []
             self.in_flight = 0
             self.max_concurrent = 0
+            self.chat_spans: list[tuple[float, float]] = []
+            """(arrived, answered) of every chat request, wall-clock seconds."""
 
     def enqueue(self, *faults: Fault) -> None:
         """Faults for the next requests, in order, each consumed by one request."""
@@ -371,9 +392,11 @@ class ScriptedLLMServer:
                     return self._faults.pop(index)
         return None
 
-    def _end(self) -> None:
+    def _end(self, route: Route, arrived: float) -> None:
         with self._lock:
             self.in_flight -= 1
+            if route == "chat":
+                self.chat_spans.append((arrived, time.time()))
 
     def stats(self) -> dict[str, Any]:
         """The counters, as ``GET /v1/_scripted/stats`` serves them."""
@@ -419,10 +442,12 @@ class ScriptedLLMServer:
                 self.chunk_calls[fixture.match] += 1
             else:
                 self.unmatched_chunks.append(chunk)
-        if fixture is None:
-            output = EMPTY_OUTPUT
-        else:
+        if fixture is not None:
             output = fixture.glean if gleaning else fixture.output
+        elif self.rules and not gleaning:
+            output = rules_answer(chunk, prompt)
+        else:
+            output = EMPTY_OUTPUT
         content = json.dumps(output, ensure_ascii=False)
         all_text = "".join(str(m.get("content", "")) for m in messages)
         return content, _tokens(all_text), _tokens(content)
@@ -496,6 +521,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/v1/_scripted/stats":
             self._json(200, self.scripted.stats())
+        elif self.path == "/v1/_scripted/spans":
+            with self.scripted._lock:
+                spans = list(self.scripted.chat_spans)
+            self._json(200, {"chat": spans})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -512,11 +541,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request"}})
             return
         server = self.scripted
+        arrived = time.time()
         fault = server._begin(route, body)
         try:
             self._answer(route, body, fault)
         finally:
-            server._end()
+            server._end(route, arrived)
 
     def _answer(self, route: Route, body: dict[str, Any], fault: Fault | None) -> None:
         server = self.scripted
@@ -648,6 +678,9 @@ def main() -> None:
         "--flavour", choices=sorted(FLAVOURS), default="openai", help="local server to imitate"
     )
     parser.add_argument(
+        "--rules", action="store_true", help="answer unmatched chunks with the rules extractor"
+    )
+    parser.add_argument(
         "--fixtures", type=Path, default=FIXTURES_DIR / "extractions", help="fixture folder"
     )
     args = parser.parse_args()
@@ -657,6 +690,7 @@ def main() -> None:
         latency=args.latency,
         port=args.port or 0,
         flavour=args.flavour,
+        rules=args.rules,
     )
     with server:
         print(server.base_url, flush=True)

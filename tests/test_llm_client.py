@@ -21,6 +21,7 @@ from tidegraph.indexer.models.errors import (
     LLMRequestRejected,
     LLMUnavailable,
 )
+from tidegraph.indexer.models.slots import call_priority
 from tidegraph.schemas.errors import ConfigError, TransientError
 
 from llm_server import Fault, ScriptedLLMServer
@@ -246,6 +247,44 @@ async def test_in_flight_bound_is_respected(
     )
     assert llm_server.max_concurrent == 3
     assert llm_server.calls["chat"] == 12 and llm_server.calls["embed"] == 1
+
+
+async def test_waiting_calls_are_served_by_the_priority_of_their_work(
+    make_llm_client: MakeClient, llm_server: ScriptedLLMServer, realm: str
+) -> None:
+    """One slot, calls queued behind it: the endpoint sees the earlier document's call
+    first, whatever order they queued in, and a call made outside any document first of
+    all (a contradiction question asked from inside a write)."""
+    llm_server.latency = 0.1
+    client = make_llm_client(max_in_flight=1)
+
+    async def call(name: str, priority: tuple[int, ...]) -> None:
+        call_priority.set(priority)
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": f"<chunk>\n{name}\n</chunk>"}
+        ]
+        await client.chat(messages, realm=realm)
+
+    first = asyncio.create_task(call("holds the slot", (0,)))
+    await asyncio.sleep(0.05)  # it holds the one slot; the others queue behind it
+    queued = [
+        asyncio.create_task(call(name, priority))
+        for name, priority in [
+            ("document 9", (9, 0)),
+            ("document 3, chunk 4", (3, 4)),
+            ("outside any document", ()),
+            ("document 3, chunk 1", (3, 1)),
+        ]
+    ]
+    await asyncio.gather(first, *queued)
+    seen = [body["messages"][-1]["content"].split("\n")[1] for _, body in llm_server.requests]
+    assert seen == [
+        "holds the slot",
+        "outside any document",
+        "document 3, chunk 1",
+        "document 3, chunk 4",
+        "document 9",
+    ]
 
 
 async def test_in_flight_bound_holds_while_backing_off(

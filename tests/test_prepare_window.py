@@ -3,14 +3,19 @@ the endpoint, not the indexer, sets the rate (issue: performance at scale)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
+from aiokafka.partitioner import murmur2
 
 from tidegraph.indexer.extraction.ahead import DOCUMENTS_AT_ONCE, documents_at_once
+from tidegraph.indexer.models.client import LLMClient
+from tidegraph.schemas.realm_config import RealmConfig
 
 from indexer_helpers import make_topics, publish, spawn_indexer, stored_position, upsert, wait_for
 from llm_server import ScriptedLLMServer
+from model_helpers import running_model_indexer
 
 
 def test_an_explicit_concurrency_wins() -> None:
@@ -70,3 +75,60 @@ async def test_the_indexer_keeps_every_call_slot_of_a_slow_model_busy(
         proc.wait(30)
     assert llm_server.calls["chat"] >= len(records)
     assert llm_server.max_concurrent == slots
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+async def test_realms_on_several_partitions_never_wait_on_each_others_connections(
+    kafka_bootstrap: str,
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+    llm_server: ScriptedLLMServer,
+    make_llm_client: Callable[..., LLMClient],
+) -> None:
+    """As many realms with a run in flight as the pool has connections: a writer waiting
+    for its documents must not hold a connection meanwhile, or the documents, which read
+    the extraction cache through the same pool, can never be prepared (every partition
+    stalled until the pool gave up, then paused)."""
+    pool_size = 2
+    llm_server.latency = 0.1
+    llm_server.add_fixture(
+        "worked with Charles Babbage",
+        {
+            "entities": [
+                {"name": "Ada Lovelace", "type": "Person", "description": "", "aliases": []},
+                {"name": "Charles Babbage", "type": "Person", "description": "", "aliases": []},
+            ],
+            "relations": [
+                {"subject": "Ada Lovelace", "predicate": "worked_with", "object": "Charles Babbage"}
+            ],
+        },
+    )
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=pool_size)
+    realms: dict[int, str] = {}
+    while len(realms) < pool_size:  # one realm on each partition
+        realm = unique_name("r")
+        realms.setdefault((murmur2(realm.encode()) & 0x7FFFFFFF) % pool_size, realm)
+    records = [
+        upsert(realm, f"note-{i}.md", f"Note {i}: Ada Lovelace worked with Charles Babbage.")
+        for i in range(12)
+        for realm in realms.values()
+    ]
+    group = unique_name("g")
+    started = time.monotonic()
+    async with running_model_indexer(
+        topics,
+        pg_dsn,
+        group,
+        llm=make_llm_client(max_in_flight=8, deadline=60.0, attempt_timeout=30.0),
+        default_realm=RealmConfig(extractor="llm", embedder="hashing:16"),
+        pool_size=pool_size,
+    ) as run:
+        await publish(topics, records)
+
+        async def applied() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= len(records)
+
+        await wait_for(applied, 25, "every note applied")  # the pool gives up after 30 s
+    assert run.failures() == []
+    assert time.monotonic() - started < 25

@@ -19,7 +19,9 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.communities.store import build_communities
-from tidegraph.indexer.extraction.pipeline import Pipeline
+from tidegraph.indexer.extraction.chunking import chunk_document
+from tidegraph.indexer.extraction.fanout import LOOKAHEAD
+from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
 from tidegraph.indexer.models.client import LLMClient
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.replay.applier import ShadowApplier
@@ -455,6 +457,96 @@ async def test_replay_of_a_model_built_realm_extracts_from_the_cache_only(
         )
         row = await cur.fetchone()
     assert row is not None and row[0] == len(records)  # the cache moved with the realm
+
+
+@pytest.mark.parametrize("lookahead", [None, 3], ids=["whole-document", "lookahead-3"])
+async def test_a_long_document_is_extracted_side_by_side_and_replayed_from_the_cache(
+    lookahead: int | None,
+    kafka_bootstrap: str,
+    pg_dsn: str,
+    unique_name: Callable[[str], str],
+    llm_server: ScriptedLLMServer,
+    make_llm_client: Callable[..., LLMClient],
+    llm_fixtures_dir: Path,
+) -> None:
+    """The corpus as one long document in small chunks: the indexer extracts its chunks
+    several at a time, each against the names of the chunks its rule gives it — the lead's
+    when the lookahead covers the whole document, a prefix growing with its position when
+    it does not; a replay computes the same contexts, so it asks the model nothing and
+    rebuilds the same realm."""
+    corpus = load_corpus(llm_fixtures_dir)
+    config = RealmConfig.model_validate(
+        {**corpus.realm_config.model_dump(), "embedder": "hashing:16"}
+    )
+    chunking = PipelineConfig(chunk_chars=300)
+    if lookahead is not None:
+        chunking = PipelineConfig(chunk_chars=300, lookahead=lookahead)
+    text = "\n\n".join(d.content.split("\n\n", 1)[1].strip() for d in corpus.documents)
+    chunks = chunk_document(text, chunking.chunk_chars, chunking.overlap_chars)
+    assert 12 <= len(chunks) <= LOOKAHEAD + 1
+    topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=1)
+    realm, group = unique_name("r"), unique_name("g")
+    live = f"realm_{realm}"
+    llm_server.latency = 0.05
+    async with running_model_indexer(
+        topics,
+        pg_dsn,
+        group,
+        # attempts long enough that a loaded machine never turns a slow answer into a retry,
+        # which the call count below would take for an extra question
+        llm=make_llm_client(max_in_flight=8, deadline=60.0, attempt_timeout=30.0),
+        default_realm=config,
+        pipeline_config=chunking,
+    ):
+        await publish(topics, [upsert(realm, "saga.md", text, title="The Ellison saga")])
+
+        async def done() -> bool:
+            return await stored_position(pg_dsn, group, topics.documents) >= 1
+
+        await wait_for(done, 120, "the document indexed")
+    assert llm_server.calls["chat"] == 2 * len(chunks)  # a first pass and a gleaning each
+    # one document: every slot busy, or the lookahead's chunks after the lead
+    assert llm_server.max_concurrent == min(8, chunking.lookahead + 1)
+    known = dict(
+        _chunk_and_known(body["messages"][-1]["content"])
+        for route, body in llm_server.requests
+        if route == "chat" and "<already_extracted>" not in body["messages"][-1]["content"]
+    )
+    assert known.pop(chunks[0].text) == ""  # the lead: title and source only
+    lead_names = known[chunks[1].text]
+    assert "Mara Ellison" in lead_names
+    for k, chunk in enumerate(chunks[1:], start=1):
+        if k <= chunking.lookahead + 1:
+            assert known[chunk.text] == lead_names  # the lead's names
+        else:  # the names of the chunks before k - lookahead: more than the lead's
+            assert len(known[chunk.text]) >= len(lead_names)
+    if lookahead is not None:
+        assert len(set(known.values())) > 1
+    snapshot = await realm_snapshot(pg_dsn, realm)
+    llm_server.reset()
+
+    pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+        pg_dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open()
+    try:
+        registry = ModelRegistry(pool=pool, llm=make_llm_client(), read_through=(live,))
+        pipeline = Pipeline(registry.extractor_for, registry.embedder_for, chunking)
+        result = await replay_realm(
+            options(topics, pg_dsn, realm, group), pipeline.prepare, registry.embedder_for
+        )
+    finally:
+        await pool.close()
+    assert sum(llm_server.calls.values()) == 0, llm_server.calls
+    assert result.swapped and result.retired is not None
+    assert await realm_snapshot(pg_dsn, realm) == snapshot
+    assert await schema_diff(pg_dsn, live, result.retired) == []
+
+
+def _chunk_and_known(prompt: str) -> tuple[str, str]:
+    """The chunk of a first-pass extraction prompt, and its known-entities block."""
+    chunk = prompt.partition("<chunk>\n")[2].rpartition("\n</chunk>")[0]
+    return chunk, prompt.partition("<known_entities>")[2].partition("</known_entities>")[0]
 
 
 async def _cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:

@@ -263,7 +263,15 @@ class BatchProcessor:
         writer: RunWriter,
         outcome_of: Callable[[Decision], Awaitable[Outcome]],
     ) -> list[tuple[str, str]]:
-        """Write one run and settle it; count and return what each record did."""
+        """Write one run and settle it; count and return what each record did.
+
+        The run's documents are waited for before a connection is taken: preparing them
+        reads the extraction cache through the same pool, so writers holding every
+        connection while they waited (one per busy partition) left the documents they
+        waited for unable to read it."""
+        for it in run.items:
+            if it.decision is not None and it.decision.writes:
+                await outcome_of(it.decision)
         started = time.perf_counter()
         server = run.first.server
         marks = part.stands.mark([(it.key, it.offset) for it in run.items])

@@ -25,8 +25,9 @@ def documents_at_once(requested: int | None, model_calls: int | None) -> int:
     """How many documents a process prepares at once: ``requested`` when given, else
     enough to keep a model endpoint that allows ``model_calls`` calls at once busy.
 
-    A document's chunks are extracted in order, each seeing the names found before it, so
-    a document has one call in flight at a time. With only as many documents as the
+    A document of one chunk has one call in flight at a time (its first pass, then its
+    gleaning), and a longer one a single call until its lead chunk is extracted
+    (:mod:`~tidegraph.indexer.extraction.fanout`). With only as many documents as the
     endpoint allows calls, a call slot idles whenever its document is between calls
     (checking an answer, embedding, waiting for the writer), and tidegraph rather than the
     model bounds the rate; half as many documents again keep the slots filled.

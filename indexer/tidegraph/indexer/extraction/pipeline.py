@@ -1,8 +1,14 @@
 """The prepare phase: one document version → chunks, gated structure and embeddings.
 
 Runs concurrently across documents (the consumer bounds it); within a document, chunks are
-extracted in order so each sees the canonical names found before it (paper §4.1). Nothing
-here writes to the graph: the result is a :class:`PreparedDocument` the writer applies.
+extracted side by side as soon as the names their context holds are known, then the
+document pass gives short forms their full names (:mod:`~tidegraph.indexer.extraction.
+fanout`, paper §4.1). Model calls are made with the document's priority
+(:data:`~tidegraph.indexer.models.slots.call_priority`): documents in the order their
+preparation began, chunks in their order, so the oldest is served first and the writer,
+which takes documents in log order, rarely waits on one behind others already prepared.
+Nothing here writes to the graph: the result is a :class:`PreparedDocument` the writer
+applies.
 Transient failures (model endpoint down) propagate and pause the partition; a chunk the
 extractor cannot turn into valid output is recorded on the chunk, never papered over.
 
@@ -13,10 +19,17 @@ is refused travels with the prepared document to the document's status.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from tidegraph.indexer.extraction.chunking import build_context, chunk_document
+from tidegraph.indexer.extraction.fanout import (
+    LOOKAHEAD,
+    ChunkFacts,
+    in_context_order,
+    resolve_short_forms,
+)
 from tidegraph.indexer.extraction.interfaces import Chunk, Embedder, ExtractionFailed, Extractor
 from tidegraph.indexer.extraction.prepared import (
     EntityFact,
@@ -28,6 +41,7 @@ from tidegraph.indexer.graph.gates import GATE_HINTS, Gate, GateConfig, Rejectio
 from tidegraph.indexer.graph.predicates import Vocabulary
 from tidegraph.indexer.graph.rules import render_entity, render_relation
 from tidegraph.indexer.graph.validity import normalize_period
+from tidegraph.indexer.models.slots import call_priority
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
 from tidegraph.schemas.facts import render_entity_line, render_facts, render_relation_line
@@ -47,6 +61,10 @@ class PipelineConfig:
     """Overlap carried into the next chunk, resumed at a sentence boundary."""
     context_names: int = 50
     """Canonical names threaded through a document's chunks, at most."""
+    lookahead: int = LOOKAHEAD
+    """Chunks extracted ahead of the last whose names a chunk's context holds
+    (:func:`~tidegraph.indexer.extraction.fanout.threaded_before`); 0 threads every
+    chunk's names into the next."""
     gates: GateConfig = field(default_factory=GateConfig)
     """Validation gate settings."""
 
@@ -64,6 +82,8 @@ class Pipeline:
         self._embedder_for = embedder_for
         self.config = config or PipelineConfig()
         self._vocabularies: dict[tuple[str, bytes], Vocabulary] = {}
+        self._started = itertools.count()
+        """Numbers documents as their preparation begins: the priority of their calls."""
 
     def _vocabulary(self, info: RealmInfo) -> Vocabulary:
         key = (info.schema, info.config.to_json())  # a swapped-in realm may change it
@@ -74,6 +94,13 @@ class Pipeline:
         return vocab
 
     async def prepare(self, record: DocumentVersion, info: RealmInfo) -> PreparedDocument:
+        token = call_priority.set((next(self._started),))
+        try:
+            return await self._prepare(record, info)
+        finally:
+            call_priority.reset(token)
+
+    async def _prepare(self, record: DocumentVersion, info: RealmInfo) -> PreparedDocument:
         assert record.content is not None and record.version_hash is not None
         embedder = self._embedder_for(info)
         vocab = self._vocabulary(info)
@@ -124,33 +151,33 @@ class Pipeline:
         chunks: Sequence[Chunk],
         vocab: Vocabulary,
     ) -> list[ChunkFacts]:
-        """Each chunk through the realm's extractor, in order, each seeing the canonical
-        names found before it."""
+        """Each chunk through the realm's extractor once the names its context holds are
+        known, side by side; then the document pass."""
         extractor = self._extractor_for(info)
-        known: dict[str, None] = {}
-        facts: list[ChunkFacts] = []
-        for chunk in chunks:
+        document = call_priority.get()
+
+        async def extract(chunk: Chunk, before: Sequence[ChunkFacts]) -> ChunkFacts:
+            call_priority.set((*document, chunk.ordinal))  # this task's own context
             context = build_context(
                 record.title,
                 record.source,
-                tuple(known),
+                (e.name for _, entities, _, _ in before for e in entities),
                 info.config.vocabulary,
                 cap=self.config.context_names,
             )
             try:
                 output = await extractor.extract(chunk, context)
             except ExtractionFailed as exc:
-                facts.append((chunk, (), (), exc.reason))
-                continue
+                return (chunk, (), (), exc.reason)
             accepted = self._accept(output, vocab)
-            for e in accepted.entities:
-                known.setdefault(e.name, None)
             note = None
             if not accepted.entities and not accepted.relations:
                 verbs = {r.predicate for r in accepted.off_vocabulary}
                 note = why_nothing(accepted.gates, verbs, extractor.id)
-            facts.append((chunk, accepted.entities, accepted.relations, note))
-        return facts
+            return (chunk, accepted.entities, accepted.relations, note)
+
+        facts = await in_context_order(chunks, self.config.lookahead, extract)
+        return resolve_short_forms(facts)
 
     def _supplied(
         self, supplied: ExtractionOutput, chunks: Sequence[Chunk], vocab: Vocabulary
@@ -202,10 +229,6 @@ class Pipeline:
                 )
             )
         return Accepted(entities, tuple(relations), gated.rejections, tuple(off_vocabulary))
-
-
-ChunkFacts = tuple[Chunk, tuple[EntityFact, ...], tuple[RelationFact, ...], str | None]
-"""A chunk, the structure accepted for it, and why it has none when it has none."""
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 from tidegraph.indexer.extraction.chunking import sentence_starts
 from tidegraph.indexer.extraction.interfaces import Chunk, DocumentContext
+from tidegraph.indexer.graph.resolution import short_forms
 from tidegraph.indexer.graph.validity import normalize_date
 from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
 
@@ -386,18 +387,9 @@ def _type_of(description: str) -> str | None:
 
 @functools.lru_cache(maxsize=128)
 def _known_index(known: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]]:
-    """Known names by lowercase form, and by last word when exactly one name ends with it."""
-    exact = {n.lower(): n for n in known}
-    by_last: dict[str, str] = {}
-    ambiguous: set[str] = set()
-    for name in known:
-        words = name.split()
-        if len(words) > 1:
-            last = words[-1].lower()
-            if last in by_last and by_last[last] != name:
-                ambiguous.add(last)
-            by_last[last] = name
-    return exact, {k: v for k, v in by_last.items() if k not in ambiguous}
+    """Known names by lowercase form, and by the short form each stands for
+    (:func:`~tidegraph.indexer.graph.resolution.short_forms`)."""
+    return {n.lower(): n for n in known}, short_forms(known)
 
 
 @dataclass

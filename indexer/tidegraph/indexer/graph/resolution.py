@@ -42,6 +42,7 @@ __all__ = [
     "pick_description",
     "pick_type",
     "resolve_chunk",
+    "short_forms",
     "surface_forms",
 ]
 
@@ -124,6 +125,25 @@ class EntityRecord:
     def forms(self) -> frozenset[str]:
         """Lowercased name and aliases: what this record can be found by."""
         return surface_forms(self)
+
+
+def short_forms(names: Iterable[str]) -> dict[str, str]:
+    """Single words that stand for a longer name, lowercased → that name: the last word
+    of exactly one of the multi-word ``names`` (``babbage`` → ``Charles Babbage``). A word
+    that ends two different names stands for neither.
+
+    The rule by which a short form in a text is taken for a name the same document already
+    gave in full: the rules extractor applies it to the names threaded to a chunk, the
+    extraction pipeline to the names of a whole document after extracting its chunks."""
+    found: dict[str, str] = {}
+    ambiguous: set[str] = set()
+    for name in names:
+        words = name.split()
+        if len(words) > 1:
+            last = words[-1].lower()
+            if found.setdefault(last, name) != name:
+                ambiguous.add(last)
+    return {word: name for word, name in found.items() if word not in ambiguous}
 
 
 def surface_forms(record: EntityRecord | CandidateEntity) -> frozenset[str]:

@@ -8,9 +8,13 @@ Records of a partition are written strictly in log order, in runs (:func:`runs`)
 * records that write nothing (no-ops, stale versions, dead-lettered records) share a run
   that only settles them and keeps the versions they raise;
 * when the indexer is behind — a poll brought at least ``catch_up_run`` records of one
-  realm back to back — they are one catch-up run, written in one transaction by the
-  replay's :class:`~tidegraph.indexer.write.units.BatchUnit` (the same stamps, ids and
-  changes as record by record, DESIGN invariant 5).
+  realm back to back — they are written in catch-up runs of ``catch_up_run`` records, each
+  one transaction by the replay's :class:`~tidegraph.indexer.write.units.BatchUnit` (the
+  same stamps, ids and changes as record by record, DESIGN invariant 5). Runs of a bounded
+  size rather than one for the whole stretch, because a run is written once all its
+  records are prepared: with a model in the path, a poll's worth of documents written
+  only after the last of them was extracted left every model call idle while they were
+  written, and the next poll waited for that write.
 
 A catch-up run that fails is written again record by record (:func:`fallback`), so the
 failure policy judges the one record that failed. :class:`RunWriter` writes a run with
@@ -71,15 +75,17 @@ class Run:
 
 def runs(items: Sequence[Item], catch_up_run: int) -> list[Run]:
     """Items in log order, in units of work: a realm's records decided back to back make
-    one catch-up run when there are at least ``catch_up_run`` of them (and one writes);
-    otherwise each record that writes is its own run, and consecutive records that write
-    nothing share one when their positions are kept on one server."""
+    catch-up runs of ``catch_up_run`` records (the last one what is left) when there are
+    at least ``catch_up_run`` of them (and one writes); otherwise each record that writes
+    is its own run, and consecutive records that write nothing share one when their
+    positions are kept on one server."""
     out: list[list[Item]] = []
     catch_up: list[bool] = []
     for segment in _same_realm_segments(items):
         if 0 < catch_up_run <= len(segment) and not all(it.quiet for it in segment):
-            out.append(list(segment))
-            catch_up.append(True)
+            for start in range(0, len(segment), catch_up_run):
+                out.append(list(segment[start : start + catch_up_run]))
+                catch_up.append(True)
             continue
         for item in segment:
             last = out[-1][-1] if out else None
