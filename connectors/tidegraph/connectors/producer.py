@@ -22,11 +22,11 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import murmur2
 
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
 from tidegraph.schemas.kafka_security import producer_options
+from tidegraph.schemas.partitions import partition_for_key
 from tidegraph.schemas.settings import Settings
 from tidegraph.schemas.topics import (
     HEADER_CONTENT_HASH,
@@ -336,7 +336,7 @@ class DocumentProducer:
         """
         assert self._producer is not None
         partitions = sorted(await self._producer.partitions_for(self.topic))
-        chosen = int(partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)])
+        chosen = int(partitions[partition_for_key(key, len(partitions))])
         self._partition_of[key] = chosen
         return chosen
 

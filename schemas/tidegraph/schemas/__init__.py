@@ -25,6 +25,7 @@ from tidegraph.schemas.errors import (
     ContractError,
     InvalidNameError,
     TidegraphError,
+    TopicMissing,
     TransientError,
 )
 from tidegraph.schemas.facts import render_facts
@@ -37,6 +38,7 @@ from tidegraph.schemas.names import (
     validate_realm,
     validate_space,
 )
+from tidegraph.schemas.partitions import partition_for_key, realm_partition
 from tidegraph.schemas.realm_config import (
     DEFAULT_REALM_CONFIG,
     EmbedderSpec,
@@ -45,6 +47,7 @@ from tidegraph.schemas.realm_config import (
     preset,
 )
 from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.schemas.topic_ready import topic_partitions
 from tidegraph.schemas.topics import TopicSpec, topic_specs
 
 __all__ = [
@@ -70,6 +73,7 @@ __all__ = [
     "RelationRef",
     "Settings",
     "TidegraphError",
+    "TopicMissing",
     "TopicSpec",
     "TransientError",
     "change_id",
@@ -77,9 +81,12 @@ __all__ = [
     "content_hash",
     "load_settings",
     "parse_embedder",
+    "partition_for_key",
     "preset",
     "problems_from",
+    "realm_partition",
     "render_facts",
+    "topic_partitions",
     "topic_specs",
     "validate_realm",
     "validate_space",
