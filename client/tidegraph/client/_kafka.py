@@ -26,11 +26,15 @@ from aiokafka.errors import (
 
 from tidegraph.client._errors import AuthenticationFailed, ConnectError, ProtocolError
 from tidegraph.client._position import Position
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import RecordValidationError, TopicMissing
-from tidegraph.schemas.kafka_security import KafkaSecurity, configured_security
-from tidegraph.schemas.partitions import realm_partition
-from tidegraph.schemas.topic_ready import topic_partitions
+from tidegraph.schemas import (
+    GraphChange,
+    KafkaSecurity,
+    RecordValidationError,
+    TopicMissing,
+    configured_security,
+    realm_partition,
+    topic_partitions,
+)
 
 
 async def topic_changes(

@@ -13,10 +13,12 @@ from __future__ import annotations
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tidegraph.schemas.documents import compare_source_versions
-from tidegraph.schemas.kafka_security import kafka_client_options
-from tidegraph.schemas.partitions import realm_partition
-from tidegraph.schemas.topic_ready import topic_partitions
+from tidegraph.schemas import (
+    compare_source_versions,
+    kafka_client_options,
+    realm_partition,
+    topic_partitions,
+)
 
 __all__ = ["live_documents"]
 

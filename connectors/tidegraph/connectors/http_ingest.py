@@ -32,13 +32,21 @@ from starlette.requests import ClientDisconnect
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
-from tidegraph.schemas import VERSION
-from tidegraph.schemas.api import ErrorResponse
-from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
-from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion, with_facts_passage
-from tidegraph.schemas.errors import InvalidNameError, RecordValidationError
-from tidegraph.schemas.hashing import content_hash
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm
+from tidegraph.schemas import (
+    DEFAULT_SPACE,
+    DOCUMENT_SCHEMA,
+    VERSION,
+    ApiKeys,
+    DocumentVersion,
+    ErrorResponse,
+    InvalidNameError,
+    RecordValidationError,
+    bearer_token,
+    content_hash,
+    is_loopback,
+    validate_realm,
+    with_facts_passage,
+)
 
 SOURCE = "http"
 BODY_OVERHEAD = 64 * 1024

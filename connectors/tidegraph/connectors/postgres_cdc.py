@@ -48,8 +48,7 @@ from tidegraph.connectors.postgres_capture import (
 )
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.replication import Keepalive, ReplicationLost, ReplicationStream
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.names import validate_realm
+from tidegraph.schemas import DocumentVersion, validate_realm
 
 __all__ = [
     "AckCallback",

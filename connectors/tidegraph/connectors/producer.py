@@ -24,16 +24,17 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
-from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
-from tidegraph.schemas.kafka_security import producer_options
-from tidegraph.schemas.partitions import partition_for_key
-from tidegraph.schemas.settings import Settings
-from tidegraph.schemas.topics import (
+from tidegraph.schemas import (
+    DOCUMENT_SCHEMA,
     HEADER_CONTENT_HASH,
     HEADER_DOC_KEY,
     HEADER_SCHEMA,
     MAX_DOCUMENT_BYTES,
+    DocumentVersion,
+    Settings,
     max_message_bytes,
+    partition_for_key,
+    producer_options,
 )
 
 DEFAULT_BATCH_BYTES = 1024 * 1024

@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.kafka_security import kafka_client_options
-from tidegraph.schemas.topic_ready import topic_partitions
+from tidegraph.schemas import (
+    DocumentVersion,
+    RecordValidationError,
+    kafka_client_options,
+    topic_partitions,
+)
 
 
 @dataclass(frozen=True)

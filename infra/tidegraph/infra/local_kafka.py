@@ -51,9 +51,7 @@ from tidegraph.infra.errors import (
     StateDirError,
 )
 from tidegraph.infra.package_files import kafka_file
-from tidegraph.schemas.kafka_security import KafkaSecurity
-from tidegraph.schemas.settings import local_bootstrap
-from tidegraph.schemas.topics import replication
+from tidegraph.schemas import KafkaSecurity, local_bootstrap, replication
 
 MIN_JAVA = 17
 JAVA_INSTALL = "a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless)"

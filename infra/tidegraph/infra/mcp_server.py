@@ -30,18 +30,18 @@ from mcp.server.mcpserver.tools import Tool
 from pydantic import Field, ValidationError
 
 from tidegraph.client import ApiError, AsyncClient, ClientError
-from tidegraph.schemas import problems_from
-from tidegraph.schemas.api import (
+from tidegraph.schemas import (
     BELIEVED_AT_DOC,
     AsOf,
     BeliefInstant,
     BeliefInterval,
+    ContractError,
+    GraphChange,
     RelationListed,
     RelationOut,
+    bearer_token,
+    problems_from,
 )
-from tidegraph.schemas.api_keys import bearer_token
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import ContractError
 
 T = TypeVar("T")
 

@@ -41,10 +41,15 @@ from tidegraph.infra.errors import (
     ServiceUnreachableError,
     StateDirError,
 )
-from tidegraph.schemas import local_state
-from tidegraph.schemas.local_state import ENV_FILE, read_env_file
-from tidegraph.schemas.local_state import find_state_dir as find_state_dir
-from tidegraph.schemas.settings import Settings, load_settings, local_bootstrap
+from tidegraph.schemas import (
+    ENV_FILE,
+    Settings,
+    load_settings,
+    local_bootstrap,
+    local_state,
+    read_env_file,
+)
+from tidegraph.schemas import find_state_dir as find_state_dir
 
 KAFKA = "kafka"
 POSTGRES = "postgres"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from tidegraph.query_service.fusion import rrf
-from tidegraph.schemas.api import QueryDataResponse
+from tidegraph.schemas import QueryDataResponse
 
 MAX_PARTS = 4
 

@@ -66,10 +66,8 @@ from tidegraph.query_service.plans import (
     Mode,
 )
 from tidegraph.query_service.rerank import rerank_groups
-from tidegraph.schemas.api import QueryDataResponse
-from tidegraph.schemas.names import name_key
-from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import QueryDataResponse, name_key, parse_embedder
+from tidegraph.store import RealmInfo
 
 __all__ = ["MODES", "Mode", "QueryDataResponse", "RetrievalLimits", "RetrievalParams"]
 

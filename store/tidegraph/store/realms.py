@@ -17,9 +17,14 @@ import orjson
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from tidegraph.schemas.names import is_realm, realm_schema, validate_realm
-from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
-from tidegraph.schemas.servers import MAIN
+from tidegraph.schemas import (
+    MAIN,
+    RealmConfig,
+    is_realm,
+    parse_embedder,
+    realm_schema,
+    validate_realm,
+)
 from tidegraph.store import realm_positions
 from tidegraph.store.ddl import (
     EMBEDDING_COLUMNS,

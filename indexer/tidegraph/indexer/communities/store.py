@@ -62,13 +62,10 @@ from tidegraph.indexer.communities.reports import (
     make_reports,
     offline_reporter,
 )
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.write.context import ensure_vector_types, vec_param
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
-from tidegraph.store.entity_state import alive
-from tidegraph.store.errors import RealmSwapped
-from tidegraph.store.realms import RealmInfo, check_embedder
+from tidegraph.indexer.extraction import Embedder
+from tidegraph.indexer.write import ensure_vector_types, vec_param
+from tidegraph.schemas import DEFAULT_SPACE, ConfigError, validate_space
+from tidegraph.store import RealmInfo, RealmSwapped, alive, check_embedder
 
 if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
     pass

@@ -31,10 +31,8 @@ from typing import Any, LiteralString
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.schemas.changes import ChangeKind
-from tidegraph.schemas.names import is_realm, realm_schema
-from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import realm_exists
+from tidegraph.schemas import ChangeKind, is_realm, realm_schema
+from tidegraph.store import RealmSchemaError, realm_exists
 
 __all__ = [
     "KINDS",

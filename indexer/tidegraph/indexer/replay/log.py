@@ -21,11 +21,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tidegraph.indexer.decide.admission import Admitted, Message, admit
-from tidegraph.indexer.decide.planner import Logged
+from tidegraph.indexer.decide import Admitted, Logged, Message, admit
 from tidegraph.indexer.replay.errors import ReplayError
-from tidegraph.schemas import TopicMissing, realm_partition, topic_partitions
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas import TopicMissing, kafka_client_options, realm_partition, topic_partitions
 
 
 def admitted_to(msg: Message, realm: str) -> Logged | None:

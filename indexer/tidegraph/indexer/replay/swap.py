@@ -102,11 +102,14 @@ from tidegraph.indexer.replay.diff import (
     patch,
 )
 from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
-from tidegraph.store import positions, realm_positions
-from tidegraph.store.ddl import contradiction_answers_ddl
-from tidegraph.store.locks import lock_realm_schema
-from tidegraph.store.realms import realm_exists
-from tidegraph.store.upgrades import has_telemetry
+from tidegraph.store import (
+    contradiction_answers_ddl,
+    has_telemetry,
+    lock_realm_schema,
+    positions,
+    realm_exists,
+    realm_positions,
+)
 
 
 @dataclass(frozen=True)

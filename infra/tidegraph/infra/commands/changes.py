@@ -19,13 +19,16 @@ from aiokafka.errors import KafkaError
 
 from tidegraph.infra.reach import kafka_unreachable
 from tidegraph.infra.runtime import on_termination
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.kafka_security import kafka_client_options
-from tidegraph.schemas.names import validate_realm
-from tidegraph.schemas.partitions import realm_partition
-from tidegraph.schemas.settings import Settings, load_settings
-from tidegraph.schemas.topic_ready import topic_partitions
+from tidegraph.schemas import (
+    GraphChange,
+    RecordValidationError,
+    Settings,
+    kafka_client_options,
+    load_settings,
+    realm_partition,
+    topic_partitions,
+    validate_realm,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -24,25 +24,33 @@ from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.placed import servers_for
 from tidegraph.infra.reach import until_stopped, wait_for_pg
 from tidegraph.infra.runtime import llm_client_if_configured
-from tidegraph.query_service.app import Deps, create_app
-from tidegraph.query_service.config import QuerySettings, load_query_settings
-from tidegraph.query_service.db import make_pool
-from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
-from tidegraph.query_service.gate import DatabaseGate
-from tidegraph.query_service.keywords import (
+from tidegraph.query_service import (
     KEYWORD_PROMPT,
+    ChangePublisher,
+    ChatModel,
+    DatabaseGate,
+    Deps,
+    EmbedderFactory,
+    KafkaChangeSink,
     KeywordModel,
     Keywords,
+    QueryEmbedder,
+    QuerySettings,
+    create_app,
+    load_query_settings,
+    make_pool,
     parse_model_keywords,
 )
-from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
-from tidegraph.query_service.synthesis import ChatModel
-from tidegraph.schemas.api_keys import ApiKeys, require_loopback
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.schemas.settings import Settings, load_settings
-from tidegraph.schemas.topics import changes_topic
-from tidegraph.store.cluster import Cluster
+from tidegraph.schemas import (
+    ApiKeys,
+    ConfigError,
+    Settings,
+    changes_topic,
+    load_settings,
+    parse_embedder,
+    require_loopback,
+)
+from tidegraph.store import Cluster
 
 log = logging.getLogger(__name__)
 

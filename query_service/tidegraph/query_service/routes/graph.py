@@ -24,7 +24,7 @@ from tidegraph.query_service.routes.params import (
     valid_days,
 )
 from tidegraph.query_service.service import Service
-from tidegraph.schemas.api import (
+from tidegraph.schemas import (
     AS_OF_DOC,
     BELIEVED_AT_DOC,
     ENTITIES_BELIEVED_AT_DOC,
