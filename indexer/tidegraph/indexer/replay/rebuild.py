@@ -60,6 +60,7 @@ from pydantic import ValidationError
 
 from tidegraph.indexer.decide import log_time
 from tidegraph.indexer.replay.applier import Batch, EmbedderFor, Prepare, ShadowApplier
+from tidegraph.indexer.replay.carry import premerge_cache, premerge_retention
 from tidegraph.indexer.replay.errors import (
     ReplayApplyError,
     ReplayBusy,
@@ -78,14 +79,7 @@ from tidegraph.indexer.replay.names import (
     retired_schema,
     shadow_schema,
 )
-from tidegraph.indexer.replay.swap import (
-    SwapOutcome,
-    SwapPlan,
-    baseline,
-    premerge_cache,
-    premerge_retention,
-    swap_in,
-)
+from tidegraph.indexer.replay.swap import SwapOutcome, SwapPlan, baseline, swap_in
 from tidegraph.indexer.write import Backoff, JudgeFor, RecordFailed, Verdict, retry_after, verdict
 from tidegraph.schemas import ConfigError, RealmConfig, realm_schema, validate_realm
 from tidegraph.store import (
