@@ -386,3 +386,55 @@ def test_importing_the_packages_does_not_load_the_model_client() -> None:
     code = f"import sys; import {', '.join(PUBLIC)}; print('openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+FUNCTION_LINES = 80
+MODULE_LINES = 500
+
+
+def _says_why(docstring: str | None, comment: str) -> bool:
+    return "on purpose" in (docstring or "") or comment.startswith("# Long on purpose:")
+
+
+def _comment_above(lines: list[str], lineno: int) -> str:
+    """The comment block ending right above line ``lineno`` (1-based), joined."""
+    block: list[str] = []
+    i = lineno - 2
+    while i >= 0 and lines[i].strip().startswith("#"):
+        block.insert(0, lines[i].strip())
+        i -= 1
+    return " ".join(block)
+
+
+PENDING = {
+    "store/tidegraph/store/move.py": "being reworked with realm placement; its split comes with it"
+}
+"""Modules under way elsewhere: their reason or their split comes with that change."""
+
+
+def test_long_functions_and_modules_say_why() -> None:
+    """A product function over ~80 lines, or a module over ~500, carries its reason: "on
+    purpose" in its docstring, or a ``# Long on purpose: …`` comment right above the
+    ``def`` (above its decorators) or after the module docstring."""
+    unexplained = []
+    for _, path in _modules():
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text)
+        first = tree.body[1].lineno if len(tree.body) > 1 else 1
+        top_comments = " ".join(line for line in lines[: first - 1] if line.startswith("#"))
+        if (
+            len(lines) > MODULE_LINES
+            and not _says_why(ast.get_docstring(tree), top_comments)
+            and str(path.relative_to(REPO)) not in PENDING
+        ):
+            unexplained.append(f"{path.relative_to(REPO)}: {len(lines)} lines")
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            length = (node.end_lineno or node.lineno) - start + 1
+            above = _comment_above(lines, start)
+            if length > FUNCTION_LINES and not _says_why(ast.get_docstring(node), above):
+                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {length}")
+    assert unexplained == []

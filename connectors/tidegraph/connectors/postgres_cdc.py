@@ -23,6 +23,8 @@ records that the snapshot of this slot completed; a slot found without it is dro
 the load redone.
 """
 
+# Long on purpose: one class drives the replication protocol (snapshot, stream, acknowledge after
+# Kafka's ack); its steps share the slot's state and read in protocol order.
 from __future__ import annotations
 
 import asyncio

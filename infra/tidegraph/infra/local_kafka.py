@@ -18,6 +18,8 @@ Files under the state folder (``<state>/kafka/``): ``server.properties``,
 the SCRAM user), ``broker.log`` and ``kafka.json`` (what `up` started: pid and ports).
 """
 
+# Long on purpose: one broker's life cycle (toolchain, configuration, storage, launch, readiness,
+# stop) over one layout value.
 from __future__ import annotations
 
 import asyncio

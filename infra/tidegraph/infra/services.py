@@ -15,6 +15,8 @@ Rules the command line and the test fixtures rely on:
   cached), the embedded binaries, and every port.
 """
 
+# Long on purpose: `up`, `down` and `status` share the state file, the ports and the env file they
+# write.
 from __future__ import annotations
 
 import hashlib
@@ -443,6 +445,8 @@ def _silent(_: str) -> None:
     return None
 
 
+# Long on purpose: the start sequence (state, ports, each service, env file) reads top to bottom in
+# the order it runs.
 def up(
     state_dir: str | os.PathLike[str] | None = None,
     *,

@@ -6,6 +6,8 @@ holds each realm's schema (:mod:`tidegraph.schemas.servers`); the functions that
 write a realm's own tables take a connection to that server.
 """
 
+# Long on purpose: the catalogue's whole life cycle (create, register, find, open and verify,
+# drop); every package asks these questions here.
 from __future__ import annotations
 
 import re

@@ -32,6 +32,8 @@ so retrieval warns that they predate the latest write.
 Steps 3–5 hold no database transaction; only step 6 holds the realm lock, briefly.
 """
 
+# Long on purpose: one build in the numbered order above, from snapshot to its single write
+# transaction.
 from __future__ import annotations
 
 import asyncio

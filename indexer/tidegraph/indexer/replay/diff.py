@@ -22,6 +22,8 @@ entities and documents. A
 replay of an unchanged configuration reproduces those exactly (DESIGN invariant 6).
 """
 
+# Long on purpose: one table of kinds: each kind's projection and its wording as feed entries
+# change together.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence

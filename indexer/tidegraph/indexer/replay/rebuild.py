@@ -43,6 +43,8 @@ again, so its replay calls the embeddings endpoint (the hashing embedder calls n
 Names of shadows, audit copies and retired schemas: :mod:`replay_names`.
 """
 
+# Long on purpose: the replay driver keeps its steps (claim, read, apply, catch up, swap) next to
+# the state they share.
 from __future__ import annotations
 
 import asyncio

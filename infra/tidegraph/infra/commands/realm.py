@@ -63,6 +63,7 @@ class RealmExistsError(ConfigError):
         self.differences = differences
 
 
+# Long on purpose: the `realm` subcommands' arguments, one block per subcommand, in `--help` order.
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("realm", help="create, show, list or delete realms")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -162,6 +162,8 @@ def keyword_model(llm: Any) -> KeywordModel | None:
     return extract
 
 
+# Long on purpose: the query service composed (pools, models, publisher, community loop, uvicorn)
+# in the order it starts and, reversed, stops.
 async def serve(
     args: argparse.Namespace,
     settings: Settings,
