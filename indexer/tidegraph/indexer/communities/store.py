@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, LiteralString
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import AsyncConnection, sql
@@ -68,9 +68,6 @@ from tidegraph.indexer.extraction import Embedder
 from tidegraph.indexer.write import ensure_vector_types, vec_param
 from tidegraph.schemas import DEFAULT_SPACE, ConfigError, validate_space
 from tidegraph.store import RealmInfo, RealmSwapped, alive, check_embedder
-
-if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
-    pass
 
 __all__ = [
     "BuildResult",
