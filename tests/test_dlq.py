@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from tidegraph.infra.dlq import read_dead_letters
+from tidegraph.schemas import TopicMissing, topic_ready
 from tidegraph.schemas.documents import DocumentVersion
 from tidegraph.schemas.errors import RecordValidationError
 from tidegraph.schemas.kafka_security import kafka_client_options
@@ -138,3 +140,15 @@ async def test_dlq_list_and_replay(
     assert "refuses the same value again" in one.stdout
     bad = run_cli(["dlq", "replay", "--at", "0:12345"], env)
     assert bad.returncode != 0 and "no dead-lettered record at 0:12345" in bad.stderr
+
+
+@pytest.mark.kafka
+async def test_reading_a_dead_letter_topic_that_does_not_exist_names_it(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No topic is not "no dead letters": the reader waits its budget, then says which
+    topic is missing (it used to answer an empty list)."""
+    monkeypatch.setattr(topic_ready, "TOPIC_WAIT_SECONDS", 1.0)
+    topic = unique_name("nodlq") + ".documents.dlq"
+    with pytest.raises(TopicMissing, match=topic):
+        await read_dead_letters(kafka_bootstrap, topic)

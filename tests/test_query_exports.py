@@ -9,10 +9,12 @@ from pathlib import Path
 import tidegraph.query_service
 
 EXPECTED = [
+    "KEYWORD_PROMPT",
     "MODES",
     "ChangePublisher",
     "ChangeSink",
     "ChatModel",
+    "DatabaseGate",
     "Deps",
     "EmbedderFactory",
     "KafkaChangeSink",
@@ -30,6 +32,8 @@ EXPECTED = [
     "build_prompt",
     "create_app",
     "load_query_settings",
+    "make_pool",
+    "parse_model_keywords",
     "retrieve",
 ]
 

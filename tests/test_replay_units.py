@@ -7,10 +7,8 @@ import io
 from typing import Any
 
 import pytest
-from aiokafka.partitioner import DefaultPartitioner
 
 from tidegraph.indexer.replay.diff import Difference, feed_changes, format_difference
-from tidegraph.indexer.replay.log import partition_for_key
 from tidegraph.indexer.replay.rebuild import (
     ReplayOptions,
     ReplayProgress,
@@ -40,15 +38,6 @@ def test_schema_names_are_derived_validated_and_fit_postgres() -> None:
     assert len(shadow_schema(longest, "12345678")) == 63
     with pytest.raises(ConfigError, match="63"):
         shadow_schema(longest, "123456789")
-
-
-def test_partition_of_a_realm_is_the_default_partitioners() -> None:
-    partitioner = DefaultPartitioner()
-    for count in (1, 3, 12, 50):
-        parts = list(range(count))
-        for realm in ("acme", "r0", "wrenfield", "a" * 40):
-            key = realm.encode()
-            assert partition_for_key(key, count) == partitioner(key, parts, parts)
 
 
 def test_rebuild_configuration_keeps_the_live_one_unless_told() -> None:

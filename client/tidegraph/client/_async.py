@@ -15,10 +15,11 @@ from tidegraph.client._calls import Call, M
 from tidegraph.client._config import ClientConfig
 from tidegraph.client._errors import ClientError, ConnectError
 from tidegraph.client._position import Position, later
-from tidegraph.schemas.api import (
+from tidegraph.schemas import (
     ChangesResponse,
     DocumentResponse,
     EntitiesResponse,
+    GraphChange,
     QueryDataRequest,
     QueryDataResponse,
     QueryRequest,
@@ -26,9 +27,8 @@ from tidegraph.schemas.api import (
     RealmsResponse,
     RelationHistoryResponse,
     RelationsResponse,
+    changes_topic,
 )
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.topics import changes_topic
 
 
 class AsyncClient:

@@ -14,7 +14,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from tidegraph.client._errors import ProtocolError, api_error
-from tidegraph.schemas.api import (
+from tidegraph.schemas import (
     ChangesResponse,
     DocumentResponse,
     EntitiesResponse,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas import ConfigError
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 """Where ``tidegraph serve`` listens unless told otherwise."""

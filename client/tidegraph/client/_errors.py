@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas import TidegraphError
 
 
 class ClientError(TidegraphError):

@@ -13,9 +13,7 @@ one after retention has removed it reads the HTTP feed instead (which holds ever
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.conn import create_conn
@@ -25,13 +23,18 @@ from aiokafka.errors import (
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
-from aiokafka.partitioner import DefaultPartitioner
 
 from tidegraph.client._errors import AuthenticationFailed, ConnectError, ProtocolError
 from tidegraph.client._position import Position
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.kafka_security import KafkaSecurity, configured_security
+from tidegraph.schemas import (
+    GraphChange,
+    KafkaSecurity,
+    RecordValidationError,
+    TopicMissing,
+    configured_security,
+    realm_partition,
+    topic_partitions,
+)
 
 
 async def topic_changes(
@@ -58,9 +61,12 @@ async def topic_changes(
         await consumer.stop()
         raise await _why_not(bootstrap, security, exc) from exc
     try:
-        partitions = await _partitions(consumer, topic)
+        try:
+            partitions = await topic_partitions(bootstrap, topic, **security.client_options())
+        except TopicMissing as exc:
+            raise ConnectError(f"{exc} — is `tidegraph serve` publishing?") from exc
         key = realm.encode()
-        tp = TopicPartition(topic, DefaultPartitioner()(key, partitions, partitions))
+        tp = TopicPartition(topic, realm_partition(realm, len(partitions)))
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
         end = (await consumer.end_offsets([tp]))[tp]
@@ -82,16 +88,6 @@ async def topic_changes(
                     yield change
     finally:
         await consumer.stop()
-
-
-async def _partitions(consumer: Any, topic: str) -> list[int]:
-    for _ in range(100):
-        found = consumer.partitions_for_topic(topic)
-        if found:
-            return sorted(found)
-        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
-        await asyncio.sleep(0.1)
-    raise ConnectError(f"topic {topic} does not exist (is `tidegraph serve` publishing?)")
 
 
 _LOGIN = (

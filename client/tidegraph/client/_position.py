@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidegraph.schemas.changes import GraphChange
+from tidegraph.schemas import GraphChange
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,11 @@ from tidegraph.client._calls import Call, M
 from tidegraph.client._config import ClientConfig
 from tidegraph.client._errors import ConnectError
 from tidegraph.client._position import Position, later
-from tidegraph.schemas.api import (
+from tidegraph.schemas import (
     ChangesResponse,
     DocumentResponse,
     EntitiesResponse,
+    GraphChange,
     QueryDataRequest,
     QueryDataResponse,
     QueryRequest,
@@ -29,7 +30,6 @@ from tidegraph.schemas.api import (
     RelationHistoryResponse,
     RelationsResponse,
 )
-from tidegraph.schemas.changes import GraphChange
 
 
 class Client:

@@ -31,10 +31,14 @@ from tidegraph.connectors.textfiles import (
     passed_over,
     walk,
 )
-from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion, with_facts_passage
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.hashing import content_hash
-from tidegraph.schemas.names import DEFAULT_SPACE
+from tidegraph.schemas import (
+    DEFAULT_SPACE,
+    DOCUMENT_SCHEMA,
+    DocumentVersion,
+    RecordValidationError,
+    content_hash,
+    with_facts_passage,
+)
 
 JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
 BULK_GLOBS = (*TEXT_GLOBS, "**/*.jsonl", "**/*.ndjson")

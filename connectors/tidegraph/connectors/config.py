@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tidegraph.schemas.topics import MAX_DOCUMENT_BYTES
+from tidegraph.schemas import MAX_DOCUMENT_BYTES
 
 
 class ConnectorSettings(BaseSettings):

@@ -17,8 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from tidegraph.connectors.errors import DeliveryError
-from tidegraph.schemas.kafka_security import producer_options
-from tidegraph.schemas.topics import HEADER_ERROR, HEADER_ERROR_CLASS, HEADER_ORIGIN
+from tidegraph.schemas import HEADER_ERROR, HEADER_ERROR_CLASS, HEADER_ORIGIN, producer_options
 
 __all__ = ["HEADER_SOURCE_KEY", "DeadLetters"]
 

@@ -16,9 +16,7 @@ from typing import Any
 from tidegraph.connectors.debezium_events import Cell, EventError, RowEvent
 from tidegraph.connectors.row_facts import References, RowFacts
 from tidegraph.connectors.row_mapping import RowMapping, TableMapping
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.names import DEFAULT_SPACE
+from tidegraph.schemas import DEFAULT_SPACE, DocumentVersion, RecordValidationError
 
 __all__ = ["SOURCE", "EventMapper"]
 

@@ -44,8 +44,7 @@ from tidegraph.connectors.debezium_events import (
 from tidegraph.connectors.documents_log import live_documents
 from tidegraph.connectors.errors import DeliveryError
 from tidegraph.connectors.producer import DocumentProducer
-from tidegraph.schemas.documents import DocumentVersion, compare_source_versions
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas import DocumentVersion, compare_source_versions, kafka_client_options
 
 __all__ = ["DebeziumSource", "SourceStats"]
 

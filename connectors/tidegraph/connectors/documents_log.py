@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 
-from tidegraph.schemas.documents import compare_source_versions
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas import (
+    compare_source_versions,
+    kafka_client_options,
+    realm_partition,
+    topic_partitions,
+)
 
 __all__ = ["live_documents"]
 
@@ -33,13 +36,8 @@ async def live_documents(
     )
     await consumer.start()
     try:
-        partitions = sorted(consumer.partitions_for_topic(topic) or [])
-        if not partitions:
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
-            partitions = sorted(consumer.partitions_for_topic(topic) or [])
-        tp = TopicPartition(
-            topic, partitions[(murmur2(realm.encode()) & 0x7FFFFFFF) % len(partitions)]
-        )
+        partitions = await topic_partitions(bootstrap, topic, **kafka_client_options())
+        tp = TopicPartition(topic, realm_partition(realm, len(partitions)))
         end = (await consumer.end_offsets([tp]))[tp]
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)

@@ -12,7 +12,7 @@ that cannot say so raises :class:`DeliveryError`, whose ``retriable`` follows th
 
 from __future__ import annotations
 
-from tidegraph.schemas.errors import ConfigError, ContractError, TidegraphError, TransientError
+from tidegraph.schemas import ConfigError, ContractError, TidegraphError, TransientError
 
 
 class ConnectorError(TidegraphError):

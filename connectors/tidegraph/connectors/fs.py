@@ -38,9 +38,7 @@ from tidegraph.connectors.textfiles import (
     matches,
     walk,
 )
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.hashing import content_hash
-from tidegraph.schemas.names import DEFAULT_SPACE
+from tidegraph.schemas import DEFAULT_SPACE, DocumentVersion, content_hash
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -32,13 +32,21 @@ from starlette.requests import ClientDisconnect
 from tidegraph.connectors.config import ConnectorSettings
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
 from tidegraph.connectors.producer import Delivery, DocumentProducer, encode
-from tidegraph.schemas import VERSION
-from tidegraph.schemas.api import ErrorResponse
-from tidegraph.schemas.api_keys import ApiKeys, bearer_token, is_loopback
-from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion, with_facts_passage
-from tidegraph.schemas.errors import InvalidNameError, RecordValidationError
-from tidegraph.schemas.hashing import content_hash
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm
+from tidegraph.schemas import (
+    DEFAULT_SPACE,
+    DOCUMENT_SCHEMA,
+    VERSION,
+    ApiKeys,
+    DocumentVersion,
+    ErrorResponse,
+    InvalidNameError,
+    RecordValidationError,
+    bearer_token,
+    content_hash,
+    is_loopback,
+    validate_realm,
+    with_facts_passage,
+)
 
 SOURCE = "http"
 BODY_OVERHEAD = 64 * 1024
@@ -288,8 +296,18 @@ def create_app(
         summary="Documents in, document versions on Kafka out.",
         lifespan=lifespan,
     )
-    limit = service.settings.max_document_bytes
-    batch_limit = service.settings.max_batch_bytes
+    _install_error_handlers(app)
+
+    @app.get("/healthz")
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    app.include_router(_documents_router(service, keys, max_batch_documents))
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error answers in the contract's ``{"error": {code, message}}`` shape."""
 
     @app.exception_handler(IngestError)
     async def _ingest_error(_: Request, exc: IngestError) -> Response:
@@ -304,11 +322,13 @@ def create_app(
     async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
         return error_response(422, "invalid_request", str(exc.errors()), {})
 
-    @app.get("/healthz")
-    async def healthz() -> Health:
-        return Health(status="ok")
 
-    @app.put(
+def _documents_router(service: IngestService, keys: ApiKeys, max_batch_documents: int) -> APIRouter:
+    limit = service.settings.max_document_bytes
+    batch_limit = service.settings.max_batch_bytes
+    api = APIRouter()
+
+    @api.put(
         "/v1/ingest/{realm}/documents/{doc_key:path}",
         status_code=202,
         responses=_ERRORS,
@@ -331,7 +351,7 @@ def create_app(
         [delivery] = await service.publish([doc])
         return _accepted(doc, delivery)
 
-    @app.delete("/v1/ingest/{realm}/documents/{doc_key:path}", status_code=202, responses=_ERRORS)
+    @api.delete("/v1/ingest/{realm}/documents/{doc_key:path}", status_code=202, responses=_ERRORS)
     async def delete_document(
         realm: str,
         doc_key: str,
@@ -349,7 +369,7 @@ def create_app(
         [delivery] = await service.publish([doc])
         return _accepted(doc, delivery)
 
-    @app.post(
+    @api.post(
         "/v1/ingest/{realm}/documents:batch",
         status_code=202,
         responses=_ERRORS,
@@ -365,26 +385,30 @@ def create_app(
         _authorize(request, realm, keys)
         realm = _realm(realm)
         body = await _read_json(request, batch_limit)
-        items = body.get("documents") if isinstance(body, dict) else None
-        if not isinstance(items, list):
-            raise IngestError(422, "invalid_document", "documents: must be a list")
-        if len(items) > max_batch_documents:
-            raise IngestError(
-                413, "too_large", f"{len(items)} documents, at most {max_batch_documents}"
-            )
-        docs = []
-        for index, item in enumerate(items):
-            try:
-                docs.append(_batch_item(realm, item, limit))
-            except IngestError as exc:
-                exc.message = f"documents[{index}]: {exc.message}"
-                raise
+        docs = _batch(realm, body, limit, max_batch_documents)
         deliveries = await service.publish(docs)
         return BatchAccepted(
             results=[_accepted(d, r) for d, r in zip(docs, deliveries, strict=True)]
         )
 
-    return app
+    return api
+
+
+def _batch(realm: str, body: Any, limit: int, max_documents: int) -> list[DocumentVersion]:
+    """Every item of a batch body as a document version, or the first item's error."""
+    items = body.get("documents") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise IngestError(422, "invalid_document", "documents: must be a list")
+    if len(items) > max_documents:
+        raise IngestError(413, "too_large", f"{len(items)} documents, at most {max_documents}")
+    docs = []
+    for index, item in enumerate(items):
+        try:
+            docs.append(_batch_item(realm, item, limit))
+        except IngestError as exc:
+            exc.message = f"documents[{index}]: {exc.message}"
+            raise
+    return docs
 
 
 def _batch_item(realm: str, item: Any, limit: int) -> DocumentVersion:

@@ -21,9 +21,7 @@ from tidegraph.connectors import pgoutput
 from tidegraph.connectors.errors import SourceSetupError
 from tidegraph.connectors.row_facts import RowFacts, SqlReferences
 from tidegraph.connectors.row_mapping import RowMapping
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.names import DEFAULT_SPACE
+from tidegraph.schemas import DEFAULT_SPACE, DocumentVersion, RecordValidationError
 
 SOURCE = "postgres"
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")

@@ -23,6 +23,8 @@ records that the snapshot of this slot completed; a slot found without it is dro
 the load redone.
 """
 
+# Long on purpose: one class drives the replication protocol (snapshot, stream, acknowledge after
+# Kafka's ack); its steps share the slot's state and read in protocol order.
 from __future__ import annotations
 
 import asyncio
@@ -48,8 +50,7 @@ from tidegraph.connectors.postgres_capture import (
 )
 from tidegraph.connectors.producer import Delivery, DocumentProducer
 from tidegraph.connectors.replication import Keepalive, ReplicationLost, ReplicationStream
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.names import validate_realm
+from tidegraph.schemas import DocumentVersion, validate_realm
 
 __all__ = [
     "AckCallback",

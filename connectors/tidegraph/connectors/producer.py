@@ -22,18 +22,19 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import murmur2
 
 from tidegraph.connectors.errors import DeliveryError, DocumentTooLargeError
-from tidegraph.schemas.documents import DOCUMENT_SCHEMA, DocumentVersion
-from tidegraph.schemas.kafka_security import producer_options
-from tidegraph.schemas.settings import Settings
-from tidegraph.schemas.topics import (
+from tidegraph.schemas import (
+    DOCUMENT_SCHEMA,
     HEADER_CONTENT_HASH,
     HEADER_DOC_KEY,
     HEADER_SCHEMA,
     MAX_DOCUMENT_BYTES,
+    DocumentVersion,
+    Settings,
     max_message_bytes,
+    partition_for_key,
+    producer_options,
 )
 
 DEFAULT_BATCH_BYTES = 1024 * 1024
@@ -336,7 +337,7 @@ class DocumentProducer:
         """
         assert self._producer is not None
         partitions = sorted(await self._producer.partitions_for(self.topic))
-        chosen = int(partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)])
+        chosen = int(partitions[partition_for_key(key, len(partitions))])
         self._partition_of[key] = chosen
         return chosen
 

@@ -21,7 +21,7 @@ from psycopg import pq, sql
 
 from tidegraph.connectors.errors import ConnectorError
 from tidegraph.connectors.pgoutput import PG_EPOCH
-from tidegraph.schemas.errors import TransientError
+from tidegraph.schemas import TransientError
 
 _PG_EPOCH_UNIX = PG_EPOCH.timestamp()
 

@@ -30,8 +30,7 @@ from psycopg import sql
 
 from tidegraph.connectors.errors import SourceSetupError
 from tidegraph.connectors.row_mapping import RowMapping
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
+from tidegraph.schemas import CandidateEntity, CandidateRelation, DocumentVersion, ExtractionOutput
 
 __all__ = ["References", "RowFacts", "SqlReferences"]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from tidegraph.connectors.errors import UndecodableSourceError
-from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas import DocumentVersion
 
 TEXT_GLOBS = ("**/*.md", "**/*.markdown", "**/*.txt")
 """Files the file connector and the bulk loader pick up by default."""

@@ -19,13 +19,13 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from tidegraph.connectors.errors import DeliveryError
-from tidegraph.schemas.kafka_security import kafka_client_options
-from tidegraph.schemas.settings import Settings
-from tidegraph.schemas.topics import (
+from tidegraph.schemas import (
     DEFAULT_PARTITIONS,
     MAX_DOCUMENT_BYTES,
     Replication,
+    Settings,
     TopicSpec,
+    kafka_client_options,
     replication,
     topic_specs,
 )

@@ -26,10 +26,7 @@ from tidegraph.infra.errors import InfraError, PrerequisiteMissingError
 from tidegraph.infra.logs import configure_logging
 from tidegraph.infra.reach import kafka_unreachable, pg_unreachable
 from tidegraph.infra.services import state_path
-from tidegraph.schemas import VERSION
-from tidegraph.schemas.errors import ConfigError, TidegraphError
-from tidegraph.schemas.local_state import read_env_file
-from tidegraph.schemas.settings import load_settings
+from tidegraph.schemas import VERSION, ConfigError, TidegraphError, load_settings, read_env_file
 
 STATE_DIR_HELP = (
     "state folder of the local services (default: $TIDEGRAPH_STATE_DIR, else the nearest "

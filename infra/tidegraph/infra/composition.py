@@ -17,14 +17,11 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.extraction.cache import PgExtractionCache
-from tidegraph.indexer.extraction.interfaces import Embedder, Extractor
-from tidegraph.indexer.extraction.rules import RulesExtractor
-from tidegraph.indexer.models.hashing import HashingEmbedder
-from tidegraph.indexer.write.contradictions import CachedJudge, Judge
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.store.realms import RealmInfo
+from tidegraph.indexer.extraction import Embedder, Extractor, PgExtractionCache, RulesExtractor
+from tidegraph.indexer.models import HashingEmbedder
+from tidegraph.indexer.write import CachedJudge, Judge
+from tidegraph.schemas import ConfigError, parse_embedder
+from tidegraph.store import RealmInfo
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from psycopg import conninfo
 
 from tidegraph.infra.local_connect import STRING_CONVERTER, converters
-from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas import ConfigError
 
 
 def _topic_creation() -> dict[str, str]:

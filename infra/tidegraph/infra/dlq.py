@@ -15,9 +15,12 @@ from datetime import UTC, datetime
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas import (
+    DocumentVersion,
+    RecordValidationError,
+    kafka_client_options,
+    topic_partitions,
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,8 @@ class DeadLetter:
 
 
 async def read_dead_letters(bootstrap: str, topic: str) -> list[DeadLetter]:
-    """Every record of the dead-letter topic as it stands now, oldest first per partition."""
+    """Every record of the dead-letter topic as it stands now, oldest first per partition;
+    a topic that does not exist is an error (``tidegraph topics`` creates it), not "none"."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -55,13 +59,8 @@ async def read_dead_letters(bootstrap: str, topic: str) -> list[DeadLetter]:
     )
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        if not tps:
-            return []
+        partitions = await topic_partitions(bootstrap, topic, **kafka_client_options())
+        tps = [TopicPartition(topic, p) for p in partitions]
         ends = await consumer.end_offsets(tps)
         todo = {tp: end for tp, end in ends.items() if end > 0}
         consumer.assign(list(todo) or tps)

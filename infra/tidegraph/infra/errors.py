@@ -16,7 +16,7 @@ The command line prints ``str(exc)``; the first line is meant to stand alone.
 
 from __future__ import annotations
 
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas import TidegraphError
 
 
 class InfraError(TidegraphError):

@@ -33,7 +33,7 @@ import httpx
 from tidegraph.infra import _proc, local_kafka, maven
 from tidegraph.infra.errors import ServiceStartError
 from tidegraph.infra.package_files import connect_file
-from tidegraph.schemas.kafka_security import KafkaSecurity
+from tidegraph.schemas import KafkaSecurity
 
 CONNECT_VERSION = "4.4.0"
 """The worker's Kafka release: the broker's (``tidegraph/infra/kafka/pom.xml``)."""

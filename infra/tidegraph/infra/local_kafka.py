@@ -18,6 +18,8 @@ Files under the state folder (``<state>/kafka/``): ``server.properties``,
 the SCRAM user), ``broker.log`` and ``kafka.json`` (what `up` started: pid and ports).
 """
 
+# Long on purpose: one broker's life cycle (toolchain, configuration, storage, launch, readiness,
+# stop) over one layout value.
 from __future__ import annotations
 
 import asyncio
@@ -51,9 +53,7 @@ from tidegraph.infra.errors import (
     StateDirError,
 )
 from tidegraph.infra.package_files import kafka_file
-from tidegraph.schemas.kafka_security import KafkaSecurity
-from tidegraph.schemas.settings import local_bootstrap
-from tidegraph.schemas.topics import replication
+from tidegraph.schemas import KafkaSecurity, local_bootstrap, replication
 
 MIN_JAVA = 17
 JAVA_INSTALL = "a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless)"

@@ -36,8 +36,7 @@ from typing import NoReturn
 from tidegraph.infra import _proc, local_kafka
 from tidegraph.infra.errors import ServiceStartError, StateDirError
 from tidegraph.infra.local_kafka import KafkaLayout, KafkaProcess, KafkaRuntime
-from tidegraph.schemas.kafka_security import KafkaSecurity
-from tidegraph.schemas.settings import local_bootstrap
+from tidegraph.schemas import KafkaSecurity, local_bootstrap
 
 NODES = 3
 """Nodes of the local cluster: the smallest quorum that survives one loss."""

@@ -30,18 +30,18 @@ from mcp.server.mcpserver.tools import Tool
 from pydantic import Field, ValidationError
 
 from tidegraph.client import ApiError, AsyncClient, ClientError
-from tidegraph.schemas import problems_from
-from tidegraph.schemas.api import (
+from tidegraph.schemas import (
     BELIEVED_AT_DOC,
     AsOf,
     BeliefInstant,
     BeliefInterval,
+    ContractError,
+    GraphChange,
     RelationListed,
     RelationOut,
+    bearer_token,
+    problems_from,
 )
-from tidegraph.schemas.api_keys import bearer_token
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import ContractError
 
 T = TypeVar("T")
 
@@ -91,204 +91,222 @@ class CheckedTool(Tool):
         return await super().run(arguments, context, convert_result)
 
 
-def build_server(base_url: str | None, api_key: str | None) -> MCPServer:
+class QueryServer(MCPServer[Any]):
+    """The MCP server over one query service; a tool finds it as ``ctx.mcp_server``."""
+
+    def __init__(self, base_url: str | None, api_key: str | None) -> None:
+        super().__init__(
+            "tidegraph", instructions=INSTRUCTIONS, tools=[CheckedTool.of(t) for t in TOOLS]
+        )
+        self.base_url = base_url
+        self.api_key = api_key
+        """The key stdio calls use; an HTTP caller brings its own."""
+
+
+def build_server(base_url: str | None, api_key: str | None) -> MCPServer[Any]:
     """The MCP server over the query service at ``base_url``; ``api_key`` serves stdio."""
+    return QueryServer(base_url, api_key)
 
-    def key_of(ctx: Context) -> str | None:
-        headers = ctx.headers
-        if headers is None:  # stdio: the key this process was started with
-            return api_key
-        return bearer_token(headers.get("authorization"))
 
-    async def call(ctx: Context, use: Callable[[AsyncClient], Awaitable[T]]) -> T:
-        try:
-            async with AsyncClient(base_url, key_of(ctx) or "") as tg:
-                return await use(tg)
-        except ApiError as exc:
-            raise ToolError(f"{exc.status} {exc.code}: {exc.message}") from None
-        except ClientError as exc:
-            raise ToolError(str(exc)) from None
-        except ValidationError as exc:  # a request the contract's model refuses
-            raise ToolError(f"422 invalid_request: {_rules(exc)}") from None
-        except ContractError as exc:  # a name the contract refuses (space, realm)
-            raise ToolError(f"422 invalid_request: {exc}") from None
+async def call(ctx: Context, use: Callable[[AsyncClient], Awaitable[T]]) -> T:
+    """Run ``use`` with a client carrying the caller's key; errors become tool errors worded
+    as the HTTP API words them."""
+    server = ctx.mcp_server
+    assert isinstance(server, QueryServer)
+    key = server.api_key if ctx.headers is None else bearer_token(ctx.headers.get("authorization"))
+    try:
+        async with AsyncClient(server.base_url, key or "") as tg:
+            return await use(tg)
+    except ApiError as exc:
+        raise ToolError(f"{exc.status} {exc.code}: {exc.message}") from None
+    except ClientError as exc:
+        raise ToolError(str(exc)) from None
+    except ValidationError as exc:  # a request the contract's model refuses
+        raise ToolError(f"422 invalid_request: {_rules(exc)}") from None
+    except ContractError as exc:  # a name the contract refuses (space, realm)
+        raise ToolError(f"422 invalid_request: {exc}") from None
 
-    async def list_realms(ctx: Context) -> list[dict[str, Any]]:
-        """Realms this key may read, with their document, entity and relation counts and
-        head change sequence."""
-        found = await call(ctx, lambda tg: tg.realms())
-        return [r.model_dump() for r in found.realms]
 
-    async def query_data(
-        ctx: Context,
-        realm: Realm,
-        query: Annotated[str, Field(description="The question, in natural language.")],
-        mode: Annotated[
-            Mode,
-            Field(
-                description="mix (default): graph + passages; local: around matched entities; "
-                "global: community reports; hybrid: local + global; naive: passages only."
-            ),
-        ] = "mix",
-        space: Annotated[str, Field(description="A space, or * for every space.")] = "default",
-        as_of: Annotated[
-            AsOf,
-            Field(
-                description="Valid time: facts whose period overlaps this year, month or day "
-                "(YYYY, YYYY-MM or YYYY-MM-DD); undated facts always."
-            ),
-        ] = None,
-        as_believed_at: Annotated[BeliefInstant | None, Field(description=BELIEVED_AT_DOC)] = None,
-        hops: Annotated[int, Field(ge=0, le=6, description="Traversal depth.")] = 2,
-        top_k: Annotated[int, Field(ge=1, le=100, description="Entities and passages.")] = 10,
-        include_superseded: Annotated[
-            bool, Field(description="Also return relations later superseded.")
-        ] = False,
-    ) -> dict[str, Any]:
-        """Retrieve the graph facts and passages that answer a question (no synthesis).
-        Relations carry validity, state and the doc_keys they come from; passages carry a
-        doc_key#chunk citation."""
-        options: dict[str, Any] = {"mode": mode, "space": space, "hops": hops, "top_k": top_k}
-        options.update(include_superseded=include_superseded)
-        if as_of is not None:
-            options["as_of"] = as_of
-        if as_believed_at is not None:
-            options["as_believed_at"] = as_believed_at
-        data = await call(ctx, lambda tg: tg.query_data(realm, query, **options))
+async def list_realms(ctx: Context) -> list[dict[str, Any]]:
+    """Realms this key may read, with their document, entity and relation counts and
+    head change sequence."""
+    found = await call(ctx, lambda tg: tg.realms())
+    return [r.model_dump() for r in found.realms]
+
+
+async def query_data(
+    ctx: Context,
+    realm: Realm,
+    query: Annotated[str, Field(description="The question, in natural language.")],
+    mode: Annotated[
+        Mode,
+        Field(
+            description="mix (default): graph + passages; local: around matched entities; "
+            "global: community reports; hybrid: local + global; naive: passages only."
+        ),
+    ] = "mix",
+    space: Annotated[str, Field(description="A space, or * for every space.")] = "default",
+    as_of: Annotated[
+        AsOf,
+        Field(
+            description="Valid time: facts whose period overlaps this year, month or day "
+            "(YYYY, YYYY-MM or YYYY-MM-DD); undated facts always."
+        ),
+    ] = None,
+    as_believed_at: Annotated[BeliefInstant | None, Field(description=BELIEVED_AT_DOC)] = None,
+    hops: Annotated[int, Field(ge=0, le=6, description="Traversal depth.")] = 2,
+    top_k: Annotated[int, Field(ge=1, le=100, description="Entities and passages.")] = 10,
+    include_superseded: Annotated[
+        bool, Field(description="Also return relations later superseded.")
+    ] = False,
+) -> dict[str, Any]:
+    """Retrieve the graph facts and passages that answer a question (no synthesis).
+    Relations carry validity, state and the doc_keys they come from; passages carry a
+    doc_key#chunk citation."""
+    options: dict[str, Any] = {"mode": mode, "space": space, "hops": hops, "top_k": top_k}
+    options.update(include_superseded=include_superseded)
+    if as_of is not None:
+        options["as_of"] = as_of
+    if as_believed_at is not None:
+        options["as_believed_at"] = as_believed_at
+    data = await call(ctx, lambda tg: tg.query_data(realm, query, **options))
+    return {
+        "entities": [
+            {"id": e.id, "name": e.name, "type": e.type, "description": e.description}
+            for e in data.entities
+        ],
+        "relations": [compact_relation(r) for r in data.relations],
+        "passages": [
+            {"cite": c.citation, "doc_key": c.doc_key, "chunk": c.ordinal, "text": c.text}
+            for c in data.chunks
+        ],
+        "communities": [{"title": c.title, "summary": c.summary} for c in data.communities],
+    }
+
+
+async def find_entity(
+    ctx: Context,
+    realm: Realm,
+    name: Annotated[str, Field(description="Canonical name or alias, any case.")],
+    include_dormant: Annotated[
+        bool, Field(description="Also entities no live document mentions any more.")
+    ] = False,
+) -> list[dict[str, Any]]:
+    """Look an entity up by name or alias: id, canonical name, type, description,
+    aliases, and since when it is dormant (if it is)."""
+    found = await call(
+        ctx, lambda tg: tg.entities(realm, name=name, include_dormant=include_dormant)
+    )
+    return [e.model_dump(mode="json") for e in found.entities]
+
+
+async def entity_relations(
+    ctx: Context,
+    realm: Realm,
+    name: Annotated[str, Field(description="Canonical entity name.")],
+    include_history: Annotated[
+        bool,
+        Field(
+            description="Also superseded relations, and each relation's belief history:"
+            " every interval it was believed current or superseded (by what), oldest"
+            " first. Without it: the current relations only."
+        ),
+    ] = True,
+    as_believed_at: Annotated[BeliefInstant | None, Field(description=BELIEVED_AT_DOC)] = None,
+) -> list[dict[str, Any]]:
+    """Relations in which the entity is subject or object, with their validity period,
+    belief interval (t_created, t_expired), state, superseded_by and doc_keys; with
+    include_history, superseded ones too and each one's belief history."""
+
+    async def both(tg: AsyncClient) -> list[dict[str, Any]]:
+        out: dict[str, RelationListed] = {}
+        for subject, object_ in ((name, None), (None, name)):
+            page = await tg.relations(
+                realm,
+                subject=subject,
+                object=object_,
+                include_superseded=include_history,
+                as_believed_at=as_believed_at,
+                limit=1000,
+            )
+            out.update((r.id, r) for r in page.relations)
+        listed = [compact_relation(out[k]) for k in sorted(out, key=int)]
+        if include_history:
+            bound = asyncio.Semaphore(HISTORY_AT_ONCE)
+
+            async def history(item: dict[str, Any]) -> None:
+                async with bound:
+                    found = await tg.relation_history(realm, item["id"])
+                item["history"] = [compact_interval(i) for i in found.history]
+
+            await asyncio.gather(*(history(item) for item in listed))
+        return listed
+
+    return await call(ctx, both)
+
+
+async def relation_sources(
+    ctx: Context,
+    realm: Realm,
+    relation_id: Annotated[str, Field(description="A relation id from another tool.")],
+) -> dict[str, Any]:
+    """The documents behind a relation (provenance): each doc_key with its title,
+    status and when it was indexed."""
+
+    async def sources(tg: AsyncClient) -> dict[str, Any]:
+        page = await tg.relations(
+            realm, after_id=int(relation_id) - 1, limit=1, include_superseded=True
+        )
+        if not page.relations or page.relations[0].id != relation_id:
+            raise ToolError(f"realm {realm!r} has no readable relation {relation_id}")
+        rel = page.relations[0]
+        docs = [await tg.document(realm, k, space=rel.space) for k in rel.doc_keys]
         return {
-            "entities": [
-                {"id": e.id, "name": e.name, "type": e.type, "description": e.description}
-                for e in data.entities
-            ],
-            "relations": [compact_relation(r) for r in data.relations],
-            "passages": [
-                {"cite": c.citation, "doc_key": c.doc_key, "chunk": c.ordinal, "text": c.text}
-                for c in data.chunks
-            ],
-            "communities": [{"title": c.title, "summary": c.summary} for c in data.communities],
+            "relation": compact_relation(rel),
+            "documents": [d.model_dump(mode="json") for d in docs],
         }
 
-    async def find_entity(
-        ctx: Context,
-        realm: Realm,
-        name: Annotated[str, Field(description="Canonical name or alias, any case.")],
-        include_dormant: Annotated[
-            bool, Field(description="Also entities no live document mentions any more.")
-        ] = False,
-    ) -> list[dict[str, Any]]:
-        """Look an entity up by name or alias: id, canonical name, type, description,
-        aliases, and since when it is dormant (if it is)."""
-        found = await call(
-            ctx, lambda tg: tg.entities(realm, name=name, include_dormant=include_dormant)
-        )
-        return [e.model_dump(mode="json") for e in found.entities]
+    if not relation_id.isdigit():
+        raise ToolError("relation_id is the numeric id another tool returned")
+    return await call(ctx, sources)
 
-    async def entity_relations(
-        ctx: Context,
-        realm: Realm,
-        name: Annotated[str, Field(description="Canonical entity name.")],
-        include_history: Annotated[
-            bool,
-            Field(
-                description="Also superseded relations, and each relation's belief history:"
-                " every interval it was believed current or superseded (by what), oldest"
-                " first. Without it: the current relations only."
-            ),
-        ] = True,
-        as_believed_at: Annotated[BeliefInstant | None, Field(description=BELIEVED_AT_DOC)] = None,
-    ) -> list[dict[str, Any]]:
-        """Relations in which the entity is subject or object, with their validity period,
-        belief interval (t_created, t_expired), state, superseded_by and doc_keys; with
-        include_history, superseded ones too and each one's belief history."""
 
-        async def both(tg: AsyncClient) -> list[dict[str, Any]]:
-            out: dict[str, RelationListed] = {}
-            for subject, object_ in ((name, None), (None, name)):
-                page = await tg.relations(
-                    realm,
-                    subject=subject,
-                    object=object_,
-                    include_superseded=include_history,
-                    as_believed_at=as_believed_at,
-                    limit=1000,
-                )
-                out.update((r.id, r) for r in page.relations)
-            listed = [compact_relation(out[k]) for k in sorted(out, key=int)]
-            if include_history:
-                bound = asyncio.Semaphore(HISTORY_AT_ONCE)
+async def recent_changes(
+    ctx: Context,
+    realm: Realm,
+    limit: Annotated[int, Field(ge=1, le=200, description="How many changes.")] = 20,
+    after_seq: Annotated[
+        int | None, Field(description="Read on from this commit sequence instead.")
+    ] = None,
+) -> dict[str, Any]:
+    """The realm's latest graph changes (documents indexed, relations added or
+    superseded, entities gone dormant …), newest last, and the head sequence to pass
+    as after_seq next time."""
 
-                async def history(item: dict[str, Any]) -> None:
-                    async with bound:
-                        found = await tg.relation_history(realm, item["id"])
-                    item["history"] = [compact_interval(i) for i in found.history]
+    async def recent(tg: AsyncClient) -> dict[str, Any]:
+        start = after_seq
+        if start is None:
+            head = (await tg.changes(realm, limit=1)).head_seq
+            start = max(0, head - limit)
+        page = await tg.changes(realm, start, limit=1000)
+        picked = page.changes if after_seq is not None else page.changes[-limit:]
+        return {
+            "changes": [compact_change(c) for c in picked[:limit]],
+            "next_seq": page.next_seq,
+        }
 
-                await asyncio.gather(*(history(item) for item in listed))
-            return listed
+    return await call(ctx, recent)
 
-        return await call(ctx, both)
 
-    async def relation_sources(
-        ctx: Context,
-        realm: Realm,
-        relation_id: Annotated[str, Field(description="A relation id from another tool.")],
-    ) -> dict[str, Any]:
-        """The documents behind a relation (provenance): each doc_key with its title,
-        status and when it was indexed."""
-
-        async def sources(tg: AsyncClient) -> dict[str, Any]:
-            page = await tg.relations(
-                realm, after_id=int(relation_id) - 1, limit=1, include_superseded=True
-            )
-            if not page.relations or page.relations[0].id != relation_id:
-                raise ToolError(f"realm {realm!r} has no readable relation {relation_id}")
-            rel = page.relations[0]
-            docs = [await tg.document(realm, k, space=rel.space) for k in rel.doc_keys]
-            return {
-                "relation": compact_relation(rel),
-                "documents": [d.model_dump(mode="json") for d in docs],
-            }
-
-        if not relation_id.isdigit():
-            raise ToolError("relation_id is the numeric id another tool returned")
-        return await call(ctx, sources)
-
-    async def recent_changes(
-        ctx: Context,
-        realm: Realm,
-        limit: Annotated[int, Field(ge=1, le=200, description="How many changes.")] = 20,
-        after_seq: Annotated[
-            int | None, Field(description="Read on from this commit sequence instead.")
-        ] = None,
-    ) -> dict[str, Any]:
-        """The realm's latest graph changes (documents indexed, relations added or
-        superseded, entities gone dormant …), newest last, and the head sequence to pass
-        as after_seq next time."""
-
-        async def recent(tg: AsyncClient) -> dict[str, Any]:
-            start = after_seq
-            if start is None:
-                head = (await tg.changes(realm, limit=1)).head_seq
-                start = max(0, head - limit)
-            page = await tg.changes(realm, start, limit=1000)
-            picked = page.changes if after_seq is not None else page.changes[-limit:]
-            return {
-                "changes": [compact_change(c) for c in picked[:limit]],
-                "next_seq": page.next_seq,
-            }
-
-        return await call(ctx, recent)
-
-    tools: list[Callable[..., Any]] = [
-        list_realms,
-        query_data,
-        find_entity,
-        entity_relations,
-        relation_sources,
-        recent_changes,
-    ]
-    return MCPServer(
-        "tidegraph", instructions=INSTRUCTIONS, tools=[CheckedTool.of(t) for t in tools]
-    )
+TOOLS: list[Callable[..., Awaitable[Any]]] = [
+    list_realms,
+    query_data,
+    find_entity,
+    entity_relations,
+    relation_sources,
+    recent_changes,
+]
+"""The tools, in the order an agent meets them."""
 
 
 def compact_relation(r: RelationOut | RelationListed) -> dict[str, Any]:

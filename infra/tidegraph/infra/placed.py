@@ -17,11 +17,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.infra.reach import CONNECT_TIMEOUT, check_pg
-from tidegraph.schemas.servers import MAIN, Servers, load_servers
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.placement import find_placed
-from tidegraph.store.realms import RealmInfo, realm_server
+from tidegraph.schemas import MAIN, Servers, load_servers
+from tidegraph.store import Cluster, RealmInfo, RealmSchemaError, find_placed, realm_server
 
 
 def servers_for(main_dsn: str) -> Servers:

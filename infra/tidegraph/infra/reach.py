@@ -25,7 +25,7 @@ from aiokafka.errors import KafkaError
 from tidegraph.infra.errors import ServiceUnreachableError
 from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.infra.local_pg import first_line, redact
-from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas import kafka_client_options
 
 PG_HINT = "run `tidegraph up`, or point --pg-dsn / TIDEGRAPH_PG_DSN at a running server"
 KAFKA_HINT = (

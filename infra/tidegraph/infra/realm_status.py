@@ -18,14 +18,18 @@ from psycopg_pool import PoolTimeout
 from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.infra.placed import servers_for, small_pool
 from tidegraph.infra.tables import aligned
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.kafka_security import kafka_client_options
-from tidegraph.store import holds, positions
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.figures import RealmFigures, figures_everywhere
-from tidegraph.store.holds import Hold
-from tidegraph.store.realm_positions import NO_REALM, key_realm
-from tidegraph.store.realms import control_exists
+from tidegraph.schemas import ConfigError, kafka_client_options
+from tidegraph.store import (
+    NO_REALM,
+    Cluster,
+    Hold,
+    RealmFigures,
+    control_exists,
+    figures_everywhere,
+    holds,
+    key_realm,
+    positions,
+)
 
 SCAN_LIMIT = 10_000
 """Records read per partition, at most, to find whose records wait (status stays quick)."""

@@ -10,9 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidegraph.schemas import RecordValidationError
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
+from tidegraph.schemas import ConfigError, RealmConfig, RecordValidationError, parse_embedder
 
 
 def default_realm_config(

@@ -15,6 +15,8 @@ Rules the command line and the test fixtures rely on:
   cached), the embedded binaries, and every port.
 """
 
+# Long on purpose: `up`, `down` and `status` share the state file, the ports and the env file they
+# write.
 from __future__ import annotations
 
 import hashlib
@@ -41,10 +43,15 @@ from tidegraph.infra.errors import (
     ServiceUnreachableError,
     StateDirError,
 )
-from tidegraph.schemas import local_state
-from tidegraph.schemas.local_state import ENV_FILE, read_env_file
-from tidegraph.schemas.local_state import find_state_dir as find_state_dir
-from tidegraph.schemas.settings import Settings, load_settings, local_bootstrap
+from tidegraph.schemas import (
+    ENV_FILE,
+    Settings,
+    load_settings,
+    local_bootstrap,
+    local_state,
+    read_env_file,
+)
+from tidegraph.schemas import find_state_dir as find_state_dir
 
 KAFKA = "kafka"
 POSTGRES = "postgres"
@@ -438,6 +445,8 @@ def _silent(_: str) -> None:
     return None
 
 
+# Long on purpose: the start sequence (state, ports, each service, env file) reads top to bottom in
+# the order it runs.
 def up(
     state_dir: str | os.PathLike[str] | None = None,
     *,

@@ -6,9 +6,16 @@ composition root (``tidegraph serve``).
 
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings, load_query_settings
+from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
 from tidegraph.query_service.errors import QueryServiceError
-from tidegraph.query_service.keywords import KeywordModel, Keywords
+from tidegraph.query_service.gate import DatabaseGate
+from tidegraph.query_service.keywords import (
+    KEYWORD_PROMPT,
+    KeywordModel,
+    Keywords,
+    parse_model_keywords,
+)
 from tidegraph.query_service.publisher import ChangePublisher, ChangeSink, KafkaChangeSink
 from tidegraph.query_service.rerank_endpoint import RerankEndpoint, Reranker, RerankSettings
 from tidegraph.query_service.retrieval import (
@@ -20,10 +27,12 @@ from tidegraph.query_service.retrieval import (
 from tidegraph.query_service.synthesis import ChatModel, Prompt, build_prompt
 
 __all__ = [
+    "KEYWORD_PROMPT",
     "MODES",
     "ChangePublisher",
     "ChangeSink",
     "ChatModel",
+    "DatabaseGate",
     "Deps",
     "EmbedderFactory",
     "KafkaChangeSink",
@@ -41,5 +50,7 @@ __all__ = [
     "build_prompt",
     "create_app",
     "load_query_settings",
+    "make_pool",
+    "parse_model_keywords",
     "retrieve",
 ]

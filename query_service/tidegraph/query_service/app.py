@@ -34,11 +34,8 @@ from tidegraph.query_service.retrieval import RetrievalLimits
 from tidegraph.query_service.routes import changes, coverage, export, graph, query, service
 from tidegraph.query_service.service import Service
 from tidegraph.query_service.synthesis import ChatModel
-from tidegraph.schemas import VERSION
-from tidegraph.schemas.api import ErrorResponse
-from tidegraph.schemas.api_keys import ApiKeys
-from tidegraph.schemas.servers import Servers
-from tidegraph.store.cluster import Cluster
+from tidegraph.schemas import VERSION, ApiKeys, ErrorResponse, Servers
+from tidegraph.store import Cluster
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
 

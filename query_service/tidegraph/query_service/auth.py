@@ -15,7 +15,7 @@ every route is open):
 from __future__ import annotations
 
 from tidegraph.query_service.errors import AllRealmsRequired, Forbidden, Unauthenticated
-from tidegraph.schemas.api_keys import ALL_REALMS, ApiKeys, KeyGrant, bearer_token
+from tidegraph.schemas import ALL_REALMS, ApiKeys, KeyGrant, bearer_token
 
 
 def identify(keys: ApiKeys, authorization: str | None) -> KeyGrant:

@@ -32,10 +32,8 @@ from pgvector import Vector
 from psycopg import sql
 
 from tidegraph.query_service.db import table
-from tidegraph.schemas.names import ANY_SPACE
-from tidegraph.schemas.periods import covered
-from tidegraph.store.belief import belief, entities_view, relations_view
-from tidegraph.store.entity_state import alive
+from tidegraph.schemas import ANY_SPACE, covered
+from tidegraph.store import alive, belief, entities_view, relations_view
 
 
 @dataclass(frozen=True)

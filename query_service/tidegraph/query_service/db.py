@@ -20,11 +20,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.query_service.errors import CopyNotFound, RealmNotFound, Unavailable
 from tidegraph.query_service.gate import Gates
-from tidegraph.schemas.errors import InvalidNameError
-from tidegraph.schemas.names import copy_schema
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import RealmInfo, find_realm, open_realm, realm_exists, realm_server
+from tidegraph.schemas import MAIN, InvalidNameError, copy_schema
+from tidegraph.store import (
+    RealmInfo,
+    RealmSchemaError,
+    find_realm,
+    open_realm,
+    realm_exists,
+    realm_server,
+)
 
 Query = LiteralString | sql.Composed
 """What may be executed: literal SQL, or SQL composed from identifiers and literals."""

@@ -26,7 +26,7 @@ anything else is a bug and answers 500. Messages say what happened and the likel
 
 from __future__ import annotations
 
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas import TidegraphError
 
 
 class QueryServiceError(TidegraphError):

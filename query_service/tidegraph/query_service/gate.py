@@ -43,9 +43,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tidegraph.query_service.errors import Unavailable
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.errors import is_transient
+from tidegraph.schemas import MAIN
+from tidegraph.store import Cluster, is_transient
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from tidegraph.query_service.errors import (
 )
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.responses import error_response
-from tidegraph.schemas.errors import ContractError
-from tidegraph.store.errors import is_transient
+from tidegraph.schemas import ContractError
+from tidegraph.store import is_transient
 
 log = logging.getLogger("tidegraph.query_service.app")
 

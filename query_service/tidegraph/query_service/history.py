@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.db import table
-from tidegraph.store.realms import RealmInfo
+from tidegraph.store import RealmInfo
 
 _RELATION = (
     "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from, r.valid_to,"

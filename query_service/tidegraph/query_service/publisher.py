@@ -37,10 +37,8 @@ from psycopg import AsyncConnection, sql
 from tidegraph.query_service.db import table
 from tidegraph.query_service.metrics import PublisherMetrics
 from tidegraph.query_service.reads import OUTBOX_COLUMNS, change_from_row
-from tidegraph.schemas.kafka_security import producer_options
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.realms import placements
+from tidegraph.schemas import MAIN, producer_options
+from tidegraph.store import Cluster, placements
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,8 @@ from tidegraph.query_service.channels import (
     rels,
 )
 from tidegraph.query_service.db import table
-from tidegraph.schemas.changes import GraphChange, change_id
-from tidegraph.schemas.names import ANY_SPACE, name_key
-from tidegraph.store.realms import RealmInfo, realm_exists
+from tidegraph.schemas import ANY_SPACE, GraphChange, change_id, name_key
+from tidegraph.store import RealmInfo, realm_exists
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,8 @@ from tidegraph.query_service.retrieval import (
     relation_cap,
     search,
 )
-from tidegraph.schemas.api import QueryDataRequest, QueryDataResponse
-from tidegraph.schemas.api_keys import ApiKeys
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import ApiKeys, ConfigError, QueryDataRequest, QueryDataResponse
+from tidegraph.store import RealmInfo
 
 log = logging.getLogger("tidegraph.query_service.app")
 

@@ -36,7 +36,7 @@ from tidegraph.query_service.context import (
     clip,
     fit_block,
 )
-from tidegraph.schemas.api import CommunityOut, EntityOut, QueryDataResponse, RelationOut
+from tidegraph.schemas import CommunityOut, EntityOut, QueryDataResponse, RelationOut
 
 SYSTEM_PROMPT = (
     "You answer questions from the evidence given: community reports, numbered passages, "

@@ -18,11 +18,8 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.db import table
-from tidegraph.schemas.api import QueryDataResponse
-from tidegraph.schemas.hashing import content_hash
-from tidegraph.schemas.names import ANY_SPACE
-from tidegraph.store.entity_state import alive
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import ANY_SPACE, QueryDataResponse, content_hash
+from tidegraph.store import RealmInfo, alive
 
 
 async def record(

@@ -14,9 +14,8 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.db import table
-from tidegraph.schemas.names import ANY_SPACE
-from tidegraph.store.belief import live
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import ANY_SPACE
+from tidegraph.store import RealmInfo, live
 
 
 async def community_tree(

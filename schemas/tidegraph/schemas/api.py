@@ -12,6 +12,8 @@ report has one set of fields wherever it appears (``EntityFields`` …); each vi
 it knows of it (a retrieval score, a retention state, a place in the topic tree).
 """
 
+# Long on purpose: every body of the HTTP API in one place, so the contract reads as one document;
+# the shared field sets keep one shape per object.
 from __future__ import annotations
 
 from datetime import datetime

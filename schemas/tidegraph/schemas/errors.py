@@ -5,6 +5,7 @@
     ├── ContractError              a record or request breaks the public contract (schemas/)
     │   └── InvalidNameError       a realm or space name fails its pattern
     └── TransientError             retriable = True: pause, back off, try again
+        └── TopicMissing           a Kafka topic a reader needs is not there (yet)
 
 Each package hangs its own subtree off these. Callers branch on ``exc.retriable``, the way
 aiokafka's ``KafkaError`` carries the retry decision on the class, not in except chains.
@@ -47,6 +48,18 @@ class TransientError(TidegraphError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class TopicMissing(TransientError):
+    """A reader waited for a Kafka topic that did not appear; whoever creates it may not
+    have run yet, so trying again later may succeed."""
+
+    def __init__(self, topic: str, waited: float) -> None:
+        super().__init__(
+            f"topic {topic} does not exist after {waited:g} s (`tidegraph topics` creates"
+            " the three topics; `tidegraph up` and `tidegraph serve` run it)"
+        )
+        self.topic = topic
 
 
 class Problem(NamedTuple):

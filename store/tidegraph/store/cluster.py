@@ -18,7 +18,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from tidegraph.schemas.servers import MAIN, Servers
+from tidegraph.schemas import MAIN, Servers
 from tidegraph.store.errors import ServerUnavailable, is_transient
 from tidegraph.store.realms import ensure_control
 

@@ -14,6 +14,8 @@ entity's type and description are derived from it, so they leave with the chunks
 taught them.
 """
 
+# Long on purpose: the realm schema as one DDL text, table by table, with the additions upgrades
+# make to it; split, a table and its later columns would live apart.
 from __future__ import annotations
 
 from typing import LiteralString

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import psycopg
 
-from tidegraph.schemas.errors import TidegraphError, TransientError
+from tidegraph.schemas import TidegraphError, TransientError
 
 
 class RealmSchemaError(TidegraphError):

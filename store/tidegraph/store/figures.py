@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.schemas.servers import MAIN
+from tidegraph.schemas import MAIN
 from tidegraph.store import realm_positions
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.errors import ServerUnavailable

@@ -41,9 +41,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg.errors import LockNotAvailable
 
-from tidegraph.schemas.errors import ConfigError, TidegraphError
-from tidegraph.schemas.names import copy_schema
-from tidegraph.schemas.servers import MAIN
+from tidegraph.schemas import MAIN, ConfigError, TidegraphError, copy_schema
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.ddl import realm_ddl, search_index_ddl, telemetry_ddl
 from tidegraph.store.errors import RealmBusy

@@ -14,10 +14,7 @@ from __future__ import annotations
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.schemas.servers import MAIN
+from tidegraph.schemas import MAIN, ConfigError, RealmConfig, realm_schema, validate_realm
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.realms import (
     RealmInfo,

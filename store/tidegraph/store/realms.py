@@ -6,6 +6,8 @@ holds each realm's schema (:mod:`tidegraph.schemas.servers`); the functions that
 write a realm's own tables take a connection to that server.
 """
 
+# Long on purpose: the catalogue's whole life cycle (create, register, find, open and verify,
+# drop); every package asks these questions here.
 from __future__ import annotations
 
 import re
@@ -17,9 +19,14 @@ import orjson
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from tidegraph.schemas.names import is_realm, realm_schema, validate_realm
-from tidegraph.schemas.realm_config import RealmConfig, parse_embedder
-from tidegraph.schemas.servers import MAIN
+from tidegraph.schemas import (
+    MAIN,
+    RealmConfig,
+    is_realm,
+    parse_embedder,
+    realm_schema,
+    validate_realm,
+)
 from tidegraph.store import realm_positions
 from tidegraph.store.ddl import (
     EMBEDDING_COLUMNS,

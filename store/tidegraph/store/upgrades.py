@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, sql
 
-from tidegraph.schemas.names import name_key
+from tidegraph.schemas import name_key
 from tidegraph.store.ddl import (
     ATTRIBUTE_INDEXES,
     CATALOGUE_SERVER_DDL,

@@ -17,13 +17,10 @@ from psycopg import AsyncConnection, sql
 from tidegraph.indexer.communities.detect import ClusterParams
 from tidegraph.indexer.communities.reports import model_reporter
 from tidegraph.indexer.communities.store import build_communities
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.models.hashing import HashingEmbedder
-from tidegraph.schemas.errors import ConfigError, TidegraphError
-from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.realms import RealmInfo, open_realm, placements
+from tidegraph.indexer.extraction import Embedder
+from tidegraph.indexer.models import HashingEmbedder
+from tidegraph.schemas import MAIN, ConfigError, TidegraphError, parse_embedder
+from tidegraph.store import Cluster, RealmInfo, open_realm, placements
 
 if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
     from tidegraph.indexer.models.client import LLMClient

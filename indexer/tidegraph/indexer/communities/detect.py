@@ -44,7 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tidegraph.schemas.errors import ConfigError, TidegraphError
+from tidegraph.schemas import ConfigError, TidegraphError
 
 __all__ = [
     "Cluster",

@@ -38,7 +38,7 @@ from tidegraph.indexer.communities.detect import (
     ReportFailed,
     effective_weight,
 )
-from tidegraph.indexer.models.errors import LLMError
+from tidegraph.indexer.models import LLMError
 
 if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
     from tidegraph.indexer.models.client import LLMClient

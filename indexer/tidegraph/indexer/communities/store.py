@@ -32,6 +32,8 @@ so retrieval warns that they predate the latest write.
 Steps 3–5 hold no database transaction; only step 6 holds the realm lock, briefly.
 """
 
+# Long on purpose: one build in the numbered order above, from snapshot to its single write
+# transaction.
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, LiteralString
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import AsyncConnection, sql
@@ -62,16 +64,10 @@ from tidegraph.indexer.communities.reports import (
     make_reports,
     offline_reporter,
 )
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.write.context import ensure_vector_types, vec_param
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_space
-from tidegraph.store.entity_state import alive
-from tidegraph.store.errors import RealmSwapped
-from tidegraph.store.realms import RealmInfo, check_embedder
-
-if TYPE_CHECKING:  # the model client (openai) is imported only by who calls it
-    pass
+from tidegraph.indexer.extraction import Embedder
+from tidegraph.indexer.write import ensure_vector_types, vec_param
+from tidegraph.schemas import DEFAULT_SPACE, ConfigError, validate_space
+from tidegraph.store import RealmInfo, RealmSwapped, alive, check_embedder
 
 __all__ = [
     "BuildResult",

@@ -28,21 +28,21 @@ from tidegraph.indexer.consumer import metrics
 from tidegraph.indexer.consumer.failures import FailurePolicy
 from tidegraph.indexer.consumer.partition import Partition
 from tidegraph.indexer.consumer.realms import RealmCache
-from tidegraph.indexer.decide.admission import Admitted, Message, Refused, admit
-from tidegraph.indexer.decide.planner import Decision, Logged, Planner
-from tidegraph.indexer.extraction.ahead import PrepareAhead
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.extraction.prepared import PreparedDocument
-from tidegraph.indexer.write.contradictions import Judge
-from tidegraph.indexer.write.runs import Item, Run, RunWriter, as_record_failure, fallback, runs
-from tidegraph.indexer.write.units import Outcome, Settlement
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store import positions
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.errors import ServerUnavailable
-from tidegraph.store.realm_positions import key_realm
-from tidegraph.store.realms import RealmInfo
+from tidegraph.indexer.decide import Admitted, Decision, Logged, Message, Planner, Refused, admit
+from tidegraph.indexer.extraction import Embedder, PrepareAhead, PreparedDocument
+from tidegraph.indexer.write import (
+    Item,
+    Judge,
+    Outcome,
+    Run,
+    RunWriter,
+    Settlement,
+    as_record_failure,
+    fallback,
+    runs,
+)
+from tidegraph.schemas import MAIN, DocumentVersion
+from tidegraph.store import Cluster, RealmInfo, ServerUnavailable, key_realm, positions
 
 log = logging.getLogger("tidegraph.indexer")
 

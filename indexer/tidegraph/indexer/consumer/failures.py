@@ -25,12 +25,15 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tidegraph.indexer.consumer import metrics
 from tidegraph.indexer.consumer.partition import Partition
-from tidegraph.indexer.write.failures import Backoff, RecordFailed, Verdict, retry_after, verdict
-from tidegraph.schemas.errors import TidegraphError
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store import holds
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.errors import DatabaseUnavailable, ServerUnavailable, classify_db_error
+from tidegraph.indexer.write import Backoff, RecordFailed, Verdict, retry_after, verdict
+from tidegraph.schemas import MAIN, TidegraphError
+from tidegraph.store import (
+    Cluster,
+    DatabaseUnavailable,
+    ServerUnavailable,
+    classify_db_error,
+    holds,
+)
 
 log = logging.getLogger("tidegraph.indexer")
 

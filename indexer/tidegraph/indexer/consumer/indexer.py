@@ -37,18 +37,16 @@ from tidegraph.indexer.consumer.batch import BatchProcessor
 from tidegraph.indexer.consumer.failures import FailurePolicy
 from tidegraph.indexer.consumer.partition import Partition, Stands
 from tidegraph.indexer.consumer.realms import RealmCache
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.extraction.prepared import PreparedDocument
-from tidegraph.indexer.write.contradictions import Judge, JudgeFor
-from tidegraph.indexer.write.failures import Backoff
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.kafka_security import kafka_client_options, producer_options
-from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.schemas.servers import Servers
-from tidegraph.store import positions
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.positions import Claim
-from tidegraph.store.realms import RealmInfo
+from tidegraph.indexer.extraction import Embedder, PreparedDocument
+from tidegraph.indexer.write import Backoff, Judge, JudgeFor
+from tidegraph.schemas import (
+    DocumentVersion,
+    RealmConfig,
+    Servers,
+    kafka_client_options,
+    producer_options,
+)
+from tidegraph.store import Claim, Cluster, RealmInfo, positions
 
 log = logging.getLogger("tidegraph.indexer")
 

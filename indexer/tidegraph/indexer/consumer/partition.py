@@ -15,13 +15,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from tidegraph.schemas.names import is_realm
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store import realm_positions
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.positions import Claim
-from tidegraph.store.realm_positions import Mark
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import MAIN, is_realm
+from tidegraph.store import Claim, Cluster, Mark, RealmInfo, realm_positions
 
 FindRealm = Callable[[str], Awaitable[RealmInfo | None]]
 """The realm of a name, when it exists (through the indexer's cache)."""

@@ -12,10 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store.cluster import Cluster
-from tidegraph.store.placement import find_placed, place_realm
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import RealmConfig
+from tidegraph.store import Cluster, RealmInfo, find_placed, place_realm
 
 log = logging.getLogger("tidegraph.indexer")
 

@@ -2,7 +2,21 @@
 extraction cost is paid.
 """
 
+from tidegraph.indexer.decide.admission import Admitted, Message, Refused, admit, log_time
 from tidegraph.indexer.decide.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.decide.planner import Decision, Logged, Planner
 
-__all__ = ["Action", "Decision", "DocState", "Logged", "Planner", "decide", "next_state"]
+__all__ = [
+    "Action",
+    "Admitted",
+    "Decision",
+    "DocState",
+    "Logged",
+    "Message",
+    "Planner",
+    "Refused",
+    "admit",
+    "decide",
+    "log_time",
+    "next_state",
+]

@@ -15,9 +15,8 @@ from typing import TypeAlias
 from aiokafka import ConsumerRecord
 
 from tidegraph.indexer.decide.planner import Logged
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import RecordValidationError
-from tidegraph.store.realm_positions import key_realm
+from tidegraph.schemas import DocumentVersion, RecordValidationError
+from tidegraph.store import key_realm
 
 Message: TypeAlias = ConsumerRecord[bytes, bytes]
 """A record as read from the documents topic."""

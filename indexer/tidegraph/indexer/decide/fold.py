@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from tidegraph.schemas.documents import compare_source_versions
+from tidegraph.schemas import compare_source_versions
 
 
 class Action(enum.Enum):

@@ -19,7 +19,7 @@ from psycopg import AsyncConnection
 
 from tidegraph.indexer.decide.fold import Action, DocState, decide, next_state
 from tidegraph.indexer.decide.states import load_states
-from tidegraph.schemas.documents import DocumentVersion
+from tidegraph.schemas import DocumentVersion
 
 
 @dataclass(frozen=True)

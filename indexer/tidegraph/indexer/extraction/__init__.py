@@ -7,6 +7,7 @@ the package does not load the model client.
 from tidegraph.indexer.extraction.ahead import PrepareAhead
 from tidegraph.indexer.extraction.cache import PgExtractionCache
 from tidegraph.indexer.extraction.chunking import DEFAULT_BUDGET, chunk_document
+from tidegraph.indexer.extraction.contradiction_prompt import PROMPT_VERSION, answer_key
 from tidegraph.indexer.extraction.interfaces import (
     Chunk,
     DocumentContext,
@@ -24,8 +25,9 @@ from tidegraph.indexer.extraction.prepared import (
 from tidegraph.indexer.extraction.rules import RulesExtractor
 
 __all__ = [
-    "Chunk",
     "DEFAULT_BUDGET",
+    "PROMPT_VERSION",
+    "Chunk",
     "DocumentContext",
     "Embedder",
     "EntityFact",
@@ -39,5 +41,6 @@ __all__ = [
     "PreparedDocument",
     "RelationFact",
     "RulesExtractor",
+    "answer_key",
     "chunk_document",
 ]

@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from tidegraph.indexer.decide.fold import Action
-from tidegraph.indexer.decide.planner import Decision
+from tidegraph.indexer.decide import Action, Decision
 from tidegraph.indexer.extraction.prepared import PreparedDocument
 
 DOCUMENTS_AT_ONCE = 8

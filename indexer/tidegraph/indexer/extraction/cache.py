@@ -15,7 +15,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.schemas.extraction import ExtractionOutput
+from tidegraph.schemas import ExtractionOutput
 
 
 class PgExtractionCache:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from tidegraph.indexer.graph.supersession import Question
+from tidegraph.indexer.graph import Question
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam

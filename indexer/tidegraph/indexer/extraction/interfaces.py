@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tidegraph.schemas.errors import TidegraphError
-from tidegraph.schemas.extraction import ExtractionOutput
+from tidegraph.schemas import ExtractionOutput, TidegraphError
 
 
 class ExtractionFailed(TidegraphError):

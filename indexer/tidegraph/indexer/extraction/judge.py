@@ -17,9 +17,9 @@ from tidegraph.indexer.extraction.contradiction_prompt import (
     parse_contradiction,
 )
 from tidegraph.indexer.extraction.llm import InvalidOutput, outermost_object
-from tidegraph.indexer.graph.supersession import Answer, Question
+from tidegraph.indexer.graph import Answer, Question
+from tidegraph.indexer.models import LLMBadOutput
 from tidegraph.indexer.models.client import LLMClient
-from tidegraph.indexer.models.errors import LLMBadOutput
 
 __all__ = ["LLMJudge"]
 

@@ -51,14 +51,15 @@ from tidegraph.indexer.extraction.prompts import (
     gleaning_messages,
     response_format,
 )
-from tidegraph.indexer.models.client import ChatResult, LLMClient
-from tidegraph.indexer.models.errors import (
+from tidegraph.indexer.models import (
     LLMBadOutput,
     LLMEndpointMisconfigured,
     LLMRequestRejected,
+    ModelMetrics,
+    model_metrics,
 )
-from tidegraph.indexer.models.metrics import ModelMetrics, model_metrics
-from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
+from tidegraph.indexer.models.client import ChatResult, LLMClient
+from tidegraph.schemas import CandidateEntity, CandidateRelation, ExtractionOutput
 
 __all__ = [
     "CachingExtractor",

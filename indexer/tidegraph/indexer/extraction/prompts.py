@@ -25,7 +25,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
 from tidegraph.indexer.extraction.interfaces import DocumentContext
-from tidegraph.schemas.extraction import ExtractionOutput
+from tidegraph.schemas import ExtractionOutput
 
 __all__ = [
     "EXTRACTION_SCHEMA",

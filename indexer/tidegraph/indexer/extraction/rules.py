@@ -39,6 +39,8 @@ Every regular expression is compiled once; name phrases use possessive quantifie
 pattern backtracks over a run of capitalised words.
 """
 
+# Long on purpose: the sentence patterns are data tuned together with the extractor that applies
+# them.
 from __future__ import annotations
 
 import bisect

@@ -49,7 +49,7 @@ from enum import StrEnum
 
 from tidegraph.indexer.graph.predicates import split_negation, stem_key
 from tidegraph.indexer.graph.validity import normalize_period
-from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
+from tidegraph.schemas import CandidateEntity, CandidateRelation, ExtractionOutput
 
 __all__ = [
     "DEFAULT_CONFIDENCE_FLOOR",

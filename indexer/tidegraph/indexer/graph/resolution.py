@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tidegraph.schemas.extraction import CandidateEntity
+from tidegraph.schemas import CandidateEntity
 
 __all__ = [
     "CONCEPT",

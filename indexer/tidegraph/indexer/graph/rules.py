@@ -22,7 +22,7 @@ from tidegraph.indexer.graph.supersession import (
 )
 from tidegraph.indexer.graph.symmetry import pair_of
 from tidegraph.indexer.graph.validity import period_end, period_start
-from tidegraph.schemas.realm_config import FunctionalSide
+from tidegraph.schemas import FunctionalSide
 
 __all__ = [
     "EntityRecord",

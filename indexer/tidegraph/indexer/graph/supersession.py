@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from tidegraph.indexer.graph.predicates import group_index
-from tidegraph.schemas.realm_config import FunctionalSide
+from tidegraph.schemas import FunctionalSide
 
 __all__ = [
     "Assertion",

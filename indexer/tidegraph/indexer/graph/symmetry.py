@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping
 
-from tidegraph.schemas.names import name_key
+from tidegraph.schemas import name_key
 
 __all__ = ["orient", "pair_of"]
 

@@ -24,7 +24,7 @@ import functools
 import re
 from datetime import date
 
-from tidegraph.schemas.periods import period_end, period_start
+from tidegraph.schemas import period_end, period_start
 
 __all__ = [
     "normalize_date",

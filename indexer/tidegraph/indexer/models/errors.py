@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tidegraph.schemas.errors import ConfigError, TidegraphError, TransientError
+from tidegraph.schemas import ConfigError, TidegraphError, TransientError
 
 
 class LLMError(TidegraphError):

@@ -40,17 +40,12 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.indexer.decide.admission import Message
-from tidegraph.indexer.decide.planner import Decision, Planner
-from tidegraph.indexer.extraction.ahead import PrepareAhead
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.decide import Decision, Message, Planner
+from tidegraph.indexer.extraction import Embedder, PrepareAhead, PreparedDocument
 from tidegraph.indexer.replay.log import admitted_to
-from tidegraph.indexer.write.contradictions import Judge
-from tidegraph.indexer.write.units import BatchUnit, Settlement
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.store.positions import Claim
-from tidegraph.store.realms import RealmInfo
+from tidegraph.indexer.write import BatchUnit, Judge, Settlement
+from tidegraph.schemas import DocumentVersion
+from tidegraph.store import Claim, RealmInfo
 
 ANALYSE_FIRST = 32
 """Written records before the shadow's statistics are first refreshed."""

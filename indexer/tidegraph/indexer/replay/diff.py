@@ -22,6 +22,8 @@ entities and documents. A
 replay of an unchanged configuration reproduces those exactly (DESIGN invariant 6).
 """
 
+# Long on purpose: one table of kinds: each kind's projection and its wording as feed entries
+# change together.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -31,10 +33,8 @@ from typing import Any, LiteralString
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.schemas.changes import ChangeKind
-from tidegraph.schemas.names import is_realm, realm_schema
-from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.realms import realm_exists
+from tidegraph.schemas import ChangeKind, is_realm, realm_schema
+from tidegraph.store import RealmSchemaError, realm_exists
 
 __all__ = [
     "KINDS",

@@ -18,7 +18,7 @@ retries surfaces, as the ``TransientError`` it was.
 
 from __future__ import annotations
 
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas import TidegraphError
 
 
 class ReplayError(TidegraphError):

@@ -14,26 +14,16 @@ replay passes it by too.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 
-from tidegraph.indexer.decide.admission import Admitted, Message, admit
-from tidegraph.indexer.decide.planner import Logged
+from tidegraph.indexer.decide import Admitted, Logged, Message, admit
 from tidegraph.indexer.replay.errors import ReplayError
-from tidegraph.schemas.kafka_security import kafka_client_options
-
-
-def partition_for_key(key: bytes, partitions: int) -> int:
-    """The default partitioner's choice among ``partitions`` (numbered from 0)."""
-    if partitions < 1:
-        raise ValueError("a topic has at least one partition")
-    return int(murmur2(key) & 0x7FFFFFFF) % partitions
+from tidegraph.schemas import TopicMissing, kafka_client_options, realm_partition, topic_partitions
 
 
 def admitted_to(msg: Message, realm: str) -> Logged | None:
@@ -61,6 +51,7 @@ class PartitionReader:
         self.topic = topic
         self.realm = realm
         self.fetch_max_records = fetch_max_records
+        self._bootstrap = bootstrap
         self._consumer = AIOKafkaConsumer(
             **kafka_client_options(),
             bootstrap_servers=bootstrap,
@@ -79,22 +70,13 @@ class PartitionReader:
     async def start(self) -> TopicPartition:
         """Connect, find the realm's partition and assign it."""
         await self._consumer.start()
-        partitions = self._consumer.partitions_for_topic(self.topic)
-        for _ in range(20):
-            if partitions:
-                break
-            # No public call refreshes the consumer's view of one topic's metadata.
-            cluster = await self._consumer._client.fetch_all_metadata()  # noqa: SLF001
-            partitions = cluster.partitions_for_topic(self.topic)
-            if not partitions:
-                await asyncio.sleep(0.1)
-        if not partitions:
-            raise ReplayError(
-                f"topic {self.topic!r} does not exist (or has no partitions); "
-                "nothing to replay from"
+        try:
+            partitions = await topic_partitions(
+                self._bootstrap, self.topic, **kafka_client_options()
             )
-        count = max(partitions) + 1
-        self.tp = TopicPartition(self.topic, partition_for_key(self.realm.encode(), count))
+        except TopicMissing as exc:
+            raise ReplayError(f"{exc}; nothing to replay from") from exc
+        self.tp = TopicPartition(self.topic, realm_partition(self.realm, len(partitions)))
         self._consumer.assign([self.tp])
         return self.tp
 

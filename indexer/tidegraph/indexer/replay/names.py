@@ -14,9 +14,8 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.schemas.errors import ConfigError, InvalidNameError
-from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.store.positions import replay_group
+from tidegraph.schemas import ConfigError, InvalidNameError, realm_schema, validate_realm
+from tidegraph.store import replay_group
 
 __all__ = [
     "LABEL_PATTERN",

@@ -43,6 +43,8 @@ again, so its replay calls the embeddings endpoint (the hashing embedder calls n
 Names of shadows, audit copies and retired schemas: :mod:`replay_names`.
 """
 
+# Long on purpose: the replay driver keeps its steps (claim, read, apply, catch up, swap) next to
+# the state they share.
 from __future__ import annotations
 
 import asyncio
@@ -58,8 +60,9 @@ from aiokafka import TopicPartition
 from psycopg import AsyncConnection, sql
 from pydantic import ValidationError
 
-from tidegraph.indexer.decide.admission import log_time
+from tidegraph.indexer.decide import log_time
 from tidegraph.indexer.replay.applier import Batch, EmbedderFor, Prepare, ShadowApplier
+from tidegraph.indexer.replay.carry import premerge_cache, premerge_retention
 from tidegraph.indexer.replay.errors import (
     ReplayApplyError,
     ReplayBusy,
@@ -78,35 +81,23 @@ from tidegraph.indexer.replay.names import (
     retired_schema,
     shadow_schema,
 )
-from tidegraph.indexer.replay.swap import (
-    SwapOutcome,
-    SwapPlan,
-    baseline,
-    premerge_cache,
-    premerge_retention,
-    swap_in,
-)
-from tidegraph.indexer.write.contradictions import JudgeFor
-from tidegraph.indexer.write.failures import (
-    Backoff,
-    RecordFailed,
-    Verdict,
-    retry_after,
-    verdict,
-)
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.store import positions, realm_positions
-from tidegraph.store.ddl import drop_foreign_keys_ddl, foreign_keys_ddl, search_index_ddl
-from tidegraph.store.errors import Fenced, classify_db_error
-from tidegraph.store.locks import replay_lock_key
-from tidegraph.store.realms import (
+from tidegraph.indexer.replay.swap import SwapOutcome, SwapPlan, baseline, swap_in
+from tidegraph.indexer.write import Backoff, JudgeFor, RecordFailed, Verdict, retry_after, verdict
+from tidegraph.schemas import ConfigError, RealmConfig, realm_schema, validate_realm
+from tidegraph.store import (
+    Fenced,
     RealmInfo,
+    classify_db_error,
     create_realm,
+    drop_foreign_keys_ddl,
     ensure_control,
+    foreign_keys_ddl,
     open_realm,
+    positions,
     realm_exists,
+    realm_positions,
+    replay_lock_key,
+    search_index_ddl,
 )
 
 __all__ = [

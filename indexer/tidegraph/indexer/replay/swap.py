@@ -9,9 +9,10 @@ Steps, all in one PostgreSQL transaction on the swap's own connection:
    reflects lies below it, because the position commits with the graph (and every settle
    of the realm takes the lock held in step 1 first);
 3. let the replay apply the shadow up to exactly that position (on its own connection);
-4. carry over what is not in the log: the retention state (:func:`carry_retention`), the
-   archived flags of the old realm's entities and its coverage telemetry, mapped by entity
-   id; and its community builds (:func:`carry_communities`);
+4. carry over what is not in the log (:mod:`~tidegraph.indexer.replay.carry`): the
+   retention state (:func:`carry_retention`), the archived flags of the old realm's
+   entities and its coverage telemetry, mapped by entity id; and its community builds
+   (:func:`carry_communities`);
 5. work out what the rebuild changed relative to the old graph (:mod:`diff`, by names):
    a comparison made before the lock (:func:`baseline`), with the objects either side
    changed since — the change feeds name them — compared again through the indexes;
@@ -92,6 +93,13 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
+from tidegraph.indexer.replay.carry import (
+    CACHES,
+    carry_communities,
+    carry_retention,
+    merge_cache,
+    qualified,
+)
 from tidegraph.indexer.replay.diff import (
     KINDS,
     Difference,
@@ -102,11 +110,13 @@ from tidegraph.indexer.replay.diff import (
     patch,
 )
 from tidegraph.indexer.replay.errors import SwapLockTimeout, SwapRefused
-from tidegraph.store import positions, realm_positions
-from tidegraph.store.ddl import contradiction_answers_ddl
-from tidegraph.store.locks import lock_realm_schema
-from tidegraph.store.realms import realm_exists
-from tidegraph.store.upgrades import has_telemetry
+from tidegraph.store import (
+    contradiction_answers_ddl,
+    lock_realm_schema,
+    positions,
+    realm_exists,
+    realm_positions,
+)
 
 
 @dataclass(frozen=True)
@@ -178,7 +188,7 @@ async def baseline(conn: AsyncConnection[Any], live: str, shadow: str) -> Baseli
         stamps: list[datetime] = []
         for schema in (live, shadow):
             cur = await conn.execute(
-                sql.SQL("SELECT last_write_at FROM {}").format(_t(schema, "meta"))
+                sql.SQL("SELECT last_write_at FROM {}").format(qualified(schema, "meta"))
             )
             row = await cur.fetchone()
             if row is None or row[0] is None:
@@ -205,10 +215,6 @@ async def rebuild_differences(
 CatchUp = Callable[[int | None], Awaitable[tuple[int, int]]]
 """``catch_up(bound)`` → (shadow position, records applied): apply the shadow up to
 ``bound`` (``None``: the end of the log) and return where it stands."""
-
-
-def _t(schema: str, table: str) -> sql.Composed:
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
 async def swap_in(
@@ -300,7 +306,7 @@ async def _hold(conn: AsyncConnection[Any], plan: SwapPlan) -> _Held:
         return _Held(False, started=time.perf_counter())
     cur = await conn.execute(
         sql.SQL("SELECT seq, last_write_at, swapped_out FROM {} FOR UPDATE").format(
-            _t(plan.live, "meta")
+            qualified(plan.live, "meta")
         )
     )
     row = await cur.fetchone()
@@ -323,7 +329,7 @@ async def _announce(
     """Step 7: the rebuild commit on the feed, and the shadow's ``meta`` continuing from
     it; returns its sequence number and how many changes it holds."""
     cur = await conn.execute(
-        sql.SQL("SELECT seq, last_write_at FROM {}").format(_t(plan.shadow, "meta"))
+        sql.SQL("SELECT seq, last_write_at FROM {}").format(qualified(plan.shadow, "meta"))
     )
     shadow_row = await cur.fetchone()
     assert shadow_row is not None
@@ -344,7 +350,7 @@ async def _announce(
             "INSERT INTO {} (seq, idx, kind, space, belief_time, payload)"
             " SELECT %s, i - 1, k, s, coalesce(%s, now()), p"
             " FROM unnest(%s::text[], %s::text[], %s::jsonb[]) WITH ORDINALITY AS u(k, s, p, i)"
-        ).format(_t(plan.shadow, "outbox")),
+        ).format(qualified(plan.shadow, "outbox")),
         (
             seq,
             belief,
@@ -355,7 +361,7 @@ async def _announce(
     )
     await conn.execute(
         sql.SQL("UPDATE {} SET seq = %s, last_write_at = %s, swapped_out = false").format(
-            _t(plan.shadow, "meta")
+            qualified(plan.shadow, "meta")
         ),
         (seq, belief),
     )
@@ -368,7 +374,7 @@ async def _rename(
     """Steps 8 and 9: the old schema retired, the shadow live, the catalogue and claims."""
     if held.exists:
         await conn.execute(
-            sql.SQL("UPDATE {} SET swapped_out = true").format(_t(plan.live, "meta"))
+            sql.SQL("UPDATE {} SET swapped_out = true").format(qualified(plan.live, "meta"))
         )
         await conn.execute(
             sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
@@ -384,7 +390,7 @@ async def _rename(
         for table in ("outbox", *CACHES):
             await conn.execute(
                 sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
-                    _t(plan.retired, table), _t(plan.live, table)
+                    qualified(plan.retired, table), qualified(plan.live, table)
                 )
             )
         await conn.execute(
@@ -410,191 +416,16 @@ async def _rename(
         )
 
 
-async def carry_retention(conn: AsyncConnection[Any], live: str, shadow: str) -> tuple[int, int]:
-    """Step 4: bring the shadow's archived flags and coverage telemetry level with
-    ``live`` (module docstring); returns (archived entities, telemetry rows) the shadow
-    then holds.
-
-    It writes only what differs, so the replay runs it ahead of the lock as well
-    (:func:`premerge_retention`) and the swap's own run is left with what changed since:
-    archiving an entity rewrites its row and index entries, a fifth of a realm at a time
-    with ``--keep 0.8``. Telemetry rows keep their ids, so the rows already carried are
-    passed by.
-    """
-    ent_s, ent_l = _t(shadow, "entities"), _t(live, "entities")
-    if await _has_column(conn, live, "entities", "archived_since"):
-        await conn.execute(
-            sql.SQL(
-                "UPDATE {s} s SET archived_since = NULL WHERE s.archived_since IS NOT NULL"
-                " AND NOT EXISTS (SELECT 1 FROM {l} l WHERE l.id = s.id AND l.space = s.space"
-                " AND l.name_key = s.name_key AND l.archived_since IS NOT NULL)"
-            ).format(s=ent_s, l=ent_l)
-        )
-        await conn.execute(
-            sql.SQL(
-                "UPDATE {s} s SET archived_since = l.archived_since FROM {l} l"
-                " WHERE l.archived_since IS NOT NULL AND l.id = s.id AND l.space = s.space"
-                " AND l.name_key = s.name_key"
-                " AND s.archived_since IS DISTINCT FROM l.archived_since"
-            ).format(s=ent_s, l=ent_l)
-        )
-    ret_s = _t(shadow, "retrievals")
-    if await has_telemetry(conn, live):
-        await conn.execute(
-            sql.SQL(
-                "WITH same AS (SELECT s.id FROM {s} s JOIN {l} l"
-                "  ON l.id = s.id AND l.space = s.space AND l.name_key = s.name_key),"
-                " fresh AS (SELECT * FROM {rl} WHERE id > (SELECT coalesce(max(id), 0)"
-                "  FROM {rs})),"
-                " kept AS (SELECT r.id, array_agg(u.x ORDER BY u.n) AS ids"
-                "  FROM fresh r CROSS JOIN unnest(r.entity_ids) WITH ORDINALITY AS u(x, n)"
-                "  JOIN same ON same.id = u.x GROUP BY r.id)"
-                " INSERT INTO {rs} (id, at, query_hash, mode, entity_ids, community_ids)"
-                " SELECT r.id, r.at, r.query_hash, r.mode, k.ids, '{{}}' FROM fresh r"
-                " JOIN kept k ON k.id = r.id ORDER BY r.id"
-            ).format(s=ent_s, l=ent_l, rl=_t(live, "retrievals"), rs=ret_s)
-        )
-        await conn.execute(
-            sql.SQL(
-                "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {}"
-                " HAVING max(id) IS NOT NULL"
-            ).format(ret_s),
-            (sql.Identifier(shadow, "retrievals").as_string(conn),),
-        )
-    cur = await conn.execute(
-        sql.SQL(
-            "SELECT (SELECT count(*) FROM {} WHERE archived_since IS NOT NULL),"
-            " (SELECT count(*) FROM {})"
-        ).format(ent_s, ret_s)
-    )
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
-
-
-async def carry_communities(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
-    """Step 4 too: the old realm's community builds — every build it kept, with its belief
-    interval, so global answers now and ``as_believed_at`` an earlier instant read the same
-    reports — and the build state of its ``meta`` row. A member is kept where the rebuilt
-    realm has the same entity (same id, space and name); returns the communities carried.
-
-    Communities are not in the log, so a rebuild cannot make them: rebuilding them would
-    ask a model for reports again and could cluster differently. Under another embedder
-    (another vector dimension) the reports cannot be carried: the rebuild notice says the
-    communities are stale, and `tidegraph communities` builds them anew.
-    """
-    cur = await conn.execute(
-        sql.SQL("SELECT (SELECT dimension FROM {}) = (SELECT dimension FROM {})").format(
-            _t(live, "meta"), _t(shadow, "meta")
-        )
-    )
-    row = await cur.fetchone()
-    if not (row and row[0]):
-        return 0
-    columns = sql.SQL(
-        "id, space, level, parent_id, title, summary, findings, rating, size, built_at,"
-        " t_created, t_expired, embedding"
-    )
-    cur = await conn.execute(
-        sql.SQL("INSERT INTO {s} ({c}) SELECT {c} FROM {l}").format(
-            s=_t(shadow, "communities"), l=_t(live, "communities"), c=columns
-        )
-    )
-    carried = cur.rowcount
-    await conn.execute(
-        sql.SQL(
-            "INSERT INTO {sm} (community_id, entity_id) SELECT m.community_id, m.entity_id"
-            " FROM {lm} m JOIN {le} l ON l.id = m.entity_id"
-            " JOIN {se} s ON s.id = l.id AND s.space = l.space AND s.name_key = l.name_key"
-        ).format(
-            sm=_t(shadow, "community_members"),
-            lm=_t(live, "community_members"),
-            le=_t(live, "entities"),
-            se=_t(shadow, "entities"),
-        )
-    )
-    await conn.execute(
-        sql.SQL(
-            "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {}"
-            " HAVING max(id) IS NOT NULL"
-        ).format(_t(shadow, "communities")),
-        (sql.Identifier(shadow, "communities").as_string(conn),),
-    )
-    await conn.execute(
-        sql.SQL(
-            "UPDATE {s} SET communities_built_at = l.communities_built_at,"
-            " communities_stale = l.communities_stale FROM {l} l"
-        ).format(s=_t(shadow, "meta"), l=_t(live, "meta"))
-    )
-    return carried
-
-
-async def premerge_retention(conn: AsyncConnection[Any], live: str, shadow: str) -> None:
-    """Carry the retention state ahead of the swap (:func:`carry_retention`), in a
-    transaction of its own, so the swap's run only has what changed since."""
-    async with conn.transaction():
-        await carry_retention(conn, live, shadow)
-
-
-async def _has_column(conn: AsyncConnection[Any], schema: str, table: str, column: str) -> bool:
-    cur = await conn.execute(
-        "SELECT 1 FROM information_schema.columns"
-        " WHERE table_schema = %s AND table_name = %s AND column_name = %s",
-        (schema, table, column),
-    )
-    return await cur.fetchone() is not None
-
-
-CACHES: dict[str, tuple[str, ...]] = {
-    "extraction_cache": ("key", "output", "created_at"),
-    "contradiction_answers": (
-        "key",
-        "first_text",
-        "second_text",
-        "prompt_version",
-        "contradicts",
-        "model",
-        "answered_at",
-    ),
-}
-"""The model caches a swap hands over, with their columns (keyed by ``key``)."""
-
-
-def _merge_cache(table: str, into: str, source: str, *, moving: bool) -> sql.Composed:
-    """Copy (or move) ``source``'s cached answers into ``into``'s; a kept key stays."""
-    columns = sql.SQL(", ").join(map(sql.Identifier, CACHES[table]))
-    if moving:
-        return sql.SQL(
-            "WITH moved AS (DELETE FROM {src} RETURNING {cols})"
-            " INSERT INTO {dst} ({cols}) SELECT * FROM moved ON CONFLICT (key) DO NOTHING"
-        ).format(src=_t(source, table), dst=_t(into, table), cols=columns)
-    return sql.SQL(
-        "INSERT INTO {dst} ({cols}) SELECT {cols} FROM {src} ON CONFLICT (key) DO NOTHING"
-    ).format(src=_t(source, table), dst=_t(into, table), cols=columns)
-
-
-async def premerge_cache(conn: AsyncConnection[Any], live: str, shadow: str) -> int:
-    """Move the shadow's cached model answers into the live caches ahead of the swap, so
-    the merge under the lock (step 6) only has what was asked since. The shadow still reads
-    them there (its cache reads fall through to the live realm's)."""
-    await conn.execute(contradiction_answers_ddl(live))  # a live realm not opened since
-    moved = 0
-    for table in CACHES:
-        cur = await conn.execute(_merge_cache(table, live, shadow, moving=True))
-        moved += cur.rowcount
-    return moved
-
-
 async def _hand_over(conn: AsyncConnection[Any], plan: SwapPlan) -> None:
     """Step 6: the old feed and caches move to the shadow; the shadow's answers merge in."""
     await conn.execute(contradiction_answers_ddl(plan.live))
     for table in CACHES:
-        await conn.execute(_merge_cache(table, plan.live, plan.shadow, moving=False))
+        await conn.execute(merge_cache(table, plan.live, plan.shadow, moving=False))
     for table in (*CACHES, "outbox"):
-        await conn.execute(sql.SQL("DROP TABLE {}").format(_t(plan.shadow, table)))
+        await conn.execute(sql.SQL("DROP TABLE {}").format(qualified(plan.shadow, table)))
         await conn.execute(
             sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(
-                _t(plan.live, table), sql.Identifier(plan.shadow)
+                qualified(plan.live, table), sql.Identifier(plan.shadow)
             )
         )
 

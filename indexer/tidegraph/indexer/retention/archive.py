@@ -30,13 +30,9 @@ from tidegraph.indexer.retention.score import (
     importance,
     to_archive,
 )
-from tidegraph.indexer.write.sequencer import LiveSequencer
-from tidegraph.schemas.changes import ChangeKind
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.store.belief import ENTITIES
-from tidegraph.store.entity_state import alive
-from tidegraph.store.realms import RealmInfo
-from tidegraph.store.upgrades import add_telemetry, has_telemetry
+from tidegraph.indexer.write import LiveSequencer
+from tidegraph.schemas import ChangeKind, ConfigError
+from tidegraph.store import ENTITIES, RealmInfo, add_telemetry, alive, has_telemetry
 
 __all__ = ["Archived", "Plan", "archive", "plan_retention", "unarchive"]
 

@@ -19,13 +19,18 @@ from typing import Any
 
 from psycopg import AsyncCursor
 
-from tidegraph.indexer.extraction.prepared import PreparedDocument
-from tidegraph.indexer.graph.attributes import Attributes, Contribution, derive_attributes
-from tidegraph.indexer.graph.resolution import CONCEPT, EntityRecord
-from tidegraph.indexer.graph.rules import render_entity
+from tidegraph.indexer.extraction import PreparedDocument
+from tidegraph.indexer.graph import (
+    CONCEPT,
+    Attributes,
+    Contribution,
+    EntityRecord,
+    derive_attributes,
+    render_entity,
+)
 from tidegraph.indexer.write.context import WriteContext
-from tidegraph.schemas.names import name_key
-from tidegraph.store.belief import ENTITIES
+from tidegraph.schemas import name_key
+from tidegraph.store import ENTITIES
 
 
 def contributions(

@@ -21,10 +21,10 @@ from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.adapt import PyFormat
 
-from tidegraph.indexer.extraction.interfaces import Embedder
+from tidegraph.indexer.extraction import Embedder
 from tidegraph.indexer.write.ids import take
-from tidegraph.schemas.changes import ChangeKind
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import ChangeKind
+from tidegraph.store import RealmInfo
 
 Params = Sequence[Any] | Mapping[str, Any]
 

@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.extraction.contradiction_prompt import PROMPT_VERSION, answer_key
-from tidegraph.indexer.graph.supersession import Answer, Judge, Question
+from tidegraph.indexer.extraction import PROMPT_VERSION, answer_key
+from tidegraph.indexer.graph import Answer, Judge, Question
 from tidegraph.indexer.write.context import WriteContext, realm_query
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import ConfigError
+from tidegraph.store import RealmInfo
 
 __all__ = [
     "Answer",

@@ -12,13 +12,17 @@ from typing import Any, NamedTuple
 from psycopg import AsyncCursor
 from psycopg.types.json import Jsonb
 
-from tidegraph.indexer.extraction.prepared import PreparedDocument
-from tidegraph.indexer.graph.resolution import merge_records
-from tidegraph.indexer.graph.rules import EntityRecord, merge_entity, render_entity, render_relation
+from tidegraph.indexer.extraction import PreparedDocument
+from tidegraph.indexer.graph import (
+    EntityRecord,
+    merge_entity,
+    merge_records,
+    render_entity,
+    render_relation,
+)
 from tidegraph.indexer.write.attributes import kept_attributes, move_sources
 from tidegraph.indexer.write.context import WriteContext
-from tidegraph.schemas.changes import ChangeKind
-from tidegraph.schemas.names import name_key
+from tidegraph.schemas import ChangeKind, name_key
 
 
 def _facts(doc: PreparedDocument) -> dict[str, EntityRecord]:

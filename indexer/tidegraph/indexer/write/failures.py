@@ -22,8 +22,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from tidegraph.schemas.errors import TidegraphError
-from tidegraph.store.errors import AlreadySettled, Fenced, RealmSwapped, classify_db_error
+from tidegraph.schemas import TidegraphError
+from tidegraph.store import AlreadySettled, Fenced, RealmSwapped, classify_db_error
 
 
 class RecordFailed(Exception):

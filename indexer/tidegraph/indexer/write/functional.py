@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from psycopg import AsyncCursor
 
 from tidegraph.indexer.write.context import WriteContext
-from tidegraph.schemas.realm_config import FunctionalSide
+from tidegraph.schemas import FunctionalSide
 
 
 class Scoped(NamedTuple):

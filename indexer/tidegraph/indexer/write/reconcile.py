@@ -21,8 +21,9 @@ from typing import Any, NamedTuple, cast
 
 from psycopg.types.json import Jsonb
 
-from tidegraph.indexer.graph.rules import (
+from tidegraph.indexer.graph import (
     LiveRelation,
+    Mechanism,
     RelationAttrs,
     RelationState,
     desired_relation_states,
@@ -31,13 +32,12 @@ from tidegraph.indexer.graph.rules import (
     relation_questions,
     render_relation,
 )
-from tidegraph.indexer.graph.supersession import Mechanism
 from tidegraph.indexer.write.context import WriteContext
 from tidegraph.indexer.write.contradictions import known_answers
 from tidegraph.indexer.write.functional import Scoped, send_functional_scope
 from tidegraph.indexer.write.relations import Pair
-from tidegraph.schemas.changes import ChangeKind
-from tidegraph.store.belief import RELATIONS
+from tidegraph.schemas import ChangeKind
+from tidegraph.store import RELATIONS
 
 State = RelationState
 """Belief state, the relation superseding it and by which mechanism."""

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tidegraph.indexer.extraction.prepared import PreparedDocument
-from tidegraph.indexer.graph.rules import (
+from tidegraph.indexer.extraction import PreparedDocument
+from tidegraph.indexer.graph import (
     RelationAttrs,
     merge_relation_attrs,
+    orient,
     period_bounds,
     render_relation,
 )
-from tidegraph.indexer.graph.symmetry import orient
 from tidegraph.indexer.write.context import WriteContext
-from tidegraph.schemas.names import name_key
+from tidegraph.schemas import name_key
 
 RelationKey = tuple[int, str, int, bool]
 """(subject id, predicate, object id, negated): one edge per key (corroboration)."""

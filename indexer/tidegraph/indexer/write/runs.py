@@ -30,15 +30,13 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from tidegraph.indexer.decide.planner import Decision
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.decide import Decision
+from tidegraph.indexer.extraction import Embedder, PreparedDocument
 from tidegraph.indexer.write.contradictions import Judge
 from tidegraph.indexer.write.failures import RecordFailed, Verdict, verdict
 from tidegraph.indexer.write.units import BatchUnit, Outcome, RecordUnit, Settlement
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store.errors import refusal
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import MAIN
+from tidegraph.store import RealmInfo, refusal
 
 
 @dataclass(frozen=True)

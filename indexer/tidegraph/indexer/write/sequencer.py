@@ -26,8 +26,7 @@ from typing import Any, Protocol
 
 from psycopg import AsyncConnection, sql
 
-from tidegraph.store.errors import RealmSwapped
-from tidegraph.store.realms import RealmInfo
+from tidegraph.store import RealmInfo, RealmSwapped
 
 
 @dataclass(frozen=True)

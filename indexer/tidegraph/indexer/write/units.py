@@ -31,10 +31,8 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from tidegraph.indexer.decide.fold import Action
-from tidegraph.indexer.decide.planner import Decision
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.decide import Action, Decision
+from tidegraph.indexer.extraction import Embedder, PreparedDocument
 from tidegraph.indexer.write.contradictions import AnswersNeeded, Judge, answering
 from tidegraph.indexer.write.failures import RecordFailed
 from tidegraph.indexer.write.sequencer import BatchSequencer, LiveSequencer, Sequencer
@@ -45,11 +43,18 @@ from tidegraph.indexer.write.writer import (
     refused_version,
     remember_version,
 )
-from tidegraph.store import positions, realm_positions
-from tidegraph.store.errors import AlreadySettled, Fenced, RealmSwapped, is_unstorable, refusal
-from tidegraph.store.positions import Claim
-from tidegraph.store.realm_positions import Mark
-from tidegraph.store.realms import RealmInfo
+from tidegraph.store import (
+    AlreadySettled,
+    Claim,
+    Fenced,
+    Mark,
+    RealmInfo,
+    RealmSwapped,
+    is_unstorable,
+    positions,
+    realm_positions,
+    refusal,
+)
 
 Outcome = PreparedDocument | BaseException | None
 """What preparing a record gave: its document, what preparing raised (raised again when it

@@ -29,9 +29,8 @@ from typing import Any
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.json import Jsonb
 
-from tidegraph.indexer.decide.fold import DocState
-from tidegraph.indexer.extraction.interfaces import Embedder
-from tidegraph.indexer.extraction.prepared import PreparedDocument
+from tidegraph.indexer.decide import DocState
+from tidegraph.indexer.extraction import Embedder, PreparedDocument
 from tidegraph.indexer.write.attributes import (
     attribute_states,
     record_sources,
@@ -52,10 +51,8 @@ from tidegraph.indexer.write.entities import (
 from tidegraph.indexer.write.reconcile import reconcile_relations
 from tidegraph.indexer.write.relations import Pair, attach_relations
 from tidegraph.indexer.write.sequencer import Stamp
-from tidegraph.schemas.changes import ChangeKind
-from tidegraph.schemas.names import name_key
-from tidegraph.store.belief import DOCUMENTS
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import ChangeKind, name_key
+from tidegraph.store import DOCUMENTS, RealmInfo
 
 __all__ = [
     "UNKNOWN",

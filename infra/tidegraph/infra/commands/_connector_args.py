@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from tidegraph.connectors.config import ConnectorSettings, load_connector_settings
-from tidegraph.connectors.textfiles import ORDER_SOURCES
-from tidegraph.connectors.topics import ensure_topics
-from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.connectors import (
+    ORDER_SOURCES,
+    ConnectorSettings,
+    ensure_topics,
+    load_connector_settings,
+)
+from tidegraph.schemas import Settings, load_settings
 
 
 def add_kafka_options(parser: argparse.ArgumentParser) -> None:

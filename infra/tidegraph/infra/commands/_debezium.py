@@ -10,20 +10,26 @@ from pathlib import Path
 
 import psycopg
 
-from tidegraph.connectors.dead_letters import DeadLetters
-from tidegraph.connectors.debezium_documents import EventMapper
-from tidegraph.connectors.debezium_source import DebeziumSource
-from tidegraph.connectors.producer import DocumentProducer
-from tidegraph.connectors.row_facts import SqlReferences
-from tidegraph.connectors.row_mapping import load_row_mapping
+from tidegraph.connectors import (
+    DeadLetters,
+    DebeziumSource,
+    DocumentProducer,
+    EventMapper,
+    SqlReferences,
+    load_row_mapping,
+)
 from tidegraph.infra.commands._connector_args import (
     add_kafka_options,
     prepare_topics,
     settings_from,
 )
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm, validate_space
-from tidegraph.schemas.topics import max_message_bytes
+from tidegraph.schemas import (
+    DEFAULT_SPACE,
+    ConfigError,
+    max_message_bytes,
+    validate_realm,
+    validate_space,
+)
 
 
 def _say(message: str) -> None:

@@ -16,15 +16,19 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import DefaultPartitioner
 
 from tidegraph.infra.reach import kafka_unreachable
 from tidegraph.infra.runtime import on_termination
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import RecordValidationError, TransientError
-from tidegraph.schemas.kafka_security import kafka_client_options
-from tidegraph.schemas.names import validate_realm
-from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.schemas import (
+    GraphChange,
+    RecordValidationError,
+    Settings,
+    kafka_client_options,
+    load_settings,
+    realm_partition,
+    topic_partitions,
+    validate_realm,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,25 +72,17 @@ async def tail(args: argparse.Namespace, settings: Settings) -> int:
     if args.follow:
         on_termination(stop.set)
     try:
-        partitions = await _partitions(consumer, topic)
+        partitions = await topic_partitions(
+            settings.kafka_bootstrap, topic, **kafka_client_options()
+        )
         key = args.realm.encode()
-        tp = TopicPartition(topic, DefaultPartitioner()(key, partitions, partitions))
+        tp = TopicPartition(topic, realm_partition(args.realm, len(partitions)))
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
         end = (await consumer.end_offsets([tp]))[tp]
         return await _print(consumer, tp, key, end, args, stop)
     finally:
         await consumer.stop()
-
-
-async def _partitions(consumer: Any, topic: str) -> list[int]:
-    for _ in range(50):
-        found = consumer.partitions_for_topic(topic)
-        if found:
-            return sorted(found)
-        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
-        await asyncio.sleep(0.1)
-    raise TransientError(f"topic {topic} does not exist (has `tidegraph serve` run?)")
 
 
 async def _print(

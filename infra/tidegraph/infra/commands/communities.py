@@ -18,13 +18,10 @@ from typing import Any
 import orjson
 import psycopg
 
-from tidegraph.indexer.communities.detect import ClusterParams
-from tidegraph.indexer.communities.store import BuildResult, build_communities
+from tidegraph.indexer.communities import BuildResult, ClusterParams, build_communities
 from tidegraph.infra.placed import realm_dsn
-from tidegraph.schemas.errors import TransientError
-from tidegraph.schemas.names import validate_realm, validate_space
-from tidegraph.schemas.settings import load_settings
-from tidegraph.store.realms import open_realm
+from tidegraph.schemas import TransientError, load_settings, validate_realm, validate_space
+from tidegraph.store import open_realm
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

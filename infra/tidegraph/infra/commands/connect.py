@@ -8,13 +8,18 @@ import signal
 import sys
 from pathlib import Path
 
-from tidegraph.connectors import pgoutput
-from tidegraph.connectors.config import load_connector_settings
-from tidegraph.connectors.fs import FsConnector, SyncReport, default_state_path
-from tidegraph.connectors.postgres_cdc import CaptureSpec, PostgresCdc
-from tidegraph.connectors.producer import DocumentProducer
-from tidegraph.connectors.row_mapping import load_row_mapping
-from tidegraph.connectors.textfiles import TEXT_GLOBS
+from tidegraph.connectors import (
+    TEXT_GLOBS,
+    CaptureSpec,
+    DocumentProducer,
+    FsConnector,
+    PostgresCdc,
+    SyncReport,
+    default_state_path,
+    load_connector_settings,
+    load_row_mapping,
+    pgoutput,
+)
 from tidegraph.infra import services as local_services
 from tidegraph.infra._proc import ensure_port_free
 from tidegraph.infra.commands._connector_args import (
@@ -25,9 +30,14 @@ from tidegraph.infra.commands._connector_args import (
 )
 from tidegraph.infra.commands._debezium import register_debezium
 from tidegraph.infra.logs import set_service_level
-from tidegraph.schemas.api_keys import ApiKeys, require_loopback
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm, validate_space
+from tidegraph.schemas import (
+    DEFAULT_SPACE,
+    ApiKeys,
+    ConfigError,
+    require_loopback,
+    validate_realm,
+    validate_space,
+)
 
 
 def _say(message: str) -> None:

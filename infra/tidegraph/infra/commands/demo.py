@@ -26,11 +26,16 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from tidegraph.connectors.bulk import Input, Refusal, publish_items, read_inputs
-from tidegraph.connectors.producer import DocumentProducer
-from tidegraph.connectors.topics import ensure_topics
-from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
-from tidegraph.indexer.extraction.pipeline import Pipeline
+from tidegraph.connectors import (
+    DocumentProducer,
+    Input,
+    Refusal,
+    ensure_topics,
+    publish_items,
+    read_inputs,
+)
+from tidegraph.indexer.consumer import Indexer, IndexerConfig, make_pool
+from tidegraph.indexer.extraction import Pipeline
 from tidegraph.infra.commands import serve as serve_command
 from tidegraph.infra.commands._demo_times import time_lines
 from tidegraph.infra.composition import ModelRegistry
@@ -41,12 +46,16 @@ from tidegraph.infra.runtime import (
     llm_client_if_configured,
     on_termination,
 )
-from tidegraph.query_service.config import load_query_settings
-from tidegraph.schemas.errors import TidegraphError
-from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.schemas.realm_config import preset
-from tidegraph.schemas.settings import Settings, load_settings
-from tidegraph.store.realms import create_realm, ensure_control
+from tidegraph.query_service import load_query_settings
+from tidegraph.schemas import (
+    Settings,
+    TidegraphError,
+    load_settings,
+    preset,
+    realm_schema,
+    validate_realm,
+)
+from tidegraph.store import create_realm, ensure_control
 
 QUESTION = "Who worked with Charles Babbage, and what did he design?"
 LATER = ("rivalry-2.md",)

@@ -19,17 +19,10 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from tidegraph.indexer.replay.diff import (
-    Difference,
-    diff_schemas,
-    format_difference,
-    resolve_schema,
-)
+from tidegraph.indexer.replay import Difference, diff_schemas, format_difference, resolve_schema
 from tidegraph.infra.placed import realm_dsn
 from tidegraph.infra.reach import connect_pg
-from tidegraph.schemas.errors import TidegraphError
-from tidegraph.schemas.names import validate_space
-from tidegraph.schemas.settings import load_settings
+from tidegraph.schemas import TidegraphError, load_settings, validate_space
 
 EXIT_SAME = 0
 EXIT_DIFFERENT = 1

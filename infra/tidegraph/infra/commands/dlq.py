@@ -15,14 +15,10 @@ import asyncio
 import json
 import sys
 
-from tidegraph.connectors.errors import DeliveryError
-from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.connectors import DeliveryError, DocumentProducer
 from tidegraph.infra.dlq import DeadLetter, read_dead_letters, refused_again, replayable
 from tidegraph.infra.reach import check_kafka, kafka_unreachable
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import validate_realm
-from tidegraph.schemas.settings import Settings, load_settings
+from tidegraph.schemas import ConfigError, DocumentVersion, Settings, load_settings, validate_realm
 
 REASON_WIDTH = 100
 

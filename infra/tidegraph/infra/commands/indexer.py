@@ -9,8 +9,8 @@ import logging
 from aiokafka.errors import KafkaConnectionError
 from prometheus_client import start_http_server
 
-from tidegraph.indexer.consumer.indexer import Indexer, IndexerConfig, make_pool
-from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
+from tidegraph.indexer.consumer import Indexer, IndexerConfig, make_pool
+from tidegraph.indexer.extraction import Pipeline, PipelineConfig
 from tidegraph.infra._proc import LOOPBACK, ensure_port_free
 from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.composition import ModelRegistry
@@ -24,7 +24,7 @@ from tidegraph.infra.runtime import (
     llm_client_if_configured,
     on_termination,
 )
-from tidegraph.schemas.settings import load_settings
+from tidegraph.schemas import load_settings
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,10 @@ import sys
 
 from psycopg import conninfo
 
-from tidegraph.connectors.config import load_connector_settings
+from tidegraph.connectors import load_connector_settings
 from tidegraph.infra import _proc, connect_configs, local_connect
 from tidegraph.infra import services as local_services
-from tidegraph.schemas.kafka_security import KafkaSecurity
-from tidegraph.schemas.settings import load_settings
+from tidegraph.schemas import KafkaSecurity, load_settings
 
 
 def _say(message: str) -> None:

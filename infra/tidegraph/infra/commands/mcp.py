@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from tidegraph.schemas.api_keys import is_loopback
-from tidegraph.schemas.errors import ConfigError
+from tidegraph.schemas import ConfigError, is_loopback
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

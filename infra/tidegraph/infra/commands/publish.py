@@ -7,15 +7,14 @@ import asyncio
 import sys
 from pathlib import Path
 
-from tidegraph.connectors.bulk import publish_paths
-from tidegraph.connectors.producer import DocumentProducer
+from tidegraph.connectors import DocumentProducer, publish_paths
 from tidegraph.infra.commands._connector_args import (
     add_kafka_options,
     add_order_option,
     prepare_topics,
     settings_from,
 )
-from tidegraph.schemas.names import DEFAULT_SPACE, validate_realm, validate_space
+from tidegraph.schemas import DEFAULT_SPACE, validate_realm, validate_space
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,16 +18,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from tidegraph.client import ApiError, Client, ConnectError, Unavailable
-from tidegraph.schemas import problems_from
-from tidegraph.schemas.api import (
+from tidegraph.schemas import (
+    BELIEF_INSTANT_FORMS,
+    ConfigError,
     QueryDataRequest,
     QueryDataResponse,
     QueryRequest,
     QueryResponse,
     RelationOut,
+    TidegraphError,
+    problems_from,
 )
-from tidegraph.schemas.errors import ConfigError, TidegraphError
-from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS
 
 MODES = ("mix", "local", "global", "hybrid", "naive", "bypass")
 

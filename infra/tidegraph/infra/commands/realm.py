@@ -19,25 +19,34 @@ from tidegraph.infra.reach import check_kafka, check_pg, kafka_unreachable, log_
 from tidegraph.infra.realm_status import DataStatus, data_status
 from tidegraph.infra.runtime import read_realm_config
 from tidegraph.infra.tables import aligned
-from tidegraph.schemas.changes import GraphChange
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.kafka_security import producer_options
-from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.schemas.realm_config import PRESET_NAMES, RealmConfig, preset
-from tidegraph.schemas.servers import MAIN, validate_server
-from tidegraph.schemas.settings import load_settings
-from tidegraph.store.errors import RealmSchemaError
-from tidegraph.store.figures import schema_figures
-from tidegraph.store.move import RealmMove
-from tidegraph.store.placement import PlacedElsewhere, find_placed, place_realm
-from tidegraph.store.realms import (
+from tidegraph.schemas import (
+    MAIN,
+    PRESET_NAMES,
+    ConfigError,
+    GraphChange,
+    RealmConfig,
+    load_settings,
+    preset,
+    producer_options,
+    realm_schema,
+    validate_realm,
+    validate_server,
+)
+from tidegraph.store import (
     DroppedRealm,
+    PlacedElsewhere,
+    RealmMove,
+    RealmSchemaError,
     drop_realm,
+    find_placed,
+    place_realm,
     realm_copies,
+    rebuild_vector_index,
+    schema_figures,
     set_coverage_telemetry,
     unregister,
+    vector_indexes_outdated,
 )
-from tidegraph.store.upgrades import rebuild_vector_index, vector_indexes_outdated
 
 
 class RealmExistsError(ConfigError):
@@ -54,6 +63,7 @@ class RealmExistsError(ConfigError):
         self.differences = differences
 
 
+# Long on purpose: the `realm` subcommands' arguments, one block per subcommand, in `--help` order.
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("realm", help="create, show, list or delete realms")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")

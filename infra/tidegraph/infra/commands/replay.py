@@ -26,8 +26,8 @@ from typing import Any, TextIO
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tidegraph.indexer.extraction.pipeline import Pipeline, PipelineConfig
-from tidegraph.indexer.replay.rebuild import (
+from tidegraph.indexer.extraction import Pipeline, PipelineConfig
+from tidegraph.indexer.replay import (
     ReplayOptions,
     ReplayProgress,
     ReplayResult,
@@ -45,11 +45,15 @@ from tidegraph.infra.runtime import (
     llm_client_if_configured,
     read_realm_config,
 )
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.names import realm_schema, validate_realm
-from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.schemas.settings import Settings, load_settings
-from tidegraph.store.realms import realm_exists
+from tidegraph.schemas import (
+    ConfigError,
+    RealmConfig,
+    Settings,
+    load_settings,
+    realm_schema,
+    validate_realm,
+)
+from tidegraph.store import realm_exists
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

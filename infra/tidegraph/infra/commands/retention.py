@@ -16,12 +16,10 @@ import sys
 import orjson
 import psycopg
 
-from tidegraph.indexer.retention.archive import archive, plan_retention, unarchive
+from tidegraph.indexer.retention import archive, plan_retention, unarchive
 from tidegraph.infra.placed import realm_dsn
-from tidegraph.schemas.errors import ConfigError, TransientError
-from tidegraph.schemas.names import validate_realm
-from tidegraph.schemas.settings import load_settings
-from tidegraph.store.realms import open_realm
+from tidegraph.schemas import ConfigError, TransientError, load_settings, validate_realm
+from tidegraph.store import open_realm
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

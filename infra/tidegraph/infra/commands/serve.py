@@ -24,15 +24,21 @@ from tidegraph.infra.logs import set_service_level
 from tidegraph.infra.placed import servers_for
 from tidegraph.infra.reach import until_stopped, wait_for_pg
 from tidegraph.infra.runtime import llm_client_if_configured
-from tidegraph.query_service.app import Deps, create_app
-from tidegraph.query_service.config import QuerySettings, load_query_settings
-from tidegraph.query_service.db import make_pool
-from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
-from tidegraph.query_service.gate import DatabaseGate
-from tidegraph.query_service.keywords import (
+from tidegraph.query_service import (
     KEYWORD_PROMPT,
+    ChangePublisher,
+    ChatModel,
+    DatabaseGate,
+    Deps,
+    EmbedderFactory,
+    KafkaChangeSink,
     KeywordModel,
     Keywords,
+    QueryEmbedder,
+    QuerySettings,
+    create_app,
+    load_query_settings,
+    make_pool,
     parse_model_keywords,
 )
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
@@ -155,6 +161,8 @@ def keyword_model(llm: Any) -> KeywordModel | None:
     return extract
 
 
+# Long on purpose: the query service composed (pools, models, publisher, community loop, uvicorn)
+# in the order it starts and, reversed, stops.
 async def serve(
     args: argparse.Namespace,
     settings: Settings,

@@ -9,14 +9,12 @@ import json
 import os
 import sys
 
-from tidegraph.connectors.topics import ensure_topics
+from tidegraph.connectors import ensure_topics
 from tidegraph.infra import local_kafka_plan, local_pg, local_pg_servers, services
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
 from tidegraph.infra.tables import aligned
-from tidegraph.schemas import kafka_security
-from tidegraph.schemas.local_state import read_env_file
-from tidegraph.schemas.settings import load_settings
+from tidegraph.schemas import kafka_security, load_settings, read_env_file
 
 
 def _progress(message: str) -> None:

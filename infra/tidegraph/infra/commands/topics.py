@@ -6,9 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from tidegraph.connectors.topics import TopicsReport, topics_report
-from tidegraph.schemas.settings import load_settings
-from tidegraph.schemas.topics import DEFAULT_PARTITIONS, MAX_DOCUMENT_BYTES, topic_specs
+from tidegraph.connectors import TopicsReport, topics_report
+from tidegraph.schemas import DEFAULT_PARTITIONS, MAX_DOCUMENT_BYTES, load_settings, topic_specs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -13,7 +13,7 @@ from tidegraph.query_service.errors import InvalidRequest
 from tidegraph.query_service.responses import json_response
 from tidegraph.query_service.routes.params import Auth, CopyQuery, Limit, RealmPath, page
 from tidegraph.query_service.service import Service
-from tidegraph.schemas.api import ChangesResponse
+from tidegraph.schemas import ChangesResponse
 
 
 def router(svc: Service) -> APIRouter:

@@ -22,8 +22,8 @@ from tidegraph.query_service.routes.params import (
     space,
 )
 from tidegraph.query_service.service import Service
-from tidegraph.schemas.api import CoverageCommunitiesResponse, CoverageEntitiesResponse
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import CoverageCommunitiesResponse, CoverageEntitiesResponse
+from tidegraph.store import RealmInfo
 
 
 def router(svc: Service) -> APIRouter:

@@ -10,9 +10,7 @@ from fastapi import Header, Path, Query
 
 from tidegraph.query_service import channels
 from tidegraph.query_service.errors import InvalidRequest
-from tidegraph.schemas.api import no_nul, valid_as_of
-from tidegraph.schemas.errors import ContractError
-from tidegraph.schemas.names import validate_space
+from tidegraph.schemas import ContractError, no_nul, valid_as_of, validate_space
 
 RealmPath = Annotated[str, Path(description="Realm name.", max_length=64)]
 CopyQuery = Annotated[

@@ -11,8 +11,13 @@ from tidegraph.query_service.responses import json_response
 from tidegraph.query_service.routes.params import Auth, CopyQuery, RealmPath
 from tidegraph.query_service.service import Service
 from tidegraph.query_service.synthesis import SYSTEM_PROMPT, ChatModel, build_prompt
-from tidegraph.schemas.api import QueryDataRequest, QueryDataResponse, QueryRequest, QueryResponse
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas import (
+    QueryDataRequest,
+    QueryDataResponse,
+    QueryRequest,
+    QueryResponse,
+    TidegraphError,
+)
 
 
 def router(svc: Service, chat: ChatModel | None) -> APIRouter:

@@ -14,10 +14,8 @@ from tidegraph.query_service.errors import Unavailable
 from tidegraph.query_service.responses import json_response
 from tidegraph.query_service.routes.params import Auth
 from tidegraph.query_service.service import Service
-from tidegraph.schemas.api import RealmsResponse
-from tidegraph.schemas.servers import MAIN
-from tidegraph.store.figures import RealmFigures, realm_figures
-from tidegraph.store.realms import Placement, placements, realm_problems
+from tidegraph.schemas import MAIN, RealmsResponse
+from tidegraph.store import Placement, RealmFigures, placements, realm_figures, realm_problems
 
 
 def router(svc: Service) -> APIRouter:
