@@ -9,6 +9,7 @@ from pathlib import Path
 import tidegraph.query_service
 
 EXPECTED = [
+    "FORMATS",
     "KEYWORD_PROMPT",
     "MODES",
     "ChangePublisher",
@@ -17,6 +18,9 @@ EXPECTED = [
     "DatabaseGate",
     "Deps",
     "EmbedderFactory",
+    "ExportRefused",
+    "FormatName",
+    "GraphInfo",
     "KafkaChangeSink",
     "KeywordModel",
     "Keywords",
@@ -25,12 +29,15 @@ EXPECTED = [
     "QueryServiceError",
     "QuerySettings",
     "RerankEndpoint",
+    "RerankFailed",
     "RerankSettings",
     "Reranker",
     "RetrievalLimits",
     "RetrievalParams",
     "build_prompt",
     "create_app",
+    "export_graph",
+    "format_named",
     "load_query_settings",
     "make_pool",
     "parse_model_keywords",

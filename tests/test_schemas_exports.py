@@ -80,6 +80,7 @@ EXPECTED = [
     "TopicSpec",
     "TransientError",
     "bearer_token",
+    "belief_instant",
     "change_id",
     "changes_topic",
     "compare_source_versions",

@@ -20,11 +20,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tidegraph.indexer.extraction.interfaces import Chunk, DocumentContext
+from tidegraph.indexer.extraction import Chunk, DocumentContext
 from tidegraph.indexer.extraction.llm import LLMExtractor
 from tidegraph.indexer.models.client import LLMClient
-from tidegraph.query_service.rerank_endpoint import Reranker, RerankFailed
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.query_service import Reranker, RerankFailed
+from tidegraph.schemas import TidegraphError
 
 SAMPLE = "Ada Lovelace worked with Charles Babbage on the Analytical Engine in 1843."
 """The chunk the chat check extracts."""

@@ -29,6 +29,9 @@ Files under the state folder (``<state>/postgres/``): ``data/``, ``postgres.log`
 ``postgres.json`` (what `up` started: pid and port); under root also ``<state>/pg-install/``.
 """
 
+# Long on purpose: one local server's whole life (binaries, data folder, passwords, start, stop),
+# whose steps share the layout and the account it runs as.
+
 from __future__ import annotations
 
 import importlib.metadata

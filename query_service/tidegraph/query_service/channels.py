@@ -22,6 +22,9 @@ Temporal semantics (paper §5.4):
   relations never match.
 """
 
+# Long on purpose: the SQL of every retrieval channel side by side, all over the same belief-time
+# views and scope predicates, so a filter changes in one place for every channel.
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from tidegraph.query_service.fusion import rrf
 from tidegraph.query_service.hits import whole_chains
-from tidegraph.schemas.api import QueryDataResponse
+from tidegraph.schemas import QueryDataResponse
 
 MAX_PARTS = 4
 

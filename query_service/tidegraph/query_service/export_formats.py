@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 import orjson
 
-from tidegraph.schemas.errors import TidegraphError
+from tidegraph.schemas import TidegraphError
 
 FormatName = Literal["graphml", "csv", "jsonl"]
 FORMATS: tuple[FormatName, ...] = ("graphml", "csv", "jsonl")

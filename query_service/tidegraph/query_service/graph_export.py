@@ -35,7 +35,7 @@ from tidegraph.query_service.reads import (
     relation_record,
     relations_listed,
 )
-from tidegraph.store.realms import RealmInfo
+from tidegraph.store import RealmInfo
 
 BATCH = 2000
 """Rows fetched from a server-side cursor at a time."""

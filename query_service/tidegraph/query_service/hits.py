@@ -15,7 +15,7 @@ from typing import Any
 
 from tidegraph.query_service.fusion import Fused
 from tidegraph.query_service.plans import FOCUS, PATH
-from tidegraph.schemas.api import ChunkOut, CommunityOut, EntityOut, RelationOut
+from tidegraph.schemas import ChunkOut, CommunityOut, EntityOut, RelationOut
 
 NO_BUILD = (
     "no community reports: no build covers this space (build them with"

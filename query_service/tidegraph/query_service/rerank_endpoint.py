@@ -42,7 +42,7 @@ from tidegraph.query_service.errors import RerankerNotConfigured
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.plans import FOCUS
 from tidegraph.query_service.synthesis import render_relation
-from tidegraph.schemas.api import ChunkOut, QueryDataResponse, RelationOut
+from tidegraph.schemas import ChunkOut, QueryDataResponse, RelationOut
 
 RerankApi = Literal["cohere", "tei"]
 FailureKind = Literal["timeout", "error", "malformed"]

@@ -51,7 +51,7 @@ from psycopg import AsyncConnection
 from tidegraph.query_service import channels, hits, rounds
 from tidegraph.query_service.channels import Scope
 from tidegraph.query_service.embedding import QueryEmbedder, check_vectors
-from tidegraph.query_service.focus import Focus, question_focus, term_distances
+from tidegraph.query_service.focus import Focus, question_focus
 from tidegraph.query_service.fusion import Fused, quota_interleave, rrf
 from tidegraph.query_service.keywords import (
     KeywordModel,
@@ -59,8 +59,7 @@ from tidegraph.query_service.keywords import (
     extract_keywords,
     websearch_text,
 )
-from tidegraph.query_service.paths import Chain, leading, links_in_order, rank
-from tidegraph.query_service.paths import paths as chain_paths
+from tidegraph.query_service.lead import lead, named_distances
 from tidegraph.query_service.plans import (
     FOCUS,
     FULLTEXT,
@@ -73,10 +72,8 @@ from tidegraph.query_service.plans import (
     Mode,
 )
 from tidegraph.query_service.rerank import rerank_groups
-from tidegraph.schemas.api import CommunityOut, QueryDataResponse
-from tidegraph.schemas.names import name_key
-from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import CommunityOut, QueryDataResponse, name_key, parse_embedder
+from tidegraph.store import RealmInfo
 
 __all__ = ["MODES", "Mode", "QueryDataResponse", "RetrievalLimits", "RetrievalParams"]
 
@@ -243,8 +240,8 @@ async def search(
     hops = _walk_hops(walked, lists, focus_fit if plan.seeds else {})
     names = [*lists, PATH]
     fused = _fuse_relations(lists, params, limits)
-    near = _term_distances(params.query, focus.terms, found.get("by_name", []))
-    groups, placed = _lead(fused, names, focus_fit, walked.get(PATH), near, stats)
+    near = named_distances(params.query, focus.terms, found.get("by_name", []))
+    groups, placed = lead(fused, names, focus_fit, walked.get(PATH), near, stats)
     paths_of = _paths(walked, placed, hops)
     chunk_lists = [_ids(found.get("chunks", [])), _ids(walked.get("mentions", []))]
     fused_chunks = rrf(chunk_lists, k=limits.rrf_k, limit=params.top_k)
@@ -392,37 +389,6 @@ def _communities(
     if planned and not found.get("communities"):
         warnings.append(hits.NO_BUILD)
     return communities, warnings
-
-
-def _lead(
-    fused: list[Fused[int]],
-    names: list[str],
-    fit: dict[int, bool],
-    rows: list[Any] | None,
-    distance: tuple[int, ...],
-    stats: dict[str, Any],
-) -> tuple[list[list[Fused[int]]], dict[int, tuple[int, ...]]]:
-    """The candidate groups in answer order (``hits.lead``), with the evidence chains read
-    (``rows``; ``None``: not read) ranked (:mod:`~tidegraph.query_service.paths`), and the
-    path each chain places a relation by (a link on the named entity: itself alone)."""
-    position = {f.key: i for i, f in enumerate(fused)}
-    read = [Chain(tuple(r[0]), tuple(r[1]), int(r[2]), bool(r[3])) for r in rows or []]
-    first, after = leading(rank(read, position, distance))
-    placed = chain_paths(first)
-    for rid, path in chain_paths(after).items():
-        if rid not in placed and rid not in fit:
-            placed[rid] = path
-    if rows is not None:
-        stats["chains"] = {"read": len(read), "leading": len(first), "following": len(after)}
-    groups = hits.lead(fused, names, fit, links_in_order(first), links_in_order(after))
-    return groups, placed
-
-
-def _term_distances(query: str, terms: tuple[str, ...], named: list[Any]) -> tuple[int, ...]:
-    """Words between each predicate term and the nearest entity the question names (as
-    written: its name or an alias; ``by_name`` rows)."""
-    keys = {name_key(str(k)) for r in named for k in (r[2], *r[5])}
-    return term_distances(query, terms, sorted(keys))
 
 
 _FIXED = (True, False, False, True, False)

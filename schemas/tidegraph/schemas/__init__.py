@@ -89,7 +89,13 @@ from tidegraph.schemas.names import (
     validate_space,
 )
 from tidegraph.schemas.partitions import partition_for_key, realm_partition
-from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS, covered, period_end, period_start
+from tidegraph.schemas.periods import (
+    BELIEF_INSTANT_FORMS,
+    belief_instant,
+    covered,
+    period_end,
+    period_start,
+)
 from tidegraph.schemas.realm_config import (
     DEFAULT_REALM_CONFIG,
     PRESET_NAMES,
@@ -193,6 +199,7 @@ __all__ = [
     "TopicSpec",
     "TransientError",
     "bearer_token",
+    "belief_instant",
     "change_id",
     "changes_topic",
     "compare_source_versions",

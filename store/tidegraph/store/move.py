@@ -28,6 +28,9 @@ the publisher's position (on ``main``) stays valid, so it continues with the nex
 sequence.
 """
 
+# Long on purpose: one protocol — each step, the check that resumes it after a crash, and the
+# bounded pause — read together, since each step's resume depends on what the others left.
+
 from __future__ import annotations
 
 import asyncio

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from tidegraph.indexer.extraction.interfaces import Chunk
 from tidegraph.indexer.extraction.prepared import EntityFact, RelationFact
-from tidegraph.indexer.graph.resolution import CONCEPT, short_forms
+from tidegraph.indexer.graph import CONCEPT, short_forms
 
 __all__ = [
     "LOOKAHEAD",

@@ -37,15 +37,28 @@ from tidegraph.indexer.extraction.prepared import (
     PreparedDocument,
     RelationFact,
 )
-from tidegraph.indexer.graph.gates import GATE_HINTS, Gate, GateConfig, Rejection, apply_gates
-from tidegraph.indexer.graph.predicates import Vocabulary
-from tidegraph.indexer.graph.rules import render_entity, render_relation
-from tidegraph.indexer.graph.validity import normalize_period
-from tidegraph.indexer.models.slots import call_priority
-from tidegraph.schemas.documents import DocumentVersion
-from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
-from tidegraph.schemas.facts import render_entity_line, render_facts, render_relation_line
-from tidegraph.store.realms import RealmInfo
+from tidegraph.indexer.graph import (
+    GATE_HINTS,
+    Gate,
+    GateConfig,
+    Rejection,
+    Vocabulary,
+    apply_gates,
+    normalize_period,
+    render_entity,
+    render_relation,
+)
+from tidegraph.indexer.models import call_priority
+from tidegraph.schemas import (
+    CandidateEntity,
+    CandidateRelation,
+    DocumentVersion,
+    ExtractionOutput,
+    render_entity_line,
+    render_facts,
+    render_relation_line,
+)
+from tidegraph.store import RealmInfo
 
 ExtractorFor = Callable[[RealmInfo], Extractor]
 EmbedderFor = Callable[[RealmInfo], Embedder]

@@ -50,9 +50,8 @@ from dataclasses import dataclass, field
 
 from tidegraph.indexer.extraction.chunking import sentence_starts
 from tidegraph.indexer.extraction.interfaces import Chunk, DocumentContext
-from tidegraph.indexer.graph.resolution import short_forms
-from tidegraph.indexer.graph.validity import normalize_date
-from tidegraph.schemas.extraction import CandidateEntity, CandidateRelation, ExtractionOutput
+from tidegraph.indexer.graph import normalize_date, short_forms
+from tidegraph.schemas import CandidateEntity, CandidateRelation, ExtractionOutput
 
 __all__ = ["HEDGED_CONFIDENCE", "STATED_CONFIDENCE", "RulesExtractor"]
 

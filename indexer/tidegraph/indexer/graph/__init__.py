@@ -11,6 +11,7 @@ from tidegraph.indexer.graph.resolution import (
     Resolution,
     merge_records,
     resolve_chunk,
+    short_forms,
 )
 from tidegraph.indexer.graph.rules import (
     LiveRelation,
@@ -74,5 +75,6 @@ __all__ = [
     "render_relation",
     "resolve_chunk",
     "resolve_supersession",
+    "short_forms",
     "valid_at",
 ]

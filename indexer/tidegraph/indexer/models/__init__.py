@@ -14,6 +14,7 @@ from tidegraph.indexer.models.errors import (
 )
 from tidegraph.indexer.models.hashing import HashingEmbedder
 from tidegraph.indexer.models.metrics import ModelMetrics, model_metrics
+from tidegraph.indexer.models.slots import call_priority
 
 __all__ = [
     "EmbeddingDimensionMismatch",
@@ -24,5 +25,6 @@ __all__ = [
     "LLMRequestRejected",
     "LLMUnavailable",
     "ModelMetrics",
+    "call_priority",
     "model_metrics",
 ]

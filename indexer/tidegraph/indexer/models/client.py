@@ -31,6 +31,9 @@ between the extractor and the embedder of every realm, so the in-flight bound ho
 the endpoint as a whole.
 """
 
+# Long on purpose: one client for chat and embeddings, whose calls share one attempt, deadline,
+# retry and error-mapping loop; the server differences it absorbs are each a few lines.
+
 from __future__ import annotations
 
 import asyncio

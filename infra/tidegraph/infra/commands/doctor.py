@@ -14,10 +14,8 @@ import sys
 
 from tidegraph.infra.reach import connect_pg
 from tidegraph.infra.runtime import llm_client_if_configured
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.schemas.settings import load_settings
-from tidegraph.store.realms import find_realm
+from tidegraph.schemas import ConfigError, load_settings, parse_embedder
+from tidegraph.store import find_realm
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

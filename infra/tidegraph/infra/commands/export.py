@@ -19,19 +19,23 @@ from typing import IO
 
 from tidegraph.infra.cli import ShowDefaults
 from tidegraph.infra.placed import command_cluster, on_realm
-from tidegraph.query_service.export_formats import (
+from tidegraph.query_service import (
     FORMATS,
     ExportRefused,
     FormatName,
     GraphInfo,
+    export_graph,
     format_named,
 )
-from tidegraph.query_service.graph_export import export_graph
-from tidegraph.schemas.api import valid_as_of
-from tidegraph.schemas.errors import ConfigError, ContractError
-from tidegraph.schemas.names import validate_space
-from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS, belief_instant
-from tidegraph.schemas.settings import load_settings
+from tidegraph.schemas import (
+    BELIEF_INSTANT_FORMS,
+    ConfigError,
+    ContractError,
+    belief_instant,
+    load_settings,
+    valid_as_of,
+    validate_space,
+)
 
 PROGRESS_EVERY = 2.0
 """Seconds between progress lines."""

@@ -36,20 +36,23 @@ from tidegraph.query_service import (
     Keywords,
     QueryEmbedder,
     QuerySettings,
+    RerankEndpoint,
+    RerankSettings,
     create_app,
     load_query_settings,
     make_pool,
     parse_model_keywords,
 )
-from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
-from tidegraph.query_service.rerank_endpoint import RerankEndpoint, RerankSettings
-from tidegraph.query_service.synthesis import ChatModel
-from tidegraph.schemas.api_keys import ApiKeys, require_loopback
-from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.realm_config import parse_embedder
-from tidegraph.schemas.settings import Settings, load_settings
-from tidegraph.schemas.topics import changes_topic
-from tidegraph.store.cluster import Cluster
+from tidegraph.schemas import (
+    ApiKeys,
+    ConfigError,
+    Settings,
+    changes_topic,
+    load_settings,
+    parse_embedder,
+    require_loopback,
+)
+from tidegraph.store import Cluster
 
 log = logging.getLogger(__name__)
 

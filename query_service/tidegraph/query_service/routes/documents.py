@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
 from tidegraph.query_service import reads
@@ -12,6 +12,7 @@ from tidegraph.query_service.errors import DocumentNotFound
 from tidegraph.query_service.responses import json_response
 from tidegraph.query_service.routes.params import (
     Auth,
+    BelievedAt,
     CopyQuery,
     RealmPath,
     SpaceQuery,
@@ -20,12 +21,8 @@ from tidegraph.query_service.routes.params import (
 )
 from tidegraph.query_service.service import Service
 from tidegraph.schemas import (
-    BELIEVED_AT_DOC,
-    BeliefInstant,
     DocumentResponse,
 )
-
-BelievedAt = Annotated[BeliefInstant | None, Query(description=BELIEVED_AT_DOC)]
 
 
 def router(svc: Service) -> APIRouter:

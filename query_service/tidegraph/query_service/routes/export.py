@@ -29,11 +29,16 @@ from tidegraph.query_service.export_formats import (
 )
 from tidegraph.query_service.gate import DatabaseGate
 from tidegraph.query_service.graph_export import Piece, export_graph
-from tidegraph.query_service.routes.graph import BelievedAt
-from tidegraph.query_service.routes.params import Auth, RealmPath, SpaceQuery, space
+from tidegraph.query_service.routes.params import (
+    Auth,
+    BelievedAt,  # noqa: I001
+    RealmPath,
+    SpaceQuery,
+    space,
+)
 from tidegraph.query_service.service import Service
-from tidegraph.schemas.api import AS_OF_DOC, valid_as_of
-from tidegraph.store.realms import RealmInfo
+from tidegraph.schemas import AS_OF_DOC, valid_as_of
+from tidegraph.store import RealmInfo
 
 
 def router(svc: Service) -> APIRouter:

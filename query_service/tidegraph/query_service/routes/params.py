@@ -10,7 +10,14 @@ from fastapi import Header, Path, Query
 
 from tidegraph.query_service import channels
 from tidegraph.query_service.errors import InvalidRequest
-from tidegraph.schemas import ContractError, no_nul, valid_as_of, validate_space
+from tidegraph.schemas import (
+    BELIEVED_AT_DOC,
+    BeliefInstant,
+    ContractError,
+    no_nul,
+    valid_as_of,
+    validate_space,
+)
 
 RealmPath = Annotated[str, Path(description="Realm name.", max_length=64)]
 CopyQuery = Annotated[
@@ -27,6 +34,7 @@ Auth = Annotated[str | None, Header(alias="Authorization", include_in_schema=Fal
 SpaceQuery = Annotated[str, Query(alias="space", max_length=64)]
 AfterId = Annotated[int, Query(ge=0, le=2**62)]
 Limit = Annotated[int, Query(ge=1, le=100_000)]
+BelievedAt = Annotated[BeliefInstant | None, Query(description=BELIEVED_AT_DOC)]
 
 
 def text(field: str, value: str) -> None:

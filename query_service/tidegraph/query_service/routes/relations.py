@@ -13,6 +13,7 @@ from tidegraph.query_service.responses import json_response
 from tidegraph.query_service.routes.params import (
     AfterId,
     Auth,
+    BelievedAt,
     CopyQuery,
     Limit,
     RealmPath,
@@ -25,13 +26,9 @@ from tidegraph.query_service.routes.params import (
 from tidegraph.query_service.service import Service
 from tidegraph.schemas import (
     AS_OF_DOC,
-    BELIEVED_AT_DOC,
-    BeliefInstant,
     RelationHistoryResponse,
     RelationsResponse,
 )
-
-BelievedAt = Annotated[BeliefInstant | None, Query(description=BELIEVED_AT_DOC)]
 
 
 def router(svc: Service) -> APIRouter:
