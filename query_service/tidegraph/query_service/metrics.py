@@ -71,6 +71,27 @@ class ServiceMetrics:
             ["result"],
             registry=registry,
         )
+        self.standby_lag = Gauge(
+            "tidegraph_standby_lag_seconds",
+            "Replay lag of each standby when last measured by a read (+Inf: not streaming"
+            " from its primary any more, e.g. promoted).",
+            ["server", "standby"],
+            registry=registry,
+        )
+        self.realm_reads = Counter(
+            "tidegraph_realm_reads",
+            "Realm reads by the node that answered (`server` or `server/standby`) and why:"
+            " standby, turn (the primary's turn or every standby passed), no_standby.",
+            ["node", "reason"],
+            registry=registry,
+        )
+        self.standby_skips = Counter(
+            "tidegraph_standby_skips",
+            "Reads a standby passed on to the next node: behind (the required sequence not"
+            " applied within the wait), lagging, unavailable, failed.",
+            ["server", "node", "reason"],
+            registry=registry,
+        )
 
 
 class PublisherMetrics:
