@@ -21,6 +21,7 @@ from tidegraph.infra.reach import CONNECT_TIMEOUT
 from tidegraph.infra.tables import aligned
 from tidegraph.schemas.errors import ConfigError
 from tidegraph.schemas.kafka_security import kafka_client_options
+from tidegraph.schemas.servers import Servers
 from tidegraph.store import holds, positions
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.figures import RealmFigures, figures_everywhere
@@ -99,7 +100,7 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
             out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
         out.realms, problems = await figures_everywhere(cluster)
         out.problems += [f"PostgreSQL: {p}" for p in problems]
-        out.standbys = await standby_lags(cluster)
+        out.standbys = await standby_lags(cluster.servers)
     except (psycopg.Error, PoolTimeout) as exc:
         out.problems.append(f"PostgreSQL: {exc}")
         return out
@@ -183,12 +184,12 @@ async def _scan_unsettled(
                 del todo[tp.partition]
 
 
-async def standby_lags(cluster: Cluster) -> list[StandbyLag]:
+async def standby_lags(servers: Servers) -> list[StandbyLag]:
     """Every named standby's replay lag, each on a connection of its own (one that does
     not answer within the connect timeout is reported, not waited on)."""
     out = []
-    for server in cluster.servers.names:
-        for standby in cluster.servers.standbys(server):
+    for server in servers.names:
+        for standby in servers.standbys(server):
             try:
                 async with await psycopg.AsyncConnection.connect(
                     standby.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
