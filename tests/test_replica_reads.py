@@ -19,8 +19,11 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from psycopg import sql
 
+from tidegraph.client import AsyncClient
 from tidegraph.infra import _proc, local_pg_standbys, services
 from tidegraph.infra.realm_status import standby_lags
 from tidegraph.query_service.app import Deps, create_app
@@ -296,6 +299,62 @@ async def test_without_a_required_sequence_a_lagging_standby_is_skipped(
             await asyncio.sleep(0.1)
         (shown,) = await standby_lags(topology.servers)
         assert shown.lag == 0.0
+
+
+Step = tuple[str, int]
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.integers(0, 0)),
+        st.tuples(st.just("pause"), st.integers(0, 0)),
+        st.tuples(st.just("resume"), st.integers(0, 0)),
+        st.tuples(st.just("read"), st.integers(0, 1)),  # 1: with our own writes required
+    ),
+    min_size=3,
+    max_size=12,
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=STEPS)
+@example(steps=[("write", 0), ("pause", 0), ("write", 0), ("read", 1), ("read", 0)])
+@example(steps=[("pause", 0), ("write", 0), ("read", 0), ("resume", 0), ("read", 1)])
+def test_reads_through_the_client_never_miss_what_was_required(
+    topology: Topology, steps: list[Step]
+) -> None:
+    """Whatever the standby's replay does, a read through the client reflects every commit
+    up to the sequence it required: the entities written by those commits (the model: what
+    this test wrote, with the sequence the primary gave each) are all in the answer."""
+    asyncio.run(_run_steps(topology, steps))
+
+
+async def _run_steps(topology: Topology, steps: list[Step]) -> None:
+    written: dict[int, str] = {}  # sequence → the entity its commit added
+    async with await psycopg.AsyncConnection.connect(topology.primary, autocommit=True) as conn:
+        name = f"rp{uuid.uuid4().hex[:8]}"
+        realm = Realm(name, await GraphHarness.create(conn, name, CONFIG), conn)
+        try:
+            async with app_client(topology, standby_wait=0.05) as c:
+                transport = c._transport  # the app over ASGI
+                async with AsyncClient("http://tidegraph.test", transport=transport) as tg:
+                    for n, (op, own) in enumerate(steps):
+                        if op == "write":
+                            who = f"Person{n}"
+                            seq = await realm.write(f"d{n}", who)
+                            written[seq] = who
+                        elif op == "pause":
+                            standby_sql(topology, "SELECT pg_wal_replay_pause()")
+                        elif op == "resume":
+                            standby_sql(topology, "SELECT pg_wal_replay_resume()")
+                        else:
+                            if own and written:
+                                tg.sequences.require(name, max(written))
+                            floor = tg.sequences.get(name) or 0
+                            found = {e.name for e in (await tg.entities(name, limit=1000)).entities}
+                            due = {who for seq, who in written.items() if seq <= floor}
+                            assert due <= found, (floor, due - found)
+                            assert (tg.sequences.get(name) or 0) >= floor
+        finally:
+            standby_sql(topology, "SELECT pg_wal_replay_resume()")
 
 
 async def test_a_standby_that_does_not_answer_fails_no_read(
