@@ -25,7 +25,7 @@ from psycopg import sql
 
 from tidegraph.client import AsyncClient
 from tidegraph.infra import _proc, local_pg_standbys, services
-from tidegraph.infra.realm_status import standby_lags
+from tidegraph.infra.realm_status import DataStatus, StandbyLag, as_json, render, standby_lags
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
@@ -387,3 +387,22 @@ async def test_a_standby_that_does_not_answer_fails_no_read(
             )
             >= 15
         )
+
+
+def test_status_shows_each_standbys_replay_lag() -> None:
+    shown = render(
+        DataStatus(
+            standbys=[
+                StandbyLag("main/s1", 0.0),
+                StandbyLag("main/s2", 1.5),
+                StandbyLag("pg2/s1", None, "connection refused"),
+            ]
+        )
+    )
+    rows = [line.split() for line in shown.splitlines()]
+    assert ["STANDBY", "REPLAY", "LAG"] in rows
+    assert ["main/s1", "none"] in rows
+    assert ["main/s2", "1.500s"] in rows
+    assert ["pg2/s1", "-", "(connection", "refused)"] in rows
+    lags = as_json(DataStatus(standbys=[StandbyLag("main/s1", 0.25)]))["standbys"]
+    assert lags == {"main/s1": {"replay_lag_seconds": 0.25, "problem": None}}
