@@ -48,7 +48,7 @@ from tidegraph.schemas.kafka_security import producer_options
 from tidegraph.schemas.servers import MAIN
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.realms import placements
-from tidegraph.store.standby_fence import StandbyFence, insert_position
+from tidegraph.store.standby_fence import StandbyFence, read_fence
 
 log = logging.getLogger(__name__)
 
@@ -214,21 +214,21 @@ class ChangePublisher:
         standbys = self.cluster.servers.standbys(server) if self.cluster is not None else ()
         if server == MAIN or self.cluster is None:
             rows = await self._pending(conn, schema, position)
-            fence = await insert_position(conn) if rows and standbys else ""
+            fence = await read_fence(conn) if rows and standbys else None
         else:
             async with self.cluster.connection(server) as there:
                 rows = await self._pending(there, schema, position)
-                fence = await insert_position(there) if rows and standbys else ""
+                fence = await read_fence(there) if rows and standbys else None
         if not rows:
             return 0
-        if fence:
+        if fence is not None:
             lagging = await self._fence.wait(standbys, fence, self.standby_wait)
             for label in lagging:
                 self.metrics.held_back.labels(realm, label).inc()
             if lagging:
                 log.warning(
                     "changes of realm %s after sequence %s wait for standby %s to replay %s",
-                    realm, position, ", ".join(lagging), fence,
+                    realm, position, ", ".join(lagging), fence.lsn,
                 )  # fmt: skip
                 return 0
         key = realm.encode()
