@@ -234,6 +234,7 @@ PUBLIC = {
         "RealmInfo",
         "RealmSchemaError",
         "RealmSwapped",
+        "StandbyFence",
         "classify_db_error",
         "create_realm",
         "ensure_control",

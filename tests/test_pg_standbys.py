@@ -14,6 +14,7 @@ import pytest
 
 from tidegraph.infra import _proc, local_pg, local_pg_standbys, services
 from tidegraph.schemas.servers import MAIN, load_servers
+from tidegraph.store.errors import DatabaseUnavailable, classify_db_error, is_transient
 
 from local_services import REPO, env_without_settings, run_cli
 
@@ -128,3 +129,15 @@ def test_a_stopped_standby_catches_up_when_up_starts_it_again(topology: Topology
     assert "starting standby main/s1" in again.stderr
     (standby,) = servers.standbys(MAIN)  # the same port: the same DSN
     local_pg_standbys.wait_replayed(standby.dsn, lsn, timeout=30)
+
+
+def test_a_write_that_reaches_a_standby_is_retried_not_held(topology: Topology) -> None:
+    """During a failover an address may reach a standby for a while: the write waits and
+    is retried (the indexer's partition pauses), it is never held as the record's fault."""
+    servers = load_servers(topology.written["TIDEGRAPH_PG_DSN"], topology.written)
+    (standby,) = servers.standbys(MAIN)
+    with psycopg.connect(standby.dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("CREATE TABLE t_refused (x int)")
+    assert isinstance(classify_db_error(refused.value), DatabaseUnavailable)
+    assert is_transient(refused.value)

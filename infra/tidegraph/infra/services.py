@@ -620,9 +620,16 @@ def down(
     settings = load_settings()
     state = state_path(state_dir, settings)
     stopped = _stop(state, services)
-    after = status(state)
-    _write_env_file(state, after.services, _local_secrets(state, read_env_file(state)))
+    refresh_env_file(state)
     return tuple(stopped)
+
+
+def refresh_env_file(state_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Rewrite ``<state>/env`` from what runs now (after `down`, or a promotion that moved
+    a server's primary); its path, unless nothing was left to write."""
+    state = state_path(state_dir)
+    after = status(state)
+    return _write_env_file(state, after.services, _local_secrets(state, read_env_file(state)))
 
 
 def given_or_up() -> tuple[str, str]:

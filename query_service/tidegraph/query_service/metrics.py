@@ -122,3 +122,9 @@ class PublisherMetrics:
             ["realm"],
             registry=registry,
         )
+        self.held_back = Counter(
+            "tidegraph_publisher_held_back",
+            "Rounds whose changes waited past the bound for a standby to replay them.",
+            ["realm", "standby"],
+            registry=registry,
+        )

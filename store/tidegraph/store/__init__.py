@@ -24,6 +24,7 @@ from tidegraph.store.realms import (
     open_realm,
     realm_exists,
 )
+from tidegraph.store.standby_fence import StandbyFence
 
 __all__ = [
     "AlreadySettled",
@@ -35,6 +36,7 @@ __all__ = [
     "RealmInfo",
     "RealmSchemaError",
     "RealmSwapped",
+    "StandbyFence",
     "classify_db_error",
     "create_realm",
     "ensure_control",
