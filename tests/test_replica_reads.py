@@ -301,6 +301,29 @@ async def test_without_a_required_sequence_a_lagging_standby_is_skipped(
         assert shown.lag == 0.0
 
 
+async def test_what_a_read_writes_goes_to_the_primary(topology: Topology) -> None:
+    """Coverage telemetry is written by a query the standby answers: on the primary (the
+    standby is read-only, so a write sent there would fail and be counted)."""
+    name = f"rw{uuid.uuid4().hex[:8]}"
+    telemetry = RealmConfig(embedder="hashing:8", coverage_telemetry=True)
+    async with await psycopg.AsyncConnection.connect(topology.primary, autocommit=True) as conn:
+        await Realm(name, await GraphHarness.create(conn, name, telemetry), conn).write("a", "Bo")
+        caught_up(topology)
+        async with app_client(topology) as c:
+            for _ in range(3):
+                r = await c.post(
+                    f"/v1/realms/{name}/query_data", json={"query": "Ada", "mode": "local"}
+                )
+                assert r.status_code == 200, r.text
+                assert r.headers["x-tidegraph-served-by"] == STANDBY
+            scraped = (await c.get("/metrics")).text
+        assert metric(scraped, "tidegraph_telemetry_write_failures_total", realm=name) == 0
+        cur = await conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(f"realm_{name}", "retrievals"))
+        )
+        assert await cur.fetchone() == (3,)
+
+
 Step = tuple[str, int]
 STEPS = st.lists(
     st.one_of(
