@@ -107,6 +107,9 @@ class ReadRouter:
             if not gate.up:
                 self._passed(server, node, "unavailable")
                 continue
+            if ticket.min_seq is None and self._known_lagging(node):
+                self._passed(server, node, "lagging")
+                continue
             outcome = await self._try(gate, node, meta, ticket.min_seq, work)
             if isinstance(outcome, _Behind):
                 self._passed(server, node, outcome.reason)
@@ -184,10 +187,12 @@ class ReadRouter:
         self.metrics.standby_lag.labels(server, standby).set(float("inf") if lag is None else lag)
         return lag
 
-    def lag_of(self, server: str, standby: str) -> float | None:
-        """The last lag measured for a standby (``None``: never measured, or not one)."""
-        seen = self._lags.get(f"{server}/{standby}")
-        return None if seen is None else seen[1]
+    def _known_lagging(self, node: str) -> bool:
+        """Measured lagging within ``lag_every``: passed over without taking a connection."""
+        seen = self._lags.get(node)
+        if seen is None or time.monotonic() - seen[0] >= self.policy.lag_every:
+            return False
+        return seen[1] is None or seen[1] > self.policy.max_lag
 
     def _passed(self, server: str, node: str, reason: str) -> None:
         self.metrics.standby_skips.labels(server, node, reason).inc()
