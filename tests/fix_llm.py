@@ -1,4 +1,5 @@
-"""The scripted OpenAI-compatible server (``tests/llm_server.py``) as pytest fixtures.
+"""The scripted model endpoints as pytest fixtures: the OpenAI-compatible server
+(``tests/llm_server.py``) and the rerank server (``tests/rerank_server.py``).
 
 ``llm_server`` is function-scoped: every test starts with no faults, no outage and zeroed
 counters, on its own free loopback port, loaded with the corpus fixtures of
@@ -14,8 +15,10 @@ from typing import Any
 import pytest
 
 from tidegraph.indexer.models.client import LLMClient, LLMSettings
+from tidegraph.query_service.rerank_endpoint import RerankEndpoint, RerankSettings
 
 from llm_server import FIXTURES_DIR, ExtractionFixture, ScriptedLLMServer, load_fixtures
+from rerank_server import ScriptedRerankServer
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +73,37 @@ async def make_llm_client(
     yield make
     for client in clients:
         await client.aclose()
+
+
+@pytest.fixture
+def rerank_server() -> Iterator[ScriptedRerankServer]:
+    """A started scripted rerank server (``cohere`` shape); ``rerank_server.url`` is the
+    endpoint URL."""
+    with ScriptedRerankServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def make_reranker(
+    rerank_server: ScriptedRerankServer,
+) -> AsyncIterator[Callable[..., RerankEndpoint]]:
+    """``make_reranker(timeout=0.5, …)`` → a ``RerankEndpoint`` on the scripted server, in
+    its shape; any ``RerankSettings`` field can be overridden. Closed at teardown."""
+    endpoints: list[RerankEndpoint] = []
+
+    def make(**overrides: Any) -> RerankEndpoint:
+        values: dict[str, Any] = {
+            "url": rerank_server.url,
+            "model": "scripted-rerank",
+            "key": "rk-scripted",
+            "timeout": 1.0,
+            "api": rerank_server.api,
+        }
+        values.update(overrides)
+        endpoint = RerankEndpoint(RerankSettings(**values))
+        endpoints.append(endpoint)
+        return endpoint
+
+    yield make
+    for endpoint in endpoints:
+        await endpoint.aclose()

@@ -20,6 +20,14 @@ to everything for a while; ``latency`` delays every answer; ``reject_json_schema
 answers 400 to any ``json_schema`` response format; ``content_template`` wraps every chat
 answer (prose, code fences, trailing junk).
 
+Local servers (``flavour``, or each knob alone): how Ollama, vLLM and LM Studio differ from
+OpenAI's API, as :data:`FLAVOURS` sets them — the error body's shape (``error_style``:
+OpenAI's nested object, vLLM's flat object, a bare string, plain text), whether answers
+carry ``usage``, what ``dimensions`` does to an embedding (honoured, ignored, refused with
+a 400), a reasoning block before the answer (``think``), and the models served
+(``models``: any other is a 404 in the server's words, such as Ollama's "try pulling it
+first").
+
 Observation: ``calls`` per path, ``chunk_calls`` per fixture match, ``gleaning_calls``,
 ``max_concurrent`` requests, and every request body in ``requests``; over HTTP, the
 counters at ``GET /v1/_scripted/stats``.
@@ -115,6 +123,46 @@ class Fault:
         return cls("body", route, body=body)
 
 
+ErrorStyle = Literal["openai", "flat", "string", "text"]
+Dimensions = Literal["honour", "ignore", "reject"]
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """How a local server's OpenAI-compatible API differs from OpenAI's."""
+
+    error_style: ErrorStyle = "openai"
+    """``openai``: ``{"error": {"message", "type", …}}`` (OpenAI, Ollama, newer vLLM);
+    ``flat``: ``{"object": "error", "message", "type", "code"}`` (vLLM before its nested
+    errors); ``string``: ``{"error": "<message>"}`` (LM Studio); ``text``: the message as
+    plain text."""
+    usage: bool = True
+    """Whether answers carry ``usage``."""
+    dimensions: Dimensions = "honour"
+    """``honour``: vectors of the width asked; ``ignore``: the model's own width whatever
+    is asked (LM Studio, older Ollama); ``reject``: a 400 when ``dimensions`` is sent (vLLM
+    with a model that cannot shorten its vectors)."""
+    think: bool = False
+    """Chat answers start with a ``<think>…</think>`` reasoning block (reasoning models
+    served without a separate reasoning field)."""
+    not_found: str = "The model `{model}` does not exist."
+    """The message of the 404 for a model the server does not serve."""
+
+
+FLAVOURS: dict[str, Flavour] = {
+    "openai": Flavour(),
+    "ollama": Flavour(not_found='model "{model}" not found, try pulling it first'),
+    "vllm": Flavour(error_style="flat", dimensions="reject"),
+    "lmstudio": Flavour(
+        error_style="string",
+        usage=False,
+        dimensions="ignore",
+        think=True,
+        not_found='Model "{model}" not found. Please load it first.',
+    ),
+}
+
+
 @dataclass(frozen=True)
 class ExtractionFixture:
     """A scripted answer for every chunk containing ``match``."""
@@ -181,6 +229,8 @@ class ScriptedLLMServer:
         embed_dim: int = 16,
         latency: float = 0.0,
         port: int = 0,
+        flavour: Flavour | str = "openai",
+        models: Iterable[str] | None = None,
     ) -> None:
         self.fixtures: list[ExtractionFixture] = []
         self._whole: dict[str, ExtractionFixture] = {}
@@ -196,6 +246,9 @@ class ScriptedLLMServer:
         self.latency = latency
         self.reject_json_schema = False
         self.content_template = "{content}"
+        self.flavour = FLAVOURS[flavour] if isinstance(flavour, str) else flavour
+        self.models: frozenset[str] | None = None if models is None else frozenset(models)
+        """The models served (chat and embeddings); ``None``: any name."""
         """How chat content is wrapped, e.g. in prose and code fences (``{content}``)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -377,7 +430,9 @@ class ScriptedLLMServer:
     def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
         raw = body.get("input", [])
         texts = [raw] if isinstance(raw, str) else [str(t) for t in raw]
-        dim = int(body.get("dimensions") or self.embed_dim)
+        dim = self.embed_dim
+        if body.get("dimensions") and self.flavour.dimensions == "honour":
+            dim = int(body["dimensions"])
         data = []
         for index, text in enumerate(texts):
             vector = fake_embedding(text, dim)
@@ -387,12 +442,38 @@ class ScriptedLLMServer:
                 embedding = base64.b64encode(packed).decode()
             data.append({"object": "embedding", "index": index, "embedding": embedding})
         tokens = sum(_tokens(t) for t in texts)
-        return {
-            "object": "list",
-            "data": data,
-            "model": body.get("model", ""),
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+        answer = {"object": "list", "data": data, "model": body.get("model", "")}
+        if self.flavour.usage:
+            answer["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return answer
+
+    def refusal(self, route: Route, body: dict[str, Any]) -> tuple[int, str, str] | None:
+        """The error a request meets before any answer, in this flavour: a model not
+        served, ``dimensions`` refused."""
+        model = str(body.get("model", ""))
+        if self.models is not None and model not in self.models:
+            return 404, self.flavour.not_found.format(model=model), "not_found_error"
+        if route == "embed" and body.get("dimensions") and self.flavour.dimensions == "reject":
+            message = (
+                f'Model "{model}" does not support matryoshka representation, changing'
+                " output dimensions will lead to poor results."
+            )
+            return 400, message, "BadRequestError"
+        return None
+
+    def error_body(self, status: int, message: str, kind: str) -> tuple[bytes, str]:
+        """An error answer's body and content type, in this flavour's style."""
+        style = self.flavour.error_style
+        if style == "text":
+            return message.encode(), "text/plain; charset=utf-8"
+        payload: Any
+        if style == "flat":
+            payload = {"object": "error", "message": message, "type": kind, "code": status}
+        elif style == "string":
+            payload = {"error": message}
+        else:
+            payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+        return json.dumps(payload).encode(), "application/json"
 
 
 class _Server(ThreadingHTTPServer):
@@ -447,8 +528,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault is not None and fault.kind == "status":
             headers = {"retry-after": fault.retry_after} if fault.retry_after else {}
-            error = {"message": f"scripted HTTP {fault.status}", "type": "scripted_error"}
-            self._json(fault.status, {"error": error}, headers)
+            self._error(fault.status, f"scripted HTTP {fault.status}", "scripted_error", headers)
+            return
+        refused = server.refusal(route, body)
+        if refused is not None:
+            self._error(*refused)
             return
         if fault is not None and fault.kind == "body":
             self._send(200, fault.body, {"content-type": "application/json"})
@@ -458,21 +542,26 @@ class _Handler(BaseHTTPRequestHandler):
             return
         response_format = body.get("response_format") or {}
         if server.reject_json_schema and response_format.get("type") == "json_schema":
-            error = {
-                "message": "response_format json_schema is not supported by this server",
-                "type": "invalid_request_error",
-                "param": "response_format",
-            }
-            self._json(400, {"error": error})
+            message = "response_format json_schema is not supported by this server"
+            self._error(400, message, "invalid_request_error")
             return
         content, prompt_tokens, completion_tokens = server._chat(body)
         content = server.content_template.replace("{content}", content)
+        if server.flavour.think:
+            content = THINKING + content
         if fault is not None and fault.kind == "content" and fault.content is not None:
             content = fault.content
             completion_tokens = _tokens(content)
-        self._json(
-            200, _completion(body.get("model", ""), content, prompt_tokens, completion_tokens)
-        )
+        answer = _completion(body.get("model", ""), content, prompt_tokens, completion_tokens)
+        if not server.flavour.usage:
+            del answer["usage"]
+        self._json(200, answer)
+
+    def _error(
+        self, status: int, message: str, kind: str, headers: dict[str, str] | None = None
+    ) -> None:
+        data, content_type = self.scripted.error_body(status, message, kind)
+        self._send(status, data, {"content-type": content_type, **(headers or {})})
 
     def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode()
@@ -512,6 +601,14 @@ def _completion(model: str, content: str, prompt_tokens: int, completion_tokens:
     }
 
 
+THINKING = (
+    "<think>The user wants entities and relations. Something like"
+    ' {"entities": [{"name": "draft", "type": "Thought"}]} but let me check the text.'
+    "</think>\n"
+)
+"""The reasoning block of a ``think`` flavour: it holds a JSON object of its own, so an
+answer parsed from the first ``{`` would read the draft, not the answer."""
+
 SYNTHESIS_MARK = "You answer questions from the evidence"
 CONTRADICTION_MARK = "You decide whether two statements from a knowledge graph contradict"
 """How the query service's synthesis system prompt begins."""
@@ -548,6 +645,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
     parser.add_argument("--embed-dim", type=int, default=16)
     parser.add_argument(
+        "--flavour", choices=sorted(FLAVOURS), default="openai", help="local server to imitate"
+    )
+    parser.add_argument(
         "--fixtures", type=Path, default=FIXTURES_DIR / "extractions", help="fixture folder"
     )
     args = parser.parse_args()
@@ -556,6 +656,7 @@ def main() -> None:
         embed_dim=args.embed_dim,
         latency=args.latency,
         port=args.port or 0,
+        flavour=args.flavour,
     )
     with server:
         print(server.base_url, flush=True)

@@ -25,7 +25,9 @@ from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.query_service.db import make_pool
 from tidegraph.query_service.embedding import QueryEmbedder
+from tidegraph.query_service.rerank_endpoint import Reranker
 from tidegraph.query_service.synthesis import ChatModel
+from tidegraph.store.cluster import Cluster
 
 from graph_helpers import GraphHarness, HashEmbedder
 
@@ -78,18 +80,27 @@ async def api_client(
     api_keys: str | None = None,
     chat: ChatModel | None = None,
     embedder: QueryEmbedder | None = None,
+    cluster: Cluster | None = None,
+    reranker: Reranker | None = None,
     **settings: Any,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client talking to a fresh app over ASGI (no sockets)."""
     app = create_app(
         QuerySettings(api_keys=api_keys, **settings),
-        Deps(pool=pool, embedders=embedders(embedder), chat=chat),
+        Deps(
+            pool=pool,
+            embedders=embedders(embedder),
+            chat=chat,
+            cluster=cluster,
+            reranker=reranker,
+        ),
     )
     transport = httpx.ASGITransport(app=app)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://tidegraph.test") as c:
             yield c
     finally:
+        await app.state.database_gates.aclose()
         await app.state.database_gate.aclose()
 
 

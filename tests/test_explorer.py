@@ -292,6 +292,14 @@ async def test_explorer_in_headless_chromium(
             )
             driver.save_screenshot(str(tmp_path / "explorer-believed.png"))
 
+            # the download button: the graph as believed then, fetched with the key
+            driver.find_element(By.ID, "download").click()
+            await until(
+                lambda: "downloaded" in driver.find_element(By.ID, "status").text, "a download"
+            )
+            status = driver.find_element(By.ID, "status").text
+            assert f"{realm}-" in status and status.endswith(".graphml"), status
+
             # both time fields take what the API takes: a date is the end of that day
             async def redraw_with(believed: str, as_of: str) -> str:
                 for field, value in (("believed", believed), ("as-of", as_of)):

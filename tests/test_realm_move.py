@@ -10,6 +10,7 @@ from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -31,6 +32,7 @@ from tidegraph.store.realms import open_realm, placements, realm_copies, realm_e
 
 from indexer_helpers import make_topics, outbox, running_indexer, upsert, wait_for
 from local_services import env_without_settings
+from query_helpers import api_client
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -77,6 +79,41 @@ async def _server_of(cluster: Cluster, realm: str) -> str:
         return {p.realm: p.server for p in await placements(main)}[realm]
 
 
+class Reader:
+    """Asks the query service for the seeded documents over and over while the realm moves:
+    every answer must be 200 with a version the realm held, never older than one already
+    seen (a 503 during the pause is retried; a 404 or a wrong version is a failure)."""
+
+    def __init__(self, client: httpx.AsyncClient, realm: str, hashes: dict[int, list[str]]):
+        self.client, self.realm, self.hashes = client, realm, hashes
+        self.seen: dict[int, int] = {}
+        self.answers = self.retried = 0
+        self.wrong: list[str] = []
+
+    async def run(self, keys: int, until: asyncio.Event) -> None:
+        turn = 0
+        while not until.is_set():
+            key = turn % keys
+            turn += 1
+            response = await self.client.get(f"/v1/realms/{self.realm}/documents/d{key}.md")
+            if response.status_code == 503:
+                self.retried += 1
+                continue
+            if response.status_code != 200:
+                self.wrong.append(f"d{key}.md: {response.status_code} {response.text}")
+                continue
+            self.answers += 1
+            versions = self.hashes[key]
+            found = response.json()["content_hash"]
+            if found not in versions:
+                self.wrong.append(f"d{key}.md: a hash never published ({found})")
+            elif versions.index(found) < self.seen.get(key, 0):
+                self.wrong.append(f"d{key}.md: version {versions.index(found)} after a newer")
+            else:
+                self.seen[key] = versions.index(found)
+            await asyncio.sleep(0.01)
+
+
 async def test_a_move_under_continuous_ingest_applies_every_version_once(
     kafka_bootstrap: str,
     cluster: Cluster,
@@ -89,6 +126,7 @@ async def test_a_move_under_continuous_ingest_applies_every_version_once(
     topics = await make_topics(kafka_bootstrap, unique_name("t"), partitions=2)
     group = unique_name("g")
     latest: dict[int, int] = {}
+    hashes: dict[int, list[str]] = {}
     published = 0
 
     async def feed(producer: AIOKafkaProducer, keys: int, until: asyncio.Event | int) -> None:
@@ -97,6 +135,7 @@ async def test_a_move_under_continuous_ingest_applies_every_version_once(
         while (published < until) if isinstance(until, int) else not until.is_set():
             key = (published * 7) % keys
             latest[key] = latest.get(key, -1) + 1
+            hashes.setdefault(key, []).append(content_hash(_text(key, latest[key])))
             version = upsert(realm, f"d{key}.md", _text(key, latest[key]))
             await producer.send_and_wait(topics.documents, version.to_json(), key=realm.encode())
             published += 1
@@ -118,10 +157,15 @@ async def test_a_move_under_continuous_ingest_applies_every_version_once(
             await wait_for(seeded, 90, "the realm's first documents")
             before, moved = published, asyncio.Event()
             ingest = asyncio.create_task(feed(producer, 90, moved))
-            outcome = await RealmMove(cluster, realm, "b", grace=1.0).run()
-            during = published - before
-            moved.set()
-            await ingest
+            async with api_client(cluster.main, cluster=cluster, realm_cache_seconds=2.0) as api:
+                reader = Reader(api, realm, hashes)
+                reading = asyncio.create_task(reader.run(60, moved))
+                said: list[str] = []
+                outcome = await RealmMove(cluster, realm, "b", grace=3.0, say=said.append).run()
+                during = published - before
+                await asyncio.sleep(3.0)  # readers move within their cache period
+                moved.set()
+                await asyncio.gather(ingest, reading)
             expected = {f"d{k}.md": content_hash(_text(k, v)) for k, v in latest.items()}
 
             async def caught_up() -> bool:
@@ -131,7 +175,9 @@ async def test_a_move_under_continuous_ingest_applies_every_version_once(
     finally:
         await producer.stop()
     assert during >= 300, f"only {during} records were published during the move"
-    assert outcome.pause_seconds < 5.0, outcome
+    assert reader.wrong == [], reader.wrong[:5]
+    assert reader.answers >= 100, f"{reader.answers} answers, {reader.retried} retried 503s"
+    assert outcome.pause_seconds < 5.0, (outcome, said)
     assert await _server_of(cluster, realm) == "b"
     async with await psycopg.AsyncConnection.connect(main_dsn, autocommit=True) as conn:
         assert not await realm_exists(conn, f"realm_{realm}")  # dropped after the grace

@@ -64,6 +64,10 @@ SERVER_SETTINGS = (
     "max_connections=200",
     "max_wal_senders=10",
     "max_replication_slots=10",
+    # a realm move copies its tables through a subscription: several at once
+    "max_worker_processes=16",
+    "max_logical_replication_workers=10",
+    "max_sync_workers_per_subscription=6",
 )
 MIB = 1024 * 1024
 

@@ -60,13 +60,14 @@ def _endpoint_configured() -> bool:
     return bool(os.environ.get("TIDEGRAPH_LLM_BASE_URL") or os.environ.get("OPENAI_API_KEY"))
 
 
-def llm_client_if_configured() -> Any:
-    """An ``LLMClient`` when ``TIDEGRAPH_LLM_BASE_URL`` or ``OPENAI_API_KEY`` is set, else None."""
+def llm_client_if_configured(**overrides: object) -> Any:
+    """An ``LLMClient`` when ``TIDEGRAPH_LLM_BASE_URL`` or ``OPENAI_API_KEY`` is set, else None;
+    ``overrides`` are settings given as flags."""
     if not _endpoint_configured():
         return None
     from tidegraph.indexer.models.client import LLMClient, load_llm_settings
 
-    return LLMClient(load_llm_settings())
+    return LLMClient(load_llm_settings(**overrides))
 
 
 def add_concurrency_option(parser: argparse.ArgumentParser) -> None:

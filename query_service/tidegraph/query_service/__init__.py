@@ -10,6 +10,7 @@ from tidegraph.query_service.embedding import EmbedderFactory, QueryEmbedder
 from tidegraph.query_service.errors import QueryServiceError
 from tidegraph.query_service.keywords import KeywordModel, Keywords
 from tidegraph.query_service.publisher import ChangePublisher, ChangeSink, KafkaChangeSink
+from tidegraph.query_service.rerank_endpoint import RerankEndpoint, Reranker, RerankSettings
 from tidegraph.query_service.retrieval import (
     MODES,
     RetrievalLimits,
@@ -32,6 +33,9 @@ __all__ = [
     "QueryEmbedder",
     "QueryServiceError",
     "QuerySettings",
+    "RerankEndpoint",
+    "RerankSettings",
+    "Reranker",
     "RetrievalLimits",
     "RetrievalParams",
     "build_prompt",

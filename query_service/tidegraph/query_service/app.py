@@ -34,8 +34,9 @@ from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.middleware import BodyLimit, Observed, ReadHeaders
 from tidegraph.query_service.replicas import ReadRouter
+from tidegraph.query_service.rerank_endpoint import Reranker
 from tidegraph.query_service.retrieval import RetrievalLimits
-from tidegraph.query_service.routes import changes, coverage, graph, query, service
+from tidegraph.query_service.routes import changes, coverage, export, graph, query, service
 from tidegraph.query_service.service import Service
 from tidegraph.query_service.synthesis import ChatModel
 from tidegraph.schemas import VERSION
@@ -68,6 +69,8 @@ class Deps:
     """Every server realms live on, ``main``'s pool being ``pool``; ``None``: ``pool``'s
     server alone. The composition root opens and closes it; the gates of the other
     servers (``app.state.database_gates``) close with ``aclose``."""
+    reranker: Reranker | None = None
+    """The rerank endpoint (:mod:`~tidegraph.query_service.rerank_endpoint`), if any."""
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -111,6 +114,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         deps.embedders,
         ReadRouter(gates, settings.replica_policy(), metrics),
         deps.keyword_model,
+        deps.reranker,
     )
     app = FastAPI(
         title="tidegraph query API",
@@ -135,6 +139,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         changes.router(svc),
         graph.router(svc),
         coverage.router(svc),
+        export.router(svc),
     ):
         app.include_router(api)
     return app

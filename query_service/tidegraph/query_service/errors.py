@@ -17,6 +17,7 @@
         ├── TelemetryOff                   409: coverage asked of a realm that records none
         └── Unavailable                    503, retriable: database down, no chat model
             ├── ChatModelNotConfigured     no chat model for ``/query``
+            ├── RerankerNotConfigured      ``rerank: true`` asked of a service without one
             └── DatabaseDown               (query_service.gate) PostgreSQL does not answer
 
 The app turns every one of these into ``{"error": {"code", "message"}}`` with its status;
@@ -200,4 +201,17 @@ class ChatModelNotConfigured(Unavailable):
         super().__init__(
             "answer synthesis needs a chat model and none is configured (set "
             "TIDEGRAPH_LLM_BASE_URL / TIDEGRAPH_LLM_MODEL); query_data works without one"
+        )
+
+
+class RerankerNotConfigured(Unavailable):
+    """A request asked for ``rerank: true`` and the service has no rerank endpoint."""
+
+    code = "reranker_not_configured"
+    retry_after = None
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the request asks for rerank but no rerank endpoint is configured (set "
+            "TIDEGRAPH_RERANK_URL); leave rerank unset or false to answer without one"
         )

@@ -64,6 +64,20 @@ class ServiceMetrics:
             ["code"],
             registry=registry,
         )
+        self.rerank_seconds = Histogram(
+            "tidegraph_rerank_seconds",
+            "Time spent asking the rerank endpoint, by outcome (reranked, fallback).",
+            ["outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.rerank_fallbacks = Counter(
+            "tidegraph_rerank_fallbacks",
+            "Answers left in retrieval order because the rerank endpoint timed out, failed "
+            "or answered malformed.",
+            ["reason"],
+            registry=registry,
+        )
         self.db_checks = Counter(
             "tidegraph_db_checks",
             "The outage gate's database checks by outcome: answered, slow (no answer in"

@@ -10,6 +10,7 @@ splits a commit, so paging by ``after_seq = next_seq`` is gap-free and duplicate
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -207,20 +208,16 @@ async def list_relations(
     """Relations passing the same filter retrieval uses, by id, with names and provenance,
     as believed (at ``scope.believed_at`` when given: the relation, its ends' names and
     every field as that instant's read reported them)."""
-    s = meta.schema
-    conds: list[sql.Composable] = [edge_filter(s, scope), sql.SQL("r.id > %(after_id)s")]
+    conds: list[sql.Composable] = [sql.SQL("r.id > %(after_id)s")]
     if subject is not None:
         conds.append(sql.SQL("es.name_key = %(subject)s"))
     if object_ is not None:
         conds.append(sql.SQL("eo.name_key = %(object)s"))
     if predicate is not None:
         conds.append(sql.SQL("r.predicate = %(predicate)s"))
-    query = sql.SQL(
-        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
-        " r.valid_to, r.t_created, r.t_expired, r.status, r.superseded_by, r.superseded_via,"
-        " r.weight, r.doc_keys FROM {rel} r JOIN {ent} es ON es.id = r.subject_id"
-        " JOIN {ent} eo ON eo.id = r.object_id WHERE {conds} ORDER BY r.id LIMIT %(limit)s"
-    ).format(rel=rels(s, scope), ent=ents(s, scope), conds=sql.SQL(" AND ").join(conds))
+    query = sql.SQL("{} ORDER BY r.id LIMIT %(limit)s").format(
+        relations_listed(meta.schema, scope, conds)
+    )
     params = parameters(
         scope,
         subject=None if subject is None else name_key(subject),
@@ -230,27 +227,43 @@ async def list_relations(
         limit=limit,
     )
     cur = await conn.execute(query, params)
-    rows = await cur.fetchall()
-    return [
-        {
-            "id": str(rid),
-            "space": sp,
-            "subject": subj,
-            "predicate": pred,
-            "object": obj,
-            "negated": bool(neg),
-            "valid_from": vf,
-            "valid_to": vt,
-            "t_created": tc,
-            "t_expired": te,
-            "status": state_,
-            "superseded_by": str(by) if by else None,
-            "superseded_via": via,
-            "weight": int(w),
-            "doc_keys": list(docs),
-        }
-        for rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state_, by, via, w, docs in rows
-    ]
+    return [relation_record(row) for row in await cur.fetchall()]
+
+
+def relations_listed(schema: str, scope: Scope, conds: list[sql.Composable]) -> sql.Composed:
+    """``SELECT`` of the relations passing the edge filter and ``conds`` (over ``r``, and
+    the ends ``es`` and ``eo``) as the listing reports them (:func:`relation_record`),
+    then ``subject_id`` and ``object_id``; unordered."""
+    where = sql.SQL(" AND ").join([edge_filter(schema, scope), *conds])
+    return sql.SQL(
+        "SELECT r.id, r.space, es.name, r.predicate, eo.name, r.negated, r.valid_from,"
+        " r.valid_to, r.t_created, r.t_expired, r.status, r.superseded_by, r.superseded_via,"
+        " r.weight, r.doc_keys, r.subject_id, r.object_id FROM {rel} r"
+        " JOIN {ent} es ON es.id = r.subject_id JOIN {ent} eo ON eo.id = r.object_id"
+        " WHERE {where}"
+    ).format(rel=rels(schema, scope), ent=ents(schema, scope), where=where)
+
+
+def relation_record(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of :func:`relations_listed` as the relation listing's object."""
+    rid, sp, subj, pred, obj, neg, vf, vt, tc, te, state_, by, via, w, docs = row[:15]
+    return {
+        "id": str(rid),
+        "space": sp,
+        "subject": subj,
+        "predicate": pred,
+        "object": obj,
+        "negated": bool(neg),
+        "valid_from": vf,
+        "valid_to": vt,
+        "t_created": tc,
+        "t_expired": te,
+        "status": state_,
+        "superseded_by": str(by) if by else None,
+        "superseded_via": via,
+        "weight": int(w),
+        "doc_keys": list(docs),
+    }
 
 
 async def list_entities(
@@ -280,7 +293,7 @@ async def list_entities(
     ):
         if not included:
             conds.append(sql.SQL("e.{} IS NULL").format(sql.Identifier(column)))
-    listed = sql.SQL("{}, {}").format(entity_columns(), _ENTITY_STATES)
+    listed = ENTITY_LISTED
     params = {"after_id": after_id, "space": space, "limit": limit, "believed": believed_at}
     if name is None:
         conds.append(sql.SQL("e.id > %(after_id)s"))
@@ -292,22 +305,28 @@ async def list_entities(
         query = _name_lookup(s, scope, conds, bool(prefix), listed)
         params |= {"name": name_key(name), "prefix": prefix}
     cur = await conn.execute(query, params)
-    return [
-        {
-            "id": str(i),
-            "space": sp,
-            "name": n,
-            "type": t,
-            "description": d,
-            "aliases": list(a),
-            "dormant_since": ds,
-            "archived_since": ars,
-        }
-        for i, sp, n, t, d, a, ds, ars in await cur.fetchall()
-    ]
+    return [entity_record(row) for row in await cur.fetchall()]
 
 
-_ENTITY_STATES = sql.SQL("e.dormant_since, e.archived_since")
+ENTITY_LISTED = sql.SQL("{}, e.dormant_since, e.archived_since").format(entity_columns())
+"""The columns of an entity row ``e`` the listing reports (:func:`entity_record`)."""
+
+
+def entity_record(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of :data:`ENTITY_LISTED` as the entity listing's object."""
+    i, sp, n, t, d, a, ds, ars = row[:8]
+    return {
+        "id": str(i),
+        "space": sp,
+        "name": n,
+        "type": t,
+        "description": d,
+        "aliases": list(a),
+        "dormant_since": ds,
+        "archived_since": ars,
+    }
+
+
 _PREFIX_WORD = re.compile(r"[^\W_]+")
 
 

@@ -119,6 +119,9 @@ class RetrievalParams:
     decompose: bool = False
     """Retrieve each sub-question of a multi-event question on its own and merge
     (:mod:`~tidegraph.query_service.decompose`)."""
+    rerank: bool | None = None
+    """Reorder the answer with the service's rerank endpoint
+    (:mod:`~tidegraph.query_service.rerank_endpoint`); ``None``: whenever it has one."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from tidegraph.query_service.gate import Gates
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
 from tidegraph.query_service.replicas import ReadRouter
+from tidegraph.query_service.rerank_endpoint import Reranker, rerank_answer, wanted
 from tidegraph.query_service.retrieval import (
     RetrievalLimits,
     RetrievalParams,
@@ -67,6 +68,7 @@ class Service:
     embedders: EmbedderFactory
     router: ReadRouter
     keyword_model: KeywordModel | None = None
+    reranker: Reranker | None = None
     _embedders: dict[tuple[str, str], QueryEmbedder] = field(default_factory=dict)
 
     async def lookup(self, realm: str, auth: str | None, copy: str | None = None) -> RealmInfo:
@@ -84,13 +86,24 @@ class Service:
         """Read-only ``work(conn, meta)`` on the realm's server or one of its standbys
         (:mod:`~tidegraph.query_service.replicas`), after the key check; looked up again
         once when the realm's schema left the server the cache named."""
+        return await self.placed(realm, auth, lambda meta: self._read(meta, work, copy), copy)
+
+    async def placed(
+        self,
+        realm: str,
+        auth: str | None,
+        start: Callable[[RealmInfo], Awaitable[T]],
+        copy: str | None = None,
+    ) -> T:
+        """``start(meta)`` after the key check, looked up again once when the realm's schema
+        left the server the cache named; for work that holds a connection of its own
+        beyond one gated call (a streamed download)."""
         meta = await self.lookup(realm, auth, copy)
         try:
-            return await self._read(meta, work, copy)
+            return await start(meta)
         except _GONE:
             self.catalog.invalidate(realm)
-            meta = await self.lookup(realm, auth, copy)
-            return await self._read(meta, work, copy)
+            return await start(await self.lookup(realm, auth, copy))
 
     async def _read(
         self,
@@ -153,6 +166,7 @@ class Service:
             body.node_distance,
             body.max_relation_edges,
             body.decompose,
+            body.rerank,
         )
 
     async def retrieve(
@@ -166,6 +180,7 @@ class Service:
                 entities=[], relations=[], chunks=[], communities=[], stats={"mode": "bypass"}
             )
         embedder = self.embedder_for(meta)
+        rerank = wanted(params.rerank, self.reranker)
         started = time.perf_counter()
         parts = sub_questions(params.query) if params.decompose else [params.query]
         asked = [replace(params, query=part) for part in parts]
@@ -185,6 +200,8 @@ class Service:
         if params.decompose:
             result.stats["decomposition"] = parts
         self.metrics.retrieval.labels(params.mode).observe(time.perf_counter() - started)
+        if rerank and self.reranker is not None:
+            result = await rerank_answer(self.reranker, params.query, result, self.metrics)
         result.stats["embedder"] = meta.embedder
         if meta.config.coverage_telemetry:
             await self._record_coverage(meta, params, result)

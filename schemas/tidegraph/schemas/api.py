@@ -71,6 +71,11 @@ AS_OF_DOC = (
     " relations whose period overlaps the year, month or day match, undated ones always."
 )
 
+RERANK_SCORE_DOC = (
+    "Relevance the rerank endpoint gave it (higher is more relevant, on the model's own "
+    "scale); null when the answer was not reranked."
+)
+
 Mode = Literal["mix", "local", "global", "hybrid", "naive", "bypass"]
 
 
@@ -163,6 +168,14 @@ class QueryDataRequest(BaseModel):
         description="Most relations any single matched entity contributes to the walk "
         "(paper §7.2), so a hub cannot fill the traversal channel; at most the service's "
         "`max_relation_edges`. Not given: the service's `edge_cap` (40).",
+    )
+    rerank: bool | None = Field(
+        None,
+        description="Reorder the passages and relations returned with the service's rerank "
+        "endpoint (`TIDEGRAPH_RERANK_URL`), before any prompt budget applies; relations "
+        "the predicate focus found keep leading. Null: whenever the service has one; true "
+        "without one is a 503. A failing endpoint leaves the retrieval order, with a "
+        "`stats.warnings` entry.",
     )
 
     @field_validator("query")
@@ -292,6 +305,7 @@ class RelationOut(RelationFields):
         "latest live document asserting the relation; the synthesis prompt shows it as "
         "`[stated …]` and resolves conflicting statements to the most recent one.",
     )
+    rerank_score: float | None = Field(None, description=RERANK_SCORE_DOC)
 
 
 class ChunkOut(BaseModel):
@@ -308,6 +322,7 @@ class ChunkOut(BaseModel):
     order_key: str | None = Field(
         None, description="The `order_key` of the passage's document (current version)."
     )
+    rerank_score: float | None = Field(None, description=RERANK_SCORE_DOC)
 
 
 class CommunityFields(BaseModel):

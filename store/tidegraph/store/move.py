@@ -231,7 +231,22 @@ class RealmMove:
                 await _same_layout(src, conn, names.schema)
                 await self._subscribe(conn, source, names)
         self.say("copying: the target subscribed; waiting for every table")
-        await self._until(lambda: _copied(self.cluster, self.target, names), "the initial copy")
+        await self._until_copied(names)
+
+    async def _until_copied(self, names: _Names, poll: float = 0.2) -> None:
+        """Wait for every table's copy; a big realm copies for as long as it takes, so the
+        wait limit applies to progress (a table finishing), not to the whole copy."""
+        left: int | None = -1
+        deadline = time.monotonic() + self.wait_limit
+        while (uncopied := await _uncopied(self.cluster, self.target, names)) != 0:
+            if uncopied != left:
+                left, deadline = uncopied, time.monotonic() + self.wait_limit
+            elif time.monotonic() > deadline:
+                raise MoveError(
+                    f"no table of the initial copy finished in {self.wait_limit:.0f}s"
+                    f" ({uncopied} left); the move stays recorded — run it again to go on"
+                )
+            await asyncio.sleep(poll)
 
     async def _subscribe(self, conn: AsyncConnection[Any], source: str, names: _Names) -> None:
         dsn = self.cluster.servers.dsn(source)
@@ -459,8 +474,8 @@ async def _identify_rows(conn: AsyncConnection[Any], schema: str) -> None:
         )
 
 
-async def _copied(cluster: Cluster, target: str, names: _Names) -> bool:
-    """Every table of the subscription copied and streaming."""
+async def _uncopied(cluster: Cluster, target: str, names: _Names) -> int | None:
+    """Tables of the subscription not yet copied and streaming (``None``: none listed yet)."""
     async with cluster.connection(target) as conn:
         cur = await conn.execute(
             "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*)"
@@ -469,7 +484,7 @@ async def _copied(cluster: Cluster, target: str, names: _Names) -> bool:
             (names.link,),
         )
         row = await cur.fetchone()
-    return row is not None and int(row[1]) > 0 and int(row[0]) == 0
+    return int(row[0]) if row is not None and int(row[1]) > 0 else None
 
 
 async def _subscribed(conn: AsyncConnection[Any], names: _Names) -> bool:

@@ -35,6 +35,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -98,6 +99,12 @@ class LLMSettings(BaseSettings):
     )
     api_key: SecretStr | None = Field(
         None, validation_alias="OPENAI_API_KEY", description="Bearer key for the endpoint."
+    )
+    embed_base_url: str | None = Field(
+        None,
+        validation_alias="TIDEGRAPH_EMBED_BASE_URL",
+        description="Base URL (…/v1) for embeddings when another server serves them (vLLM "
+        "serves one model per process); unset: `base_url`.",
     )
     deadline: float = Field(
         60.0, gt=0, description="Seconds one call may take, all retries and backoff included."
@@ -188,13 +195,19 @@ class LLMClient:
         # The client imports its resource modules on first attribute access (~0.7 s);
         # do it here, not inside the first call's attempt timeout on the event loop.
         self._completions = self._openai.chat.completions
-        self._embeddings = self._openai.embeddings
+        self._embed_openai = _embedding_openai(settings, key, self._openai)
+        self._embeddings = self._embed_openai.embeddings
+        self.embed_endpoint = str(self._embed_openai.base_url).rstrip("/")
+        """Where embeddings go: ``endpoint`` unless ``embed_base_url`` names another."""
         self.endpoint = str(self._openai.base_url).rstrip("/")
         self._slots = asyncio.Semaphore(settings.max_in_flight)
         self._metrics = metrics if metrics is not None else model_metrics()
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
         self._usage = TokenUsage()
         self._json_schema_unsupported: set[str] = set()
+
+    def _endpoint(self, kind: CallKind) -> str:
+        return self.embed_endpoint if kind == "embed" else self.endpoint
 
     @property
     def usage(self) -> TokenUsage:
@@ -211,6 +224,8 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self._openai.close()
+        if self._embed_openai is not self._openai:
+            await self._embed_openai.close()
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -248,6 +263,7 @@ class LLMClient:
                 raise LLMBadOutput(self.endpoint, "chat", model, reason="no choices") from exc
             if not isinstance(content, str):
                 raise LLMBadOutput(self.endpoint, "chat", model, reason="no message content")
+            content = without_reasoning(content)
             return (content, finish_reason), _usage(getattr(completion, "usage", None))
 
         (content, finish_reason), usage, attempts, elapsed = await self._call(
@@ -281,11 +297,11 @@ class LLMClient:
                 vectors = [[float(x) for x in row.embedding] for row in rows]
             except (AttributeError, TypeError, ValueError) as exc:
                 raise LLMBadOutput(
-                    self.endpoint, "embed", model, reason=f"malformed embedding data: {exc}"
+                    self.embed_endpoint, "embed", model, reason=f"malformed embedding data: {exc}"
                 ) from exc
             if len(vectors) != count:
                 raise LLMBadOutput(
-                    self.endpoint,
+                    self.embed_endpoint,
                     "embed",
                     model,
                     reason=f"{len(vectors)} vectors for {count} inputs",
@@ -330,7 +346,7 @@ class LLMClient:
                     json.JSONDecodeError,
                     UnicodeDecodeError,
                 ) as exc:
-                    failure = _classify(exc, self.endpoint, kind, model)
+                    failure = _classify(exc, self._endpoint(kind), kind, model)
                     failures[failure.error_class] += 1
                     self._metrics.attempt(
                         realm, kind, time.monotonic() - attempt_started, failure.error_class
@@ -376,7 +392,7 @@ class LLMClient:
     ) -> LLMUnavailable:
         self._metrics.failure(realm, kind, "unavailable")
         return LLMUnavailable(
-            self.endpoint,
+            self._endpoint(kind),
             kind,
             model,
             failures=dict(failures),
@@ -384,6 +400,18 @@ class LLMClient:
             last_error=detail,
             retry_after=retry_after,
         )
+
+
+def _embedding_openai(settings: LLMSettings, key: str, chat: AsyncOpenAI) -> AsyncOpenAI:
+    """The client embeddings go through: the chat one unless ``embed_base_url`` is set."""
+    if not settings.embed_base_url:
+        return chat
+    return AsyncOpenAI(
+        api_key=key,
+        base_url=settings.embed_base_url,
+        max_retries=0,
+        timeout=settings.attempt_timeout,
+    )
 
 
 def _usage(usage: object) -> TokenUsage:
@@ -439,12 +467,29 @@ def _classify(exc: BaseException, endpoint: str, kind: CallKind, model: str) -> 
 
 
 def _error_message(exc: openai.APIStatusError) -> str:
+    """The server's own words: OpenAI's and Ollama's ``{"error": {"message"}}``, vLLM's flat
+    ``{"message"}``, LM Studio's ``{"error": "…"}`` or a plain-text body."""
     body = exc.body
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
             return str(inner["message"])
+        if isinstance(inner, str) and inner.strip():
+            return inner.strip()
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
     return exc.message
+
+
+_REASONING = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)
+
+
+def without_reasoning(content: str) -> str:
+    """``content`` without a leading ``<think>…</think>`` block: reasoning models served
+    without a separate reasoning field (through LM Studio, older Ollama, vLLM without a
+    reasoning parser) put their reasoning before the answer, and it may hold JSON of its
+    own that a parser reading from the first ``{`` would take for the answer."""
+    return _REASONING.sub("", content, count=1)
 
 
 def _retry_after(headers: object) -> float | None:

@@ -83,13 +83,13 @@ class LLMEmbedder:
         if len(vector) != self._dimension:
             self._metrics.failure(self.realm, "embed", "dimension_mismatch")
             raise EmbeddingDimensionMismatch(
-                self._client.endpoint, self.model, expected=self._dimension, got=len(vector)
+                self._client.embed_endpoint, self.model, expected=self._dimension, got=len(vector)
             )
         norm = math.sqrt(math.fsum(x * x for x in vector))
         if not math.isfinite(norm) or norm == 0.0:
             self._metrics.failure(self.realm, "embed", "bad_output")
             raise LLMBadOutput(
-                self._client.endpoint,
+                self._client.embed_endpoint,
                 "embed",
                 self.model,
                 reason="zero or non-finite vector (cannot be normalised)",

@@ -36,6 +36,7 @@ from tidegraph.query_service.keywords import (
     parse_model_keywords,
 )
 from tidegraph.query_service.publisher import ChangePublisher, KafkaChangeSink
+from tidegraph.query_service.rerank_endpoint import RerankEndpoint, RerankSettings
 from tidegraph.query_service.synthesis import ChatModel
 from tidegraph.schemas.api_keys import ApiKeys, require_loopback
 from tidegraph.schemas.errors import ConfigError
@@ -173,6 +174,8 @@ async def serve(
         main_pool=pool,
     )
     llm = llm_client_if_configured()
+    rerank_settings = RerankSettings()
+    reranker = RerankEndpoint(rerank_settings) if rerank_settings.url else None
     gate = DatabaseGate(pool, query.gate_timings())
     app = create_app(
         query,
@@ -183,6 +186,7 @@ async def serve(
             keyword_model=keyword_model(llm),
             registry=registry,
             gate=gate,
+            reranker=reranker,
             cluster=cluster,
         ),
     )
@@ -247,6 +251,8 @@ async def serve(
             await sink.stop()
         if llm is not None:
             await llm.aclose()
+        if reranker is not None:
+            await reranker.aclose()
         await app.state.database_gates.aclose()
         await gate.aclose()
         await cluster.close()

@@ -428,6 +428,35 @@
     }
   }
 
+  // -- download -------------------------------------------------------------------------
+
+  // The export route streams the file; it is fetched with the key, like every read, and
+  // handed to the browser as a download under the name the service gives it.
+  async function download(e) {
+    e.preventDefault();
+    if (!state.realm) return;
+    const url = new URL(realmPath("/export"), location.origin);
+    const params = { format: $("export-format").value, ...timeParams() };
+    for (const [k, v] of Object.entries(params)) if (v) url.searchParams.set(k, v);
+    say("exporting…");
+    try {
+      const r = await fetch(url, { headers: authHeaders() });
+      if (!r.ok) {
+        const data = await r.json().catch(() => null);
+        throw new Error(data && data.error ? `${r.status} ${data.error.code}: ${data.error.message}` : `HTTP ${r.status}`);
+      }
+      const name = /filename="([^"]+)"/.exec(r.headers.get("content-disposition") || "");
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(await r.blob());
+      link.download = name ? name[1] : `${state.realm}.${params.format}`;
+      link.click();
+      URL.revokeObjectURL(link.href);
+      say(`downloaded ${link.download}`);
+    } catch (err) {
+      say(err.message, true);
+    }
+  }
+
   // -- wiring ---------------------------------------------------------------------------
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -440,6 +469,7 @@
     $("realm").addEventListener("change", () => useRealm($("realm").value));
     $("search").addEventListener("submit", search);
     $("time").addEventListener("submit", (e) => { e.preventDefault(); draw(); });
+    $("export").addEventListener("submit", download);
     let resized = null;
     window.addEventListener("resize", () => {
       clearTimeout(resized);
