@@ -104,6 +104,7 @@ def test_exported_members() -> None:
         "NotFound",
         "Position",
         "ProtocolError",
+        "SeenSequences",
         "Unauthenticated",
         "Unavailable",
     ]

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tidegraph.infra import local_pg_standbys
 from tidegraph.schemas.errors import ConfigError
-from tidegraph.schemas.servers import MAIN, Servers, load_servers, parse_servers
+from tidegraph.schemas.servers import MAIN, Servers, load_servers, parse_servers, parse_standbys
 
 MAIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -55,3 +58,58 @@ def test_an_unknown_server_is_named_with_the_known_ones() -> None:
     servers = Servers.of(MAIN_DSN, {"b": "postgresql://b/db"})
     with pytest.raises(ConfigError, match=r"'c' is not configured here \(known: main, b\)"):
         servers.dsn("c")
+
+
+def test_standbys_are_named_per_server_and_found_by_it() -> None:
+    env = {
+        "TIDEGRAPH_PG_SERVERS": "b=postgresql://b/db",
+        "TIDEGRAPH_PG_STANDBYS": "main/s1=postgresql://m1/db;\nb/s1=postgresql://b1/db;"
+        "main/s2 = host=m2 dbname=db",
+    }
+    servers = load_servers(MAIN_DSN, env)
+    assert [(s.label, s.dsn) for s in servers.standbys(MAIN)] == [
+        ("main/s1", "postgresql://m1/db"),
+        ("main/s2", "host=m2 dbname=db"),
+    ]
+    assert [s.label for s in servers.standbys("b")] == ["b/s1"]
+    assert load_servers(MAIN_DSN, {}).standbys(MAIN) == ()
+
+
+@pytest.mark.parametrize(
+    ("standbys", "says"),
+    [
+        ("s1=postgresql://m1/db", "is not server/standby"),
+        ("main/S1=postgresql://m1/db", "server name"),
+        ("c/s1=postgresql://c1/db", "follows server 'c', which is not configured here"),
+        (f"main/s1={MAIN_DSN}", "has the DSN of a server or another standby"),
+        ("main/s1=postgresql://x/db;main/s2=postgresql://x/db", "another standby"),
+        ("main/s1=postgresql://x/db;main/s1=postgresql://y/db", "named twice"),
+    ],
+)
+def test_standbys_that_cannot_be_meant_are_refused(standbys: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        load_servers(MAIN_DSN, {"TIDEGRAPH_PG_STANDBYS": standbys})
+
+
+_names = st.builds(
+    str.__add__,
+    st.sampled_from("abz"),
+    st.text(alphabet="az09_", max_size=6),
+)
+
+
+@given(
+    st.dictionaries(
+        st.tuples(_names, _names).map("/".join),
+        st.builds(
+            "postgresql://{}/{}".format,
+            st.text(alphabet="ab:@1", min_size=1, max_size=8),
+            st.text(alphabet="a= &;", max_size=8),
+        ),
+    )
+)
+def test_the_entry_up_writes_is_read_back_as_written(standbys: dict[str, str]) -> None:
+    """The writer (infra) and the one parse rule (schemas) agree on any names and DSNs,
+    even DSNs holding ``=`` (a ``;`` separates entries: never part of a DSN here)."""
+    standbys = {k: v.replace(";", "").strip() for k, v in standbys.items()}
+    assert parse_standbys(local_pg_standbys.standbys_entry(standbys)) == standbys

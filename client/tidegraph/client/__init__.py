@@ -3,9 +3,11 @@
 :class:`Client` (blocking) and :class:`AsyncClient` (asyncio) return the contract's models
 (:mod:`tidegraph.schemas.api`, :class:`~tidegraph.schemas.GraphChange`); errors are the
 classes below, one per HTTP error status. ``subscribe`` iterates over a realm's changes from
-a position the caller keeps. Depends on ``tidegraph.schemas`` and httpx only; reading the
-changes topic (``subscribe(..., bootstrap=...)``) also needs aiokafka, the ``kafka`` extra of
-the ``tidegraph-client`` distribution.
+a position the caller keeps. Reads are read-your-writes by default: each realm's highest
+head sequence seen is required of later reads of it (:class:`SeenSequences`). Depends on
+``tidegraph.schemas`` and httpx only; reading the changes topic
+(``subscribe(..., bootstrap=...)``) also needs aiokafka, the ``kafka`` extra of the
+``tidegraph-client`` distribution.
 """
 
 from tidegraph.client._async import AsyncClient
@@ -25,6 +27,7 @@ from tidegraph.client._errors import (
     Unavailable,
 )
 from tidegraph.client._position import Position
+from tidegraph.client._sequences import SeenSequences
 from tidegraph.client._sync import Client
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "NotFound",
     "Position",
     "ProtocolError",
+    "SeenSequences",
     "Unauthenticated",
     "Unavailable",
 ]

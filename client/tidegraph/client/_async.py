@@ -15,6 +15,7 @@ from tidegraph.client._calls import Call, M
 from tidegraph.client._config import ClientConfig
 from tidegraph.client._errors import ClientError, ConnectError
 from tidegraph.client._position import Position, later
+from tidegraph.client._sequences import SeenSequences
 from tidegraph.schemas import (
     ChangesResponse,
     DocumentResponse,
@@ -37,6 +38,9 @@ class AsyncClient:
     ``base_url`` and ``api_key`` default to ``TIDEGRAPH_URL`` and ``TIDEGRAPH_API_KEY``. A
     503 answer is retried ``retries`` times with doubling waits; any other error raises its
     :mod:`tidegraph.client` exception at once. Use as ``async with AsyncClient() as tg:``.
+    Each realm's highest head sequence seen is sent with later reads of it, so a service
+    reading from standbys never answers from one behind what this client saw
+    (``read_your_writes=False`` turns it off; ``sequences.require`` raises the floor).
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class AsyncClient:
         timeout: float = 30.0,
         retries: int = 3,
         backoff: float = 0.5,
+        read_your_writes: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = ClientConfig.resolve(
@@ -58,6 +63,9 @@ class AsyncClient:
             timeout=self.config.timeout,
             transport=transport,
         )
+        self.sequences = SeenSequences(read_your_writes)
+        """Each realm's highest head sequence seen, required of later reads of it
+        (``read_your_writes=False``: not sent)."""
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -78,7 +86,11 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, params=call.params, json=call.json
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.json,
+                    headers=self.sequences.headers(call.realm),
                 )
             except httpx.TransportError as exc:
                 raise ConnectError(f"{call.method} {call.path}: {exc!r}") from exc
@@ -86,6 +98,7 @@ class AsyncClient:
                 await asyncio.sleep(self.config.delay(attempt, response.headers.get("retry-after")))
                 attempt += 1
                 continue
+            self.sequences.observe(call.realm, response)
             return calls.decode(call, response)
 
     async def realms(self) -> RealmsResponse:

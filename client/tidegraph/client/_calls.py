@@ -46,6 +46,8 @@ class Call(Generic[M]):
     """Query string; ``None`` values were left out."""
     json: dict[str, Any] | None = None
     """Request body."""
+    realm: str | None = None
+    """The realm read, whose head sequence the answer carries."""
 
 
 def _params(**values: Param) -> dict[str, str]:
@@ -72,39 +74,42 @@ def realms() -> Call[RealmsResponse]:
 
 def query_data(realm: str, request: QueryDataRequest) -> Call[QueryDataResponse]:
     body = request.model_dump(mode="json", exclude_unset=True)
-    return Call("POST", _realm(realm) + "/query_data", QueryDataResponse, {}, body)
+    return Call("POST", _realm(realm) + "/query_data", QueryDataResponse, {}, body, realm)
 
 
 def query(realm: str, request: QueryRequest) -> Call[QueryResponse]:
     body = request.model_dump(mode="json", exclude_unset=True)
-    return Call("POST", _realm(realm) + "/query", QueryResponse, {}, body)
+    return Call("POST", _realm(realm) + "/query", QueryResponse, {}, body, realm)
 
 
 def changes(
     realm: str, after_seq: int | None, since: datetime | None, limit: int
 ) -> Call[ChangesResponse]:
     params = _params(after_seq=after_seq, since=since, limit=limit)
-    return Call("GET", _realm(realm) + "/changes", ChangesResponse, params)
+    return Call("GET", _realm(realm) + "/changes", ChangesResponse, params, realm=realm)
 
 
 def document(
     realm: str, doc_key: str, space: str, as_believed_at: datetime | date | str | None = None
 ) -> Call[DocumentResponse]:
     path = _realm(realm) + "/documents/" + quote(doc_key, safe="")
-    return Call("GET", path, DocumentResponse, _params(space=space, as_believed_at=as_believed_at))
+    params = _params(space=space, as_believed_at=as_believed_at)
+    return Call("GET", path, DocumentResponse, params, realm=realm)
 
 
 def relations(realm: str, **filters: Param) -> Call[RelationsResponse]:
-    return Call("GET", _realm(realm) + "/relations", RelationsResponse, _params(**filters))
+    params = _params(**filters)
+    return Call("GET", _realm(realm) + "/relations", RelationsResponse, params, realm=realm)
 
 
 def relation_history(realm: str, relation_id: int | str) -> Call[RelationHistoryResponse]:
     path = f"{_realm(realm)}/relations/{quote(str(relation_id), safe='')}/history"
-    return Call("GET", path, RelationHistoryResponse, {})
+    return Call("GET", path, RelationHistoryResponse, {}, realm=realm)
 
 
 def entities(realm: str, **filters: Param) -> Call[EntitiesResponse]:
-    return Call("GET", _realm(realm) + "/entities", EntitiesResponse, _params(**filters))
+    params = _params(**filters)
+    return Call("GET", _realm(realm) + "/entities", EntitiesResponse, params, realm=realm)
 
 
 def decode(call: Call[M], response: httpx.Response) -> M:

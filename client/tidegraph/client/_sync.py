@@ -17,6 +17,7 @@ from tidegraph.client._calls import Call, M
 from tidegraph.client._config import ClientConfig
 from tidegraph.client._errors import ConnectError
 from tidegraph.client._position import Position, later
+from tidegraph.client._sequences import SeenSequences
 from tidegraph.schemas import (
     ChangesResponse,
     DocumentResponse,
@@ -43,6 +44,7 @@ class Client:
         timeout: float = 30.0,
         retries: int = 3,
         backoff: float = 0.5,
+        read_your_writes: bool = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.config = ClientConfig.resolve(
@@ -54,6 +56,9 @@ class Client:
             timeout=self.config.timeout,
             transport=transport,
         )
+        self.sequences = SeenSequences(read_your_writes)
+        """Each realm's highest head sequence seen, required of later reads of it
+        (``read_your_writes=False``: not sent)."""
 
     def __enter__(self) -> Client:
         return self
@@ -74,7 +79,11 @@ class Client:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, params=call.params, json=call.json
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.json,
+                    headers=self.sequences.headers(call.realm),
                 )
             except httpx.TransportError as exc:
                 raise ConnectError(f"{call.method} {call.path}: {exc!r}") from exc
@@ -82,6 +91,7 @@ class Client:
                 time.sleep(self.config.delay(attempt, response.headers.get("retry-after")))
                 attempt += 1
                 continue
+            self.sequences.observe(call.realm, response)
             return calls.decode(call, response)
 
     def realms(self) -> RealmsResponse:

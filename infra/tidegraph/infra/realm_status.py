@@ -17,8 +17,9 @@ from psycopg_pool import PoolTimeout
 
 from tidegraph.infra.local_kafka import brokers_answering
 from tidegraph.infra.placed import servers_for, small_pool
+from tidegraph.infra.reach import CONNECT_TIMEOUT
 from tidegraph.infra.tables import aligned
-from tidegraph.schemas import ConfigError, kafka_client_options
+from tidegraph.schemas import ConfigError, Servers, kafka_client_options
 from tidegraph.store import (
     NO_REALM,
     Cluster,
@@ -29,10 +30,23 @@ from tidegraph.store import (
     holds,
     key_realm,
     positions,
+    replay_lag,
 )
 
 SCAN_LIMIT = 10_000
 """Records read per partition, at most, to find whose records wait (status stays quick)."""
+
+
+@dataclass(frozen=True)
+class StandbyLag:
+    """How far one streaming standby's replay is behind its primary."""
+
+    label: str
+    """``server/standby``."""
+    lag: float | None
+    """Seconds; ``None`` when it does not answer or follows no primary (promoted)."""
+    problem: str | None = None
+    """Why it was not measured, when it was not."""
 
 
 @dataclass
@@ -55,6 +69,8 @@ class DataStatus:
     """Partition → realm → records not yet settled (read up to :data:`SCAN_LIMIT`)."""
     scan_cut: set[int] = field(default_factory=set)
     """Partitions whose unsettled records were not all read (counts are lower bounds)."""
+    standbys: list[StandbyLag] = field(default_factory=list)
+    """Each named standby's replay lag (the query service's reads skip laggards)."""
 
     def realm_lag(self, realm: str) -> int:
         """Records of ``realm`` in the log not yet applied (a lower bound when cut)."""
@@ -87,6 +103,7 @@ async def data_status(dsn: str, bootstrap: str, topic: str, group: str) -> DataS
             out.waiting = [h for h in await holds.listed(conn, group) if h.topic == topic]
         out.realms, problems = await figures_everywhere(cluster)
         out.problems += [f"PostgreSQL: {p}" for p in problems]
+        out.standbys = await standby_lags(cluster.servers)
     except (psycopg.Error, PoolTimeout) as exc:
         out.problems.append(f"PostgreSQL: {exc}")
         return out
@@ -170,6 +187,36 @@ async def _scan_unsettled(
                 del todo[tp.partition]
 
 
+async def standby_lags(servers: Servers) -> list[StandbyLag]:
+    """Every named standby's replay lag, each on a connection of its own (one that does
+    not answer within the connect timeout is reported, not waited on)."""
+    out = []
+    for server in servers.names:
+        for standby in servers.standbys(server):
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    standby.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+                ) as conn:
+                    lag = await replay_lag(conn)
+            except (psycopg.Error, OSError) as exc:
+                out.append(StandbyLag(standby.label, None, _first_line(exc)))
+                continue
+            problem = None if lag is not None else "not in recovery: follows no primary"
+            out.append(StandbyLag(standby.label, lag, problem))
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _lag_text(s: StandbyLag) -> str:
+    if s.lag is None:
+        return f"- ({s.problem})"
+    return "none" if s.lag == 0 else f"{s.lag:.3f}s"
+
+
 def render(status: DataStatus) -> str:
     lines = []
     if status.realms:
@@ -183,6 +230,9 @@ def render(status: DataStatus) -> str:
         lines.extend(aligned(rows))
     else:
         lines.append("no realms yet")
+    if status.standbys:
+        lags = [("STANDBY", "REPLAY LAG"), *((s.label, _lag_text(s)) for s in status.standbys)]
+        lines.extend(aligned(lags))
     if status.lag:
         total = sum(status.lag.values())
         parts = ", ".join(f"p{p}={n}" for p, n in sorted(status.lag.items()) if n)
@@ -235,6 +285,13 @@ def as_json(status: DataStatus) -> dict[str, Any]:
             for r in status.realms
         },
         "indexer_lag": {str(p): n for p, n in status.lag.items()},
+        "standbys": {
+            s.label: {
+                "replay_lag_seconds": s.lag if s.lag is None or s.lag != float("inf") else None,
+                "problem": s.problem,
+            }
+            for s in status.standbys
+        },
         "indexer_waiting": [
             {
                 "kind": h.kind,

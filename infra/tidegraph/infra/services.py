@@ -37,6 +37,8 @@ from tidegraph.infra import (
     local_kafka_plan,
     local_pg,
     local_pg_servers,
+    local_pg_standbys,
+    local_pg_topology,
 )
 from tidegraph.infra.errors import (
     InfraError,
@@ -45,6 +47,7 @@ from tidegraph.infra.errors import (
 )
 from tidegraph.schemas import (
     ENV_FILE,
+    MAIN,
     Settings,
     load_settings,
     local_bootstrap,
@@ -60,9 +63,11 @@ ENV_KEYS = {KAFKA: "TIDEGRAPH_KAFKA_BOOTSTRAP", POSTGRES: "TIDEGRAPH_PG_DSN"}
 KAFKA_PASSWORD_KEY = "TIDEGRAPH_LOCAL_KAFKA_PASSWORD"  # noqa: S105 - a variable's name
 """The local broker's SCRAM password, kept for as long as its log dirs exist."""
 REPLICATION_DSN_KEY = "TIDEGRAPH_PG_REPLICATION_DSN"
+"""The PostgreSQL connector's DSN on the local server (its own role)."""
 PG_SERVERS_KEY = "TIDEGRAPH_PG_SERVERS"
 """Where `up --pg-servers` names its extra servers (:mod:`tidegraph.schemas.servers`)."""
-"""The PostgreSQL connector's DSN on the local server (its own role)."""
+PG_STANDBYS_KEY = "TIDEGRAPH_PG_STANDBYS"
+"""Where `up --replicas` names each server's standbys (:mod:`tidegraph.schemas.servers`)."""
 CLIENT_PROPERTIES = "client.properties"
 """Kafka's own client configuration for the local broker, beside the env file."""
 UP_WROTE_KEY = "TIDEGRAPH_UP_WROTE"
@@ -198,9 +203,13 @@ def _write_env_file(
             values.update(local_kafka.local_security(secrets[KAFKA_PASSWORD_KEY]).env())
     pg = next((s for s in states if s.name == POSTGRES), None)
     if pg is not None and pg.origin == "local" and pg.running:
-        extra = local_pg_servers.running(state_dir, local_pg.PgCredentials.from_env(secrets))
+        credentials = local_pg.PgCredentials.from_env(secrets)
+        extra = local_pg_servers.running(state_dir, credentials)
         if extra:
             values[PG_SERVERS_KEY] = local_pg_servers.servers_entry(extra)
+        standbys = local_pg_standbys.running(state_dir, credentials)
+        if standbys:
+            values[PG_STANDBYS_KEY] = local_pg_standbys.standbys_entry(standbys)
     values.update(secrets)
     _write_client_properties(state_dir, states, secrets)
     if not values:
@@ -250,7 +259,7 @@ def _local_secrets(state: Path, written: Mapping[str, str]) -> dict[str, str]:
     """The local services' passwords to keep in the env file: while their data exists."""
     kept: dict[str, str] = {}
     credentials = local_pg.PgCredentials.from_env(written)
-    if credentials is not None and local_pg.PgLayout.under(state).data.exists():
+    if credentials is not None and local_pg_topology.primary_layout(state, MAIN).data.exists():
         kept.update(credentials.env())
     password = written.get(KAFKA_PASSWORD_KEY)
     single = local_kafka.KafkaLayout.under(state).data.exists()
@@ -354,7 +363,7 @@ def _pg_state(state: Path, external: str | None, written: Mapping[str, str]) -> 
     if external is not None:
         up_ = local_pg.answers(external)
         return ServiceState(POSTGRES, "external", up_, external, detail="" if up_ else "no answer")
-    layout = local_pg.PgLayout.under(state)
+    layout = local_pg_topology.primary_layout(state, MAIN)
     credentials = local_pg.PgCredentials.from_env(written)
     process = local_pg.running(layout)
     if process is None:
@@ -459,6 +468,7 @@ def up(
     kafka_advertised_port: int | None = None,
     pg_servers: int = 1,
     kafka_brokers: int | None = None,
+    replicas: int = 0,
 ) -> ServiceStatus:
     """Start (or reuse, or check) the services and write ``<state>/env``.
 
@@ -467,9 +477,12 @@ def up(
     1 or 3 nodes (:mod:`~tidegraph.infra.local_kafka_plan`); node ``i`` of a cluster listens
     on ``kafka_port + i - 1``, its controller on ``kafka_controller_port + i - 1``.
     ``pg_servers``: local PostgreSQL servers to run, ``main`` and ``pg2`` …
-    (:mod:`local_pg_servers`)."""
+    (:mod:`local_pg_servers`); ``replicas``: streaming standbys of each of them to run
+    (:mod:`local_pg_standbys`; those already made are started again whatever the number)."""
     if pg_servers < 1:
         raise StateDirError(f"--pg-servers {pg_servers}: at least one server (main)")
+    if replicas < 0:
+        raise StateDirError(f"--replicas {replicas}: zero or more standbys per server")
     unknown = set(services) - set(SERVICES)
     if unknown:
         raise StateDirError(f"unknown service(s) {sorted(unknown)}; choose from {SERVICES}")
@@ -486,7 +499,7 @@ def up(
     kafka_start = local_kafka_plan.KafkaStart(
         state, brokers, ports.kafka, ports.controller, ports.kafka_explicit, kafka_advertised_port
     )
-    pg_layout = local_pg.PgLayout.under(state)
+    pg_layout = local_pg_topology.primary_layout(state, MAIN)
 
     # 1. Decide, and check everything, before anything starts.
     start_kafka = local_kafka_asked and kafka_start.needed()
@@ -549,6 +562,8 @@ def up(
             if main is None:
                 raise StateDirError(f"PostgreSQL from {state} does not run: `tidegraph up` again")
             local_pg_servers.start(state, pg_servers, main.port, credentials, wait, progress)
+        if POSTGRES in services and ext_pg is None and credentials is not None:
+            local_pg_standbys.start(state, replicas, credentials, wait, progress)
         if start_kafka:
             progress("kafka: waiting for Kafka to answer")
             kafka_start.wait_ready(wait)
@@ -591,9 +606,11 @@ class Stopped:
 def _stop(state: Path, services: Collection[str]) -> list[Stopped]:
     stopped: list[Stopped] = []
     if POSTGRES in services:
+        for label, standby in local_pg_standbys.stop_all(state):
+            stopped.append(Stopped(f"{POSTGRES} {label}", standby))
         for name, extra in local_pg_servers.stop_all(state):
             stopped.append(Stopped(f"{POSTGRES} {name}", extra))
-        pid = local_pg.stop(local_pg.PgLayout.under(state))
+        pid = local_pg.stop(local_pg_topology.primary_layout(state, MAIN))
         if pid is not None:
             stopped.append(Stopped(POSTGRES, pid))
     if KAFKA in services:
@@ -612,9 +629,16 @@ def down(
     settings = load_settings()
     state = state_path(state_dir, settings)
     stopped = _stop(state, services)
-    after = status(state)
-    _write_env_file(state, after.services, _local_secrets(state, read_env_file(state)))
+    refresh_env_file(state)
     return tuple(stopped)
+
+
+def refresh_env_file(state_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Rewrite ``<state>/env`` from what runs now (after `down`, or a promotion that moved
+    a server's primary); its path, unless nothing was left to write."""
+    state = state_path(state_dir)
+    after = status(state)
+    return _write_env_file(state, after.services, _local_secrets(state, read_env_file(state)))
 
 
 def given_or_up() -> tuple[str, str]:

@@ -25,10 +25,15 @@ from tidegraph.query_service.docs import install_docs
 from tidegraph.query_service.embedding import EmbedderFactory
 from tidegraph.query_service.explorer import mount_explorer
 from tidegraph.query_service.gate import DatabaseGate, Gates
-from tidegraph.query_service.handlers import install_error_handlers, known_query_parameters
+from tidegraph.query_service.handlers import (
+    install_error_handlers,
+    known_query_parameters,
+    required_sequence,
+)
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
-from tidegraph.query_service.middleware import BodyLimit, Observed
+from tidegraph.query_service.middleware import BodyLimit, Observed, ReadHeaders
+from tidegraph.query_service.replicas import ReadRouter
 from tidegraph.query_service.rerank_endpoint import Reranker
 from tidegraph.query_service.retrieval import RetrievalLimits
 from tidegraph.query_service.routes import changes, coverage, export, graph, query, service
@@ -104,6 +109,7 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
             settings.entity_similarity_floor,
         ),
         deps.embedders,
+        ReadRouter(gates, settings.replica_policy(), metrics),
         deps.keyword_model,
         deps.reranker,
     )
@@ -112,13 +118,14 @@ def create_app(settings: QuerySettings, deps: Deps) -> FastAPI:
         version=VERSION,  # the release; the contract's version is in its paths (/v1/…)
         description="Retrieval and synthesis over tidegraph's bi-temporal knowledge graph.",
         responses=_ERRORS,
-        dependencies=[Depends(known_query_parameters)],
+        dependencies=[Depends(known_query_parameters), Depends(required_sequence)],
         docs_url=None,  # served from a package below: works offline
         redoc_url=None,
     )
     install_docs(app)
     install_error_handlers(app, metrics)
     mount_explorer(app, keys_required=keys.enabled)
+    app.add_middleware(ReadHeaders)
     app.add_middleware(Observed, metrics=metrics)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.database_gate = gate

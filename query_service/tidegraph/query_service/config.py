@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tidegraph.query_service.gate import GateTimings
+from tidegraph.query_service.replicas import ReplicaPolicy
 
 
 class QuerySettings(BaseSettings):
@@ -95,6 +96,27 @@ class QuerySettings(BaseSettings):
     db_work_timeout: float = Field(
         30.0, gt=0, description="Longest a request may spend on the database before its 503."
     )
+    standby_wait: float = Field(
+        0.2,
+        ge=0,
+        le=30,
+        description="Longest a read that requires a sequence waits for a standby to apply it"
+        " before the primary answers it.",
+    )
+    standby_max_lag: float = Field(
+        5.0,
+        ge=0,
+        description="A standby whose replay lags more than this many seconds answers no"
+        " read that requires no sequence.",
+    )
+    standby_lag_every: float = Field(
+        1.0, gt=0, description="How often a standby's replay lag is measured again (seconds)."
+    )
+    primary_reads: bool = Field(
+        True,
+        description="The primary takes its turn with its standbys at reads; false: it"
+        " answers only what no standby can.",
+    )
 
     def gate_timings(self) -> GateTimings:
         """The outage gate's timings (:mod:`tidegraph.query_service.gate`)."""
@@ -103,6 +125,15 @@ class QuerySettings(BaseSettings):
             probe_timeout=self.db_probe_timeout,
             recheck_every=self.db_recheck_every,
             work_timeout=self.db_work_timeout,
+        )
+
+    def replica_policy(self) -> ReplicaPolicy:
+        """When a standby may answer a read (:mod:`tidegraph.query_service.replicas`)."""
+        return ReplicaPolicy(
+            wait=self.standby_wait,
+            max_lag=self.standby_max_lag,
+            lag_every=self.standby_lag_every,
+            primary_reads=self.primary_reads,
         )
 
 

@@ -304,6 +304,19 @@ class Gates:
             self._gates[server] = gate
         return gate
 
+    async def standby(self, server: str, name: str) -> DatabaseGate:
+        """The gate of ``server``'s standby ``name`` (keyed ``server/name``): a standby
+        that stops answering is passed over by reads, never waited on by each."""
+        label = f"{server}/{name}"
+        gate = self._gates.get(label)
+        if gate is None:
+            pool = self.cluster.standby_pool(server, name)
+            await pool.open(wait=False)
+            gate = DatabaseGate(pool, self._gates[MAIN].timings, label)
+            gate.observe = self._observe
+            self._gates[label] = gate
+        return gate
+
     async def aclose(self) -> None:
         """Close every gate but ``main``'s (its owner closes it)."""
         for server, gate in list(self._gates.items()):

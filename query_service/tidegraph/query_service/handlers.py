@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from psycopg_pool import PoolTimeout
@@ -23,8 +23,9 @@ from tidegraph.query_service.errors import (
     UnknownParameter,
 )
 from tidegraph.query_service.metrics import ServiceMetrics
+from tidegraph.query_service.replicas import TICKET
 from tidegraph.query_service.responses import error_response
-from tidegraph.schemas import ContractError
+from tidegraph.schemas import MIN_SEQUENCE_HEADER, MIN_SEQUENCE_PARAMETER, ContractError
 from tidegraph.store import is_transient
 
 log = logging.getLogger("tidegraph.query_service.app")
@@ -106,10 +107,35 @@ async def known_query_parameters(request: Request) -> None:
     allowed = sorted(
         {p.alias for p in dependant.query_params}
         | {p.alias for d in dependant.dependencies for p in d.query_params}
+        | {MIN_SEQUENCE_PARAMETER}  # every API route's, through the app's dependency
     )
     unknown = sorted(set(request.query_params) - set(allowed))
     if unknown:
         raise UnknownParameter(unknown, allowed)
+
+
+async def required_sequence(
+    min_seq: Annotated[
+        int | None,
+        Query(
+            alias=MIN_SEQUENCE_PARAMETER,
+            ge=0,
+            le=2**62,
+            description="The realm commit sequence the answer must reflect (read-your-writes):"
+            " a standby answers only once it has applied it, else the primary does. The"
+            f" `{MIN_SEQUENCE_HEADER}` header says the same; the higher of the two counts.",
+        ),
+    ] = None,
+    header: Annotated[
+        int | None,
+        Header(alias=MIN_SEQUENCE_HEADER, ge=0, le=2**62, include_in_schema=False),
+    ] = None,
+) -> None:
+    """The request's required sequence, into its read ticket (set by the middleware)."""
+    ticket = TICKET.get()
+    given = [n for n in (min_seq, header) if n is not None]
+    if ticket is not None and given:
+        ticket.min_seq = max(given)
 
 
 def _validation_message(exc: RequestValidationError) -> str:

@@ -16,6 +16,7 @@ _CHAR_BUCKETS = (0, 100, 500, 1000, 2500, 5000, 10_000, 25_000, 50_000, 100_000,
 class ServiceMetrics:
     """HTTP and retrieval metrics."""
 
+    # Long on purpose: one declaration per metric, each with its name, help and labels.
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.requests = Counter(
@@ -85,6 +86,27 @@ class ServiceMetrics:
             ["result"],
             registry=registry,
         )
+        self.standby_lag = Gauge(
+            "tidegraph_standby_lag_seconds",
+            "Replay lag of each standby when last measured by a read (+Inf: not streaming"
+            " from its primary any more, e.g. promoted).",
+            ["server", "standby"],
+            registry=registry,
+        )
+        self.realm_reads = Counter(
+            "tidegraph_realm_reads",
+            "Realm reads by the node that answered (`server` or `server/standby`) and why:"
+            " standby, turn (the primary's turn or every standby passed), no_standby.",
+            ["node", "reason"],
+            registry=registry,
+        )
+        self.standby_skips = Counter(
+            "tidegraph_standby_skips",
+            "Reads a standby passed on to the next node: behind (the required sequence not"
+            " applied within the wait), lagging, unavailable, failed.",
+            ["server", "node", "reason"],
+            registry=registry,
+        )
 
 
 class PublisherMetrics:
@@ -113,5 +135,11 @@ class PublisherMetrics:
             "tidegraph_publisher_failures",
             "Publish rounds that failed and will be retried.",
             ["realm"],
+            registry=registry,
+        )
+        self.held_back = Counter(
+            "tidegraph_publisher_held_back",
+            "Rounds whose changes waited past the bound for a standby to replay them.",
+            ["realm", "standby"],
             registry=registry,
         )

@@ -1,5 +1,5 @@
-"""Request middleware: a body limit enforced before any parsing, and per-route counts and
-timings."""
+"""Request middleware: a body limit enforced before any parsing, per-route counts and
+timings, and the realm read's consistency headers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidegraph.query_service.metrics import ServiceMetrics
+from tidegraph.query_service.replicas import TICKET, ReadTicket
 from tidegraph.query_service.responses import error_response
+from tidegraph.schemas import HEAD_SEQUENCE_HEADER, SERVED_BY_HEADER
 
 
 class BodyLimit:
@@ -100,3 +102,32 @@ class Observed:
             route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.requests.labels(scope["method"], route, str(status)).inc()
             self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+
+class ReadHeaders:
+    """Give each request a :class:`ReadTicket` (the required sequence goes in, the node and
+    head sequence of a realm read come out), and answer the latter as headers."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ticket = ReadTicket()
+        token = TICKET.set(ticket)
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start" and ticket.head_seq is not None:
+                headers = list(message.get("headers", []))
+                headers.append((HEAD_SEQUENCE_HEADER.lower().encode(), b"%d" % ticket.head_seq))
+                if ticket.served_by is not None:
+                    headers.append((SERVED_BY_HEADER.lower().encode(), ticket.served_by.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, stamped)
+        finally:
+            TICKET.reset(token)

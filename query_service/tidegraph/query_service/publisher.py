@@ -18,6 +18,13 @@ One round for a realm, in this order:
 A crash between 2 and 3 re-sends the same changes with the same ids: delivery is at least
 once, duplicates are same-id repeats, and a consumer that deduplicates by id sees every
 change exactly once and in order.
+
+Standbys. When the realm's server has standbys (``TIDEGRAPH_PG_STANDBYS``), step 2 waits
+until every one of them has replayed the rows read in step 1
+(:mod:`tidegraph.store.standby_fence`): a change is published only once any standby that
+may be promoted has it, so a failover never takes back a published change, nor reuses its
+id for another. Rows a standby has not replayed within ``standby_wait`` are left for a later
+round, counted in ``tidegraph_publisher_held_back``.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from tidegraph.query_service.db import table
 from tidegraph.query_service.metrics import PublisherMetrics
 from tidegraph.query_service.reads import OUTBOX_COLUMNS, change_from_row
 from tidegraph.schemas import MAIN, producer_options
-from tidegraph.store import Cluster, placements
+from tidegraph.store import Cluster, StandbyFence, placements, read_fence
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +111,11 @@ class ChangePublisher:
         registry: CollectorRegistry | None = None,
         realms: Sequence[str] | None = None,
         cluster: Cluster | None = None,
+        standby_wait: float = 5.0,
     ) -> None:
         """``realms`` restricts publishing to those realms (default: every realm);
-        ``cluster`` reaches the realms on other servers than ``conninfo``'s (``main``)."""
+        ``cluster`` reaches the realms on other servers than ``conninfo``'s (``main``) and
+        names each server's standbys; ``standby_wait``: seconds a round waits for them."""
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.conninfo = conninfo
@@ -119,6 +128,8 @@ class ChangePublisher:
         self._conn: AsyncConnection[Any] | None = None
         self._held: set[str] = set()
         self._stop = asyncio.Event()
+        self.standby_wait = standby_wait
+        self._fence = StandbyFence()
 
     @property
     def held(self) -> frozenset[str]:
@@ -151,6 +162,7 @@ class ChangePublisher:
                         await asyncio.wait_for(self._stop.wait(), backoff)
         finally:
             await self._drop_connection()
+            await self._fence.close()
 
     async def step(self) -> int:
         """One round over every realm: claim free realms, publish what is pending."""
@@ -196,13 +208,26 @@ class ChangePublisher:
         answer points at holds the same outbox up to the move, so the feed goes on with
         the next sequence whichever copy a round read."""
         position = await self._position(conn, realm)
+        standbys = self.cluster.servers.standbys(server) if self.cluster is not None else ()
         if server == MAIN or self.cluster is None:
             rows = await self._pending(conn, schema, position)
+            fence = await read_fence(conn) if rows and standbys else None
         else:
             async with self.cluster.connection(server) as there:
                 rows = await self._pending(there, schema, position)
+                fence = await read_fence(there) if rows and standbys else None
         if not rows:
             return 0
+        if fence is not None:
+            lagging = await self._fence.wait(standbys, fence, self.standby_wait)
+            for label in lagging:
+                self.metrics.held_back.labels(realm, label).inc()
+            if lagging:
+                log.warning(
+                    "changes of realm %s after sequence %s wait for standby %s to replay %s",
+                    realm, position, ", ".join(lagging), fence.lsn,
+                )  # fmt: skip
+                return 0
         key = realm.encode()
         await self.sink.send([(key, change_from_row(realm, r).to_json()) for r in rows])
         last = int(rows[-1][0])

@@ -5,8 +5,10 @@ A request names a realm; :meth:`Service.lookup` checks the caller's key against 
 (nothing is revealed to a key that may not read it), then finds it through the catalogue
 (:class:`~tidegraph.query_service.db.RealmCatalog`, cached a few seconds). Its work then
 runs through the gate of the server holding it (:class:`~tidegraph.query_service.gate.
-Gates`): one server's outage answers 503 for its realms only. A realm that left its server
-under a cached answer — moved, deleted, rebuilt — is looked up again once.
+Gates`): one server's outage answers 503 for its realms only. Reads may be answered by
+the server's streaming standbys (:class:`~tidegraph.query_service.replicas.ReadRouter`);
+writes never are. A realm that left its server under a cached answer — moved, deleted,
+rebuilt — is looked up again once.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tidegraph.query_service.errors import EmbedderMismatch, InvalidRequest
 from tidegraph.query_service.gate import Gates
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
+from tidegraph.query_service.replicas import ReadRouter
 from tidegraph.query_service.rerank_endpoint import Reranker, rerank_answer, wanted
 from tidegraph.query_service.retrieval import (
     RetrievalLimits,
@@ -61,6 +64,7 @@ class Service:
     metrics: ServiceMetrics
     limits: RetrievalLimits
     embedders: EmbedderFactory
+    router: ReadRouter
     keyword_model: KeywordModel | None = None
     reranker: Reranker | None = None
     _embedders: dict[tuple[str, str], QueryEmbedder] = field(default_factory=dict)
@@ -77,11 +81,10 @@ class Service:
         work: Callable[[AsyncConnection[Any], RealmInfo], Awaitable[T]],
         copy: str | None = None,
     ) -> T:
-        """``work(conn, meta)`` on the realm's server, after the key check; looked up again
+        """Read-only ``work(conn, meta)`` on the realm's server or one of its standbys
+        (:mod:`~tidegraph.query_service.replicas`), after the key check; looked up again
         once when the realm's schema left the server the cache named."""
-        return await self.placed(
-            realm, auth, lambda meta: self.run(meta, lambda conn: work(conn, meta)), copy
-        )
+        return await self.placed(realm, auth, lambda meta: self._read(meta, work, copy), copy)
 
     async def placed(
         self,
@@ -100,8 +103,19 @@ class Service:
             self.catalog.invalidate(realm)
             return await start(await self.lookup(realm, auth, copy))
 
+    async def _read(
+        self,
+        meta: RealmInfo,
+        work: Callable[[AsyncConnection[Any], RealmInfo], Awaitable[T]],
+        copy: str | None,
+    ) -> T:
+        if copy is not None:
+            return await self.router.on_primary(meta, lambda conn: work(conn, meta))
+        return await self.router.read(meta, lambda conn: work(conn, meta))
+
     async def run(self, meta: RealmInfo, work: Work[T], within: float | None = None) -> T:
-        """``work`` on a connection to the server holding ``meta``."""
+        """``work`` on a connection to the primary of the server holding ``meta``: the
+        writes (telemetry) and whatever must see the primary."""
         gate = await self.gates.of(meta.server)
         return await gate.run(work, within=within)
 

@@ -33,6 +33,18 @@ from tidegraph.schemas.changes import GraphChange
 from tidegraph.schemas.names import validate_space
 from tidegraph.schemas.periods import BELIEF_INSTANT_FORMS, belief_instant, covered
 
+MIN_SEQUENCE_HEADER = "X-Tidegraph-Min-Sequence"
+"""Request header: the realm commit sequence the answer must reflect (read-your-writes);
+the query parameter ``min_seq`` says the same."""
+MIN_SEQUENCE_PARAMETER = "min_seq"
+"""Query parameter of every realm read: the same as ``X-Tidegraph-Min-Sequence``."""
+HEAD_SEQUENCE_HEADER = "X-Tidegraph-Head-Sequence"
+"""Response header of every realm read: the realm's head sequence where the read ran (the
+answer reflects at least that commit), the ``head_seq`` the contract names."""
+SERVED_BY_HEADER = "X-Tidegraph-Served-By"
+"""Response header of every realm read: the node that answered (``server`` for a primary,
+``server/standby`` for a standby)."""
+
 BELIEVED_AT_DOC = f"Belief time: the graph as believed then. Takes {BELIEF_INSTANT_FORMS}."
 
 ENTITIES_BELIEVED_AT_DOC = (

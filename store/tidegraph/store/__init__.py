@@ -59,6 +59,8 @@ from tidegraph.store.realms import (
     set_coverage_telemetry,
     unregister,
 )
+from tidegraph.store.standby_fence import StandbyFence, read_fence
+from tidegraph.store.standbys import realm_head, replay_lag
 from tidegraph.store.upgrades import (
     add_telemetry,
     has_telemetry,
@@ -88,6 +90,7 @@ __all__ = [
     "RealmSchemaError",
     "RealmSwapped",
     "ServerUnavailable",
+    "StandbyFence",
     "add_telemetry",
     "alive",
     "belief",
@@ -114,15 +117,18 @@ __all__ = [
     "open_realm",
     "place_realm",
     "placements",
+    "read_fence",
     "realm_copies",
     "realm_exists",
     "realm_figures",
+    "realm_head",
     "realm_problems",
     "realm_server",
     "rebuild_vector_index",
     "refusal",
     "relations_view",
     "replay_group",
+    "replay_lag",
     "replay_lock_key",
     "schema_figures",
     "search_index_ddl",

@@ -5,7 +5,8 @@ keeps a pool per server, opened when first used: a server that does not answer f
 the work that needs it, never the process's start (``main`` excepted: the catalogue lives
 there). Which server holds a realm is the catalogue's answer
 (:func:`~tidegraph.store.realms.realm_server`); callers cache it as they cache the realm's
-configuration, and read it again after any failure.
+configuration, and read it again after any failure. A server's streaming standbys get pools
+of their own (keyed ``server/standby``), for reads only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from tidegraph.schemas import MAIN, Servers
+from tidegraph.schemas import MAIN, Servers, UnknownServer
 from tidegraph.store.errors import ServerUnavailable, is_transient
 from tidegraph.store.realms import ensure_control
 
@@ -59,6 +60,24 @@ class Cluster:
             pool = self._make_pool(server, self.servers.dsn(server))
             self._pools[server] = pool
         return pool
+
+    def standbys(self, server: str) -> tuple[str, ...]:
+        """The names of ``server``'s streaming standbys (none unless named)."""
+        return tuple(s.name for s in self.servers.standbys(server))
+
+    def standby_pool(self, server: str, name: str) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        """The pool of ``server``'s standby ``name`` (created, not opened, on first use):
+        read-only, so nothing here makes sure of a control schema on it."""
+        for standby in self.servers.standbys(server):
+            if standby.name == name:
+                pool = self._pools.get(standby.label)
+                if pool is None:
+                    pool = self._make_pool(standby.label, standby.dsn)
+                    self._pools[standby.label] = pool
+                return pool
+        raise UnknownServer(
+            f"{server}/{name}", tuple(s.label for s in self.servers.standbys(server))
+        )
 
     async def open(self, wait: float = 30.0) -> None:
         """Open ``main``'s pool and make sure its control schema is there."""

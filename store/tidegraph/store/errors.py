@@ -124,8 +124,17 @@ def is_unstorable(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in _DATA_SQLSTATE_CLASSES
 
 
+_READ_ONLY = "25006"
+"""A write reached a server in recovery: a standby, or an old primary coming back as one,
+behind an address (a virtual IP, a proxy, a single-host DSN) that is yet to move to the
+promoted server. Retrying reaches the primary once the address moves (a multi-host DSN with
+``target_session_attrs=read-write`` never connects there)."""
+
+
 def classify_db_error(exc: BaseException) -> BaseException:
     """Turn a psycopg error into ``DatabaseUnavailable`` when retrying can help."""
+    if isinstance(exc, psycopg.Error) and exc.sqlstate == _READ_ONLY:
+        return DatabaseUnavailable(f"the server reached takes no writes (a standby): {exc}")
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate is None or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES:

@@ -10,7 +10,13 @@ import os
 import sys
 
 from tidegraph.connectors import ensure_topics
-from tidegraph.infra import local_kafka_plan, local_pg, local_pg_servers, services
+from tidegraph.infra import (
+    local_kafka_plan,
+    local_pg,
+    local_pg_servers,
+    local_pg_standbys,
+    services,
+)
 from tidegraph.infra.cli import add_state_dir_option
 from tidegraph.infra.realm_status import as_json, data_status, render
 from tidegraph.infra.tables import aligned
@@ -32,6 +38,11 @@ def _print_status(status: services.ServiceStatus) -> None:
     for name, extra in local_pg_servers.processes(status.state_dir).items():
         address = local_pg.redact(extra.dsn)
         rows.append((f"postgres {name}", "running", "local", address, str(extra.pid), ""))
+    for label, standby in local_pg_standbys.processes(status.state_dir).items():
+        address = local_pg.redact(standby.dsn)
+        server = label.split("/", 1)[0]
+        row = (f"postgres {label}", "running", "local", address, str(standby.pid))
+        rows.append((*row, f"standby of {server}"))
     for line in aligned(rows):
         print(line)
     print(f"state dir: {status.state_dir}")
@@ -90,6 +101,7 @@ def run_up(args: argparse.Namespace) -> int:
         progress=_progress,
         pg_servers=args.pg_servers,
         kafka_brokers=args.brokers,
+        replicas=args.replicas,
     )
     _print_status(status)
     if "kafka" in _selected(args):
@@ -180,6 +192,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="local PostgreSQL servers to run: main and pg2 … pgN on the next ports, named"
         " in the env file as TIDEGRAPH_PG_SERVERS (default 1)",
+    )
+    up.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        metavar="N",
+        help="streaming standbys of each local PostgreSQL server (made by pg_basebackup, "
+        "named SERVER/s1 … in the env file as TIDEGRAPH_PG_STANDBYS; default 0; those made "
+        "earlier always start again)",
     )
     _only_option(up)
     add_state_dir_option(up)
