@@ -3,6 +3,7 @@ primary, named in the env file, reused by `up`, listed by `status`, stopped by `
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -109,6 +110,11 @@ def test_status_lists_standbys_and_up_reuses_them(topology: Topology) -> None:
         line = next(line for line in status.stdout.splitlines() if f"postgres {label}" in line)
         assert str(process.pid) in line and f":{process.port}/" in line
         assert f"standby of {label.split('/')[0]}" in line
+    listed = json.loads(run_cli(["status", "--json"], topology.env).stdout)
+    assert listed["services"]["postgres"]["standbys"] == [
+        {"name": label, "follows": label.split("/")[0], "port": p.port, "pid": p.pid}
+        for label, p in before.items()
+    ]
     again = run_cli(["up", "--only", "postgres"], topology.env)
     assert again.returncode == 0, again.stderr
     assert "starting" not in again.stderr

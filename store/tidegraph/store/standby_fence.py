@@ -55,9 +55,18 @@ class Fence:
 
 
 async def read_fence(conn: AsyncConnection[Any]) -> Fence:
-    """The fence of everything ``conn`` (on a primary) has seen so far."""
-    cur = await conn.execute(f"SELECT pg_current_wal_insert_lsn()::text, {_SERVER}")  # noqa: S608
-    row = await cur.fetchone()
+    """The fence of everything ``conn`` (on a primary, outside a transaction) has seen so
+    far, flushed: the insert position is read in a transaction that takes a transaction id
+    and commits synchronously, so its commit flushes all WAL below it. Without that flush a
+    fence could point into WAL that only the WAL writer flushes, when it wakes (another
+    session's asynchronous commit, a background record): the standbys could not replay up
+    to it for seconds."""
+    async with conn.transaction():
+        await conn.execute("SET LOCAL synchronous_commit = on")
+        cur = await conn.execute(
+            f"SELECT pg_current_wal_insert_lsn()::text, {_SERVER}, pg_current_xact_id()"  # noqa: S608
+        )
+        row = await cur.fetchone()
     assert row is not None  # noqa: S101 - functions always return one row
     return Fence(str(row[0]), str(row[1]))
 
