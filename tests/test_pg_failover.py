@@ -387,3 +387,39 @@ async def _held_or_shown(port: int, label: str, topics: Topics, realm: str, show
 async def _published_all(topics: Topics, realm: str, held: list[GraphChange]) -> bool:
     got = await consume(topics.bootstrap, topics.changes, realm, len(held), 2)
     return {c.id for c in got} >= {c.id for c in held}
+
+
+def test_a_switchover_stops_the_old_primary_and_the_other_standby_follows(
+    topology: Topology,
+) -> None:
+    """Promoting while the primary runs (a planned switchover): it is stopped first, never
+    two primaries; the server's other standby follows the new one; the env file names the
+    new primary and the remaining standby; `up` never starts a retired primary again."""
+    services.up(topology.state, services=[services.POSTGRES], replicas=2)
+    old, old_folder = topology.primary(), local_pg_topology.primary_folder(topology.state, MAIN)
+    standbys = local_pg_standbys.processes(topology.state)
+    assert len(standbys) == 2
+    chosen, other = sorted(standbys)
+    done = promote(topology, chosen)
+    assert f"stopped the old primary of main (pid {old.pid})" in done.stdout
+    assert f"standby {other} follows it" in done.stdout
+    assert not _proc.is_alive(old.pid)
+    new = topology.primary()
+    assert new.port == standbys[chosen].port
+    written = services.read_env_file(topology.state)
+    assert f":{new.port}/" in written["TIDEGRAPH_PG_DSN"]
+    (follower,) = local_pg_standbys.processes(topology.state).items()
+    assert follower[0] == other
+    dsns = local_pg_standbys.running(topology.state, topology.credentials)
+    assert written["TIDEGRAPH_PG_STANDBYS"] == f"{other}={dsns[other]}"
+    with psycopg.connect(topology.dsn(new), autocommit=True) as conn:
+        conn.execute("CREATE TABLE after_switchover (x int)")
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        replicas = conn.execute("SELECT application_name FROM pg_stat_replication").fetchall()
+    assert replicas == [(other,)]
+    local_pg_standbys.wait_replayed(topology.dsn(follower[1]), str(row[0]), timeout=30)
+    again = services.up(topology.state, services=[services.POSTGRES])
+    assert again.postgres.pid == new.pid
+    assert local_pg_topology.retired(topology.state, MAIN)[-1] == old_folder
+    assert local_pg.running(local_pg.PgLayout(topology.state / old_folder)) is None

@@ -3,7 +3,9 @@ primary, named in the env file, reused by `up`, listed by `status`, stopped by `
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ import pytest
 from tidegraph.infra import _proc, local_pg, local_pg_standbys, services
 from tidegraph.schemas.servers import MAIN, load_servers
 from tidegraph.store.errors import DatabaseUnavailable, classify_db_error, is_transient
+from tidegraph.store.standby_fence import StandbyFence, read_fence
 
 from local_services import REPO, env_without_settings, run_cli
 
@@ -109,6 +112,11 @@ def test_status_lists_standbys_and_up_reuses_them(topology: Topology) -> None:
         line = next(line for line in status.stdout.splitlines() if f"postgres {label}" in line)
         assert str(process.pid) in line and f":{process.port}/" in line
         assert f"standby of {label.split('/')[0]}" in line
+    listed = json.loads(run_cli(["status", "--json"], topology.env).stdout)
+    assert listed["services"]["postgres"]["standbys"] == [
+        {"name": label, "follows": label.split("/")[0], "port": p.port, "pid": p.pid}
+        for label, p in before.items()
+    ]
     again = run_cli(["up", "--only", "postgres"], topology.env)
     assert again.returncode == 0, again.stderr
     assert "starting" not in again.stderr
@@ -141,3 +149,27 @@ def test_a_write_that_reaches_a_standby_is_retried_not_held(topology: Topology) 
             conn.execute("CREATE TABLE t_refused (x int)")
     assert isinstance(classify_db_error(refused.value), DatabaseUnavailable)
     assert is_transient(refused.value)
+
+
+async def test_a_fence_is_flushed_when_read_so_standbys_get_it_at_once(
+    topology: Topology,
+) -> None:
+    """WAL another session inserted without flushing (here a logical message) lies below
+    the fence: reading the fence flushes it, or the standbys would wait for the WAL writer
+    to wake before they could pass it."""
+    servers = load_servers(topology.written["TIDEGRAPH_PG_DSN"], topology.written)
+    async with await psycopg.AsyncConnection.connect(servers.dsn(MAIN), autocommit=True) as conn:
+        for _ in range(20):
+            await conn.execute("SELECT pg_logical_emit_message(false, 'tidegraph-test', 'x')")
+            fence = await read_fence(conn)
+            cur = await conn.execute(
+                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (fence.lsn,)
+            )
+            assert await cur.fetchone() == (True,)
+        standbys, guard = servers.standbys(MAIN), StandbyFence()
+        started = time.monotonic()
+        try:
+            assert await guard.wait(standbys, fence, 10.0) == []
+        finally:
+            await guard.close()
+        assert time.monotonic() - started < 2.0

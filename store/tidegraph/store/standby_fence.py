@@ -55,9 +55,20 @@ class Fence:
 
 
 async def read_fence(conn: AsyncConnection[Any]) -> Fence:
-    """The fence of everything ``conn`` (on a primary) has seen so far."""
-    cur = await conn.execute(f"SELECT pg_current_wal_insert_lsn()::text, {_SERVER}")  # noqa: S608
-    row = await cur.fetchone()
+    """The fence of everything ``conn`` (on a primary, outside a transaction) has seen so
+    far, flushed to disk: the insert position is read in a transaction that writes a
+    logical message (nothing decodes it: logical decoding passes messages of an unknown
+    prefix by) and commits synchronously, and a commit that wrote WAL flushes all WAL
+    below it. Without the flush a fence may point into WAL only the WAL writer flushes,
+    when it next wakes (another session's asynchronous commit, a background record), and
+    the standbys could not pass it until then: the feed stalled for seconds."""
+    async with conn.transaction():
+        await conn.execute("SET LOCAL synchronous_commit = on")
+        cur = await conn.execute(
+            f"SELECT pg_current_wal_insert_lsn()::text, {_SERVER},"  # noqa: S608
+            " pg_logical_emit_message(true, 'tidegraph-fence', '')"
+        )
+        row = await cur.fetchone()
     assert row is not None  # noqa: S101 - functions always return one row
     return Fence(str(row[0]), str(row[1]))
 

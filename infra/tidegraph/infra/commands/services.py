@@ -63,6 +63,10 @@ def _broker_row(broker: services.BrokerState) -> tuple[str, str, str, str, str, 
 
 
 def _as_json(status: services.ServiceStatus) -> str:
+    standbys = [
+        {"name": label, "follows": label.split("/", 1)[0], "port": p.port, "pid": p.pid}
+        for label, p in local_pg_standbys.processes(status.state_dir).items()
+    ]
     return json.dumps(
         {
             "state_dir": str(status.state_dir),
@@ -77,6 +81,7 @@ def _as_json(status: services.ServiceStatus) -> str:
                     **(
                         {"brokers": [dataclasses.asdict(b) for b in s.brokers]} if s.brokers else {}
                     ),
+                    **({"standbys": standbys} if s.name == "postgres" and standbys else {}),
                 }
                 for s in status.services
             },
