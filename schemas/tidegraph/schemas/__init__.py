@@ -11,6 +11,10 @@ from tidegraph.schemas.api import (
     AS_OF_DOC,
     BELIEVED_AT_DOC,
     ENTITIES_BELIEVED_AT_DOC,
+    HEAD_SEQUENCE_HEADER,
+    MIN_SEQUENCE_HEADER,
+    MIN_SEQUENCE_PARAMETER,
+    SERVED_BY_HEADER,
     AsOf,
     BeliefInstant,
     BeliefInterval,
@@ -105,7 +109,15 @@ from tidegraph.schemas.realm_config import (
     parse_embedder,
     preset,
 )
-from tidegraph.schemas.servers import MAIN, Servers, load_servers, validate_server
+from tidegraph.schemas.servers import (
+    MAIN,
+    Servers,
+    Standby,
+    UnknownServer,
+    load_servers,
+    split_standby,
+    validate_server,
+)
 from tidegraph.schemas.settings import Settings, load_settings, local_bootstrap
 from tidegraph.schemas.topic_ready import topic_partitions
 from tidegraph.schemas.topics import (
@@ -144,10 +156,14 @@ __all__ = [
     "HEADER_ERROR_CLASS",
     "HEADER_ORIGIN",
     "HEADER_SCHEMA",
+    "HEAD_SEQUENCE_HEADER",
     "MAIN",
     "MAX_DOCUMENT_BYTES",
+    "MIN_SEQUENCE_HEADER",
+    "MIN_SEQUENCE_PARAMETER",
     "PRESET_NAMES",
     "REALM_PATTERN",
+    "SERVED_BY_HEADER",
     "SPACE_PATTERN",
     "VERSION",
     "ApiKeys",
@@ -194,10 +210,12 @@ __all__ = [
     "Replication",
     "Servers",
     "Settings",
+    "Standby",
     "TidegraphError",
     "TopicMissing",
     "TopicSpec",
     "TransientError",
+    "UnknownServer",
     "bearer_token",
     "belief_instant",
     "change_id",
@@ -232,6 +250,7 @@ __all__ = [
     "render_relation_line",
     "replication",
     "require_loopback",
+    "split_standby",
     "topic_partitions",
     "topic_specs",
     "valid_as_of",
