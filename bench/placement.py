@@ -102,10 +102,12 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _indexed(cluster: Cluster, server: str, realm: str) -> int:
+async def _applied(cluster: Cluster, server: str, realm: str) -> int:
+    """Documents applied: indexed, or failed (a document the rules extractor reads nothing
+    in is stored as failed, with the reason)."""
     async with cluster.connection(server) as conn:
         cur = await conn.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE status = 'indexed'").format(
+            sql.SQL("SELECT count(*) FROM {} WHERE status IN ('indexed', 'failed')").format(
                 sql.Identifier(f"realm_{realm}", "documents")
             )
         )
@@ -118,13 +120,13 @@ async def _wait_indexed(
 ) -> float:
     started = time.perf_counter()
     while True:
-        counts = {r: await _indexed(cluster, where[r], r) for r in expected}
+        counts = {r: await _applied(cluster, where[r], r) for r in expected}
         if all(counts[r] >= expected[r] for r in expected):
             return time.perf_counter() - started
         if proc.poll() is not None:
             raise RuntimeError(f"the indexer exited with {proc.returncode}")
         if time.perf_counter() - started > limit:
-            raise RuntimeError(f"not indexed within {limit:.0f}s: {counts} of {expected}")
+            raise RuntimeError(f"not applied within {limit:.0f}s: {counts} of {expected}")
         await asyncio.sleep(0.2)
 
 
@@ -275,7 +277,7 @@ async def a_move(
     print(
         f"  writes waited {outcome.pause_seconds:.2f}s; the whole move took"
         f" {outcome.total_seconds:.1f}s; {during} documents published during it, all"
-        f" {len(first) + published} indexed on b"
+        f" {len(first) + published} applied on b"
     )
 
 

@@ -252,16 +252,17 @@ class RealmMove:
 
     async def _until_copied(self, names: _Names, poll: float = 0.2) -> None:
         """Wait for every table's copy; a big realm copies for as long as it takes, so the
-        wait limit applies to progress (a table finishing), not to the whole copy."""
-        left: int | None = -1
+        wait limit applies to progress (rows copied, a table finishing), not to the whole
+        copy."""
+        seen: tuple[int, int] | None = None
         deadline = time.monotonic() + self.wait_limit
-        while (uncopied := await _uncopied(self.cluster, self.target, names)) != 0:
-            if uncopied != left:
-                left, deadline = uncopied, time.monotonic() + self.wait_limit
+        while (now := await _copy_state(self.cluster, self.target, names))[0] != 0:
+            if now != seen:
+                seen, deadline = now, time.monotonic() + self.wait_limit
             elif time.monotonic() > deadline:
                 raise MoveError(
-                    f"no table of the initial copy finished in {self.wait_limit:.0f}s"
-                    f" ({uncopied} left); the move stays recorded — run it again to go on"
+                    f"the initial copy made no progress in {self.wait_limit:.0f}s"
+                    f" ({now[0]} tables left); the move stays recorded — run it again to go on"
                 )
             await asyncio.sleep(poll)
 
@@ -538,8 +539,9 @@ async def _identify_rows(conn: AsyncConnection[Any], schema: str) -> None:
         )
 
 
-async def _uncopied(cluster: Cluster, target: str, names: _Names) -> int | None:
-    """Tables of the subscription not yet copied and streaming (``None``: none listed yet)."""
+async def _copy_state(cluster: Cluster, target: str, names: _Names) -> tuple[int, int]:
+    """Tables of the subscription not yet copied and streaming (-1: none listed yet), and
+    the rows the copies under way have written so far."""
     async with cluster.connection(target) as conn:
         cur = await conn.execute(
             "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*)"
@@ -548,7 +550,13 @@ async def _uncopied(cluster: Cluster, target: str, names: _Names) -> int | None:
             (names.link,),
         )
         row = await cur.fetchone()
-    return int(row[0]) if row is not None and int(row[1]) > 0 else None
+        cur = await conn.execute(
+            "SELECT coalesce(sum(tuples_processed), 0) FROM pg_stat_progress_copy"
+            " WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        rows = await cur.fetchone()
+    left = int(row[0]) if row is not None and int(row[1]) > 0 else -1
+    return left, int(rows[0]) if rows else 0
 
 
 async def _subscribed(conn: AsyncConnection[Any], names: _Names) -> bool:
