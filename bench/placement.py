@@ -44,6 +44,7 @@ from aiokafka import AIOKafkaProducer
 from cpu import postgres_cpu, postmaster_pid, process_cpu
 from psycopg import sql
 from query import DIM, make_corpus
+from replay import publish
 
 from tidegraph.connectors.topics import ensure_topic_specs
 from tidegraph.indexer.models.hashing import HashingEmbedder
@@ -147,7 +148,7 @@ async def per_server_cost(
         _version(names[i % 4], f"d{i:05d}.md", _text(rng, args.size), i)
         for i in range(args.documents)
     ]
-    await _publish(bootstrap, env["TIDEGRAPH_TOPIC_PREFIX"] + ".documents", docs)
+    await publish(bootstrap, env["TIDEGRAPH_TOPIC_PREFIX"] + ".documents", docs)
     pms = {s: await postmaster_pid(cluster.servers.dsn(s)) for s in (MAIN, "b")}
     before = {s: postgres_cpu(pm) for s, pm in pms.items()}
     proc = _indexer(env, f"pl-{uuid.uuid4().hex[:8]}")
@@ -215,17 +216,6 @@ async def _queries(
     print(f"  documents/s per indexer process (one core): {1 / indexer_per_doc:.0f}")
 
 
-async def _publish(bootstrap: str, topic: str, docs: list[DocumentVersion]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **producer_options())
-    await producer.start()
-    try:
-        for doc in docs:
-            await producer.send(topic, doc.to_json(), key=doc.realm.encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
 async def a_move(
     args: argparse.Namespace, cluster: Cluster, bootstrap: str, env: dict[str, str]
 ) -> None:
@@ -234,7 +224,7 @@ async def a_move(
     await place_realm(cluster, realm, RealmConfig(embedder=EMBEDDER), MAIN)
     topic = env["TIDEGRAPH_TOPIC_PREFIX"] + ".documents"
     first = [_version(realm, doc.key, doc.text, n) for n, doc in enumerate(corpus)]
-    await _publish(bootstrap, topic, first)
+    await publish(bootstrap, topic, first)
     started = time.perf_counter()
     proc = _indexer(env, f"mv-{uuid.uuid4().hex[:8]}")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **producer_options())

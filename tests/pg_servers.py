@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.infra import _proc, local_pg
+from tidegraph.schemas.servers import Servers
+from tidegraph.store.cluster import Cluster
 
 from local_services import REPO
 
@@ -62,3 +68,20 @@ def _server(root: Path) -> Iterator[ExtraServer]:
         yield server
     finally:
         server.stop()
+
+
+def _small_pool(_: str, dsn: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    return AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False,
+                               kwargs={"autocommit": True})  # fmt: skip
+
+
+@asynccontextmanager
+async def opened_cluster(main: str, others: dict[str, str]) -> AsyncIterator[Cluster]:
+    """A cluster over ``main`` and ``others`` with small autocommit pools, opened, and
+    closed on exit."""
+    cluster = Cluster(Servers.of(main, others), _small_pool)
+    await cluster.open()
+    try:
+        yield cluster
+    finally:
+        await cluster.close()

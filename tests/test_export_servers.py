@@ -8,19 +8,16 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 import psycopg
 import pytest
-from pg_servers import ExtraServer, extra_server
+from pg_servers import ExtraServer, extra_server, opened_cluster
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.query_service.app import Deps, create_app
 from tidegraph.query_service.config import QuerySettings
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.schemas.servers import Servers
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.placement import place_realm
 
@@ -30,8 +27,6 @@ from query_helpers import embedders
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
-
 
 @pytest.fixture(scope="module")
 def server_b() -> Iterator[ExtraServer]:
@@ -39,20 +34,13 @@ def server_b() -> Iterator[ExtraServer]:
         yield server
 
 
-def _pool(_: str, dsn: str) -> Pool:
-    return AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False,
-                               kwargs={"autocommit": True})  # fmt: skip
-
-
 @pytest.fixture
 async def placed(own_database: str, server_b: ExtraServer) -> AsyncIterator[tuple[Cluster, str]]:
     """A realm on server ``b``, written in 2024 (an alliance) and 2025 (an enmity that
     supersedes it)."""
-    cluster = Cluster(Servers.of(own_database, {"b": server_b.dsn}), _pool)
-    await cluster.open()
     realm = "exb" + uuid.uuid4().hex[:10]
     config = RealmConfig(embedder="hashing:8", exclusive_groups=[["ally_of", "enemy_of"]])
-    try:
+    async with opened_cluster(own_database, {"b": server_b.dsn}) as cluster:
         await place_realm(cluster, realm, config, "b")
         async with await psycopg.AsyncConnection.connect(server_b.dsn, autocommit=True) as conn:
             g = await GraphHarness.create(conn, realm, config)
@@ -66,8 +54,6 @@ async def placed(own_database: str, server_b: ExtraServer) -> AsyncIterator[tupl
                 order_key="2", at=datetime(2025, 6, 1, tzinfo=UTC),
             )  # fmt: skip
         yield cluster, realm
-    finally:
-        await cluster.close()
 
 
 def _predicates(jsonl: str) -> list[tuple[str, str]]:

@@ -14,14 +14,13 @@ import httpx
 import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
-from pg_servers import ExtraServer, extra_server
+from pg_servers import ExtraServer, extra_server, opened_cluster
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.schemas.servers import MAIN, Servers
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store import realm_positions
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.errors import RealmSwapped
@@ -43,19 +42,12 @@ def server_b() -> Iterator[ExtraServer]:
         yield server
 
 
-def _pool(_: str, dsn: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-    return AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False,
-                               kwargs={"autocommit": True})  # fmt: skip
-
-
 @pytest.fixture
 async def cluster(own_database: str, server_b: ExtraServer) -> AsyncIterator[Cluster]:
-    c = Cluster(Servers.of(own_database, {"b": server_b.dsn}), _pool)
-    await c.open()
     try:
-        yield c
+        async with opened_cluster(own_database, {"b": server_b.dsn}) as c:
+            yield c
     finally:
-        await c.close()
         await _unlink_leftovers(server_b.dsn, own_database)
 
 

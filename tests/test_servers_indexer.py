@@ -9,12 +9,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_servers import ExtraServer, extra_server
+from pg_servers import ExtraServer, extra_server, opened_cluster
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.schemas.realm_config import RealmConfig
-from tidegraph.schemas.servers import MAIN, Servers
+from tidegraph.schemas.servers import MAIN
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.placement import place_realm
 from tidegraph.store.realms import placements, realm_exists
@@ -35,16 +34,8 @@ async def cluster(own_database: str, server_b: ExtraServer) -> AsyncIterator[Clu
     """``main`` is a database of this test's own (an empty catalogue), ``b`` the module's
     second server."""
 
-    def pool(_: str, dsn: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        return AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False,
-                                   kwargs={"autocommit": True})  # fmt: skip
-
-    c = Cluster(Servers.of(own_database, {"b": server_b.dsn}), pool)
-    await c.open()
-    try:
+    async with opened_cluster(own_database, {"b": server_b.dsn}) as c:
         yield c
-    finally:
-        await c.close()
 
 
 async def _documents(dsn: str, realm: str) -> dict[str, str]:
