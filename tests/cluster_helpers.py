@@ -14,10 +14,8 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,29 +29,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from tidegraph.infra import _proc, local_kafka_cluster, services
 from tidegraph.schemas.kafka_security import ENV_KEYS, kafka_client_options
 
-from local_services import REPO
+from local_services import REPO, free_port_run
 
 NODES = local_kafka_cluster.NODES
-
-
-def free_port_run(count: int, low: int = 20000, high: int = 32000) -> int:
-    """The first of ``count`` consecutive ports that are free now, below the ephemeral
-    range (32768 and up on Linux)."""
-    for _ in range(200):
-        first = random.randrange(low, high - count)
-        if all(_bindable(port) for port in range(first, first + count)):
-            return first
-    raise AssertionError(f"no run of {count} free ports in {low}-{high}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((_proc.LOOPBACK, port))
-        except OSError:
-            return False
-        return True
 
 
 @dataclass

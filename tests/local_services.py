@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -123,6 +124,26 @@ def _up(name: str) -> str:
         )
         return status.kafka_bootstrap
     return services.up(TEST_STATE_DIR, services=[name], pg_port=_proc.free_port()).pg_dsn
+
+
+def free_port_run(count: int, low: int = 20000, high: int = 32000) -> int:
+    """The first of ``count`` consecutive ports that are free now, below the ephemeral
+    range (32768 and up on Linux)."""
+    for _ in range(200):
+        first = random.randrange(low, high - count)
+        if all(_bindable(port) for port in range(first, first + count)):
+            return first
+    raise AssertionError(f"no run of {count} free ports in {low}-{high}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((_proc.LOOPBACK, port))
+        except OSError:
+            return False
+        return True
 
 
 def _two_free_ports() -> tuple[int, int]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tidegraph.infra import _proc, local_pg, local_pg_servers, services
+from tidegraph.infra import local_pg, local_pg_servers, services
 
-from local_services import env_without_settings, run_cli
+from local_services import env_without_settings, free_port_run, run_cli
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 def test_up_runs_a_second_server_and_realms_are_placed_on_either(tmp_path: Path) -> None:
     state = tmp_path / "state"
     env = env_without_settings(TIDEGRAPH_STATE_DIR=str(state))
-    port = _proc.free_port()
+    port = free_port_run(2)  # main, then pg2 on the next port
     up = run_cli(["up", "--only", "postgres", "--pg-servers", "2", "--pg-port", str(port)], env)
     try:
         assert up.returncode == 0, up.stderr

@@ -14,12 +14,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tidegraph.infra import _proc, local_pg, local_pg_standbys, services
+from tidegraph.infra import local_pg, local_pg_standbys, services
 from tidegraph.schemas.servers import MAIN, load_servers
 from tidegraph.store.errors import DatabaseUnavailable, classify_db_error, is_transient
 from tidegraph.store.standby_fence import StandbyFence, read_fence
 
-from local_services import REPO, env_without_settings, run_cli
+from local_services import REPO, env_without_settings, free_port_run, run_cli
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -36,7 +36,7 @@ def topology() -> Iterator[Topology]:
     """Two local servers with one standby each, started by the command line."""
     state = REPO / ".tidegraph" / f"test-standbys-{uuid.uuid4().hex[:8]}"
     env = env_without_settings(TIDEGRAPH_STATE_DIR=str(state))
-    port = str(_proc.free_port())
+    port = str(free_port_run(2))  # main, then pg2 on the next port
     args = ["up", "--only", "postgres", "--pg-servers", "2", "--replicas", "1", "--pg-port", port]
     try:
         up = run_cli(args, env)
