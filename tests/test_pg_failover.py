@@ -335,6 +335,10 @@ async def test_commits_the_standby_never_received_are_applied_again_never_shown_
                 lambda: _held_or_shown(port, label, topics, realm, len(before)),
                 30, "the publisher to handle b*",
             )  # fmt: skip
+            # nor does the HTTP feed show b*: its standby never got it
+            held_page = await changes_page(port, realm)
+            assert held_page.status_code == 503, held_page.text
+            assert held_page.json()["error"]["code"] == "standbys_behind"
             kill_server(primary)
             indexer.send_signal(signal.SIGKILL)  # the indexer's machine goes down too
             indexer.wait(10)
@@ -347,7 +351,12 @@ async def test_commits_the_standby_never_received_are_applied_again_never_shown_
             new = topology.primary()
             assert await indexed_keys(topology.dsn(new), realm) == first, "b* was lost"
             shown = await consume(topics.bootstrap, topics.changes, realm, sys.maxsize, 3)
-            only_shown_what_it_has(shown, await outbox_changes(topology.dsn(new), realm))
+            there = await outbox_changes(topology.dsn(new), realm)
+            only_shown_what_it_has(shown, there)
+            await wait_for(lambda: _answers(port, realm), 60, "the HTTP feed after promotion")
+            page = (await changes_page(port, realm)).json()["changes"]
+            only_shown_what_it_has([GraphChange.model_validate(c) for c in page], there)
+            assert len(page) == len(there)
             assert await _held_back(port, realm, label) > 0
             # a new indexer applies b* again from Kafka, the realm's position having
             # rolled back with the lost commits
@@ -363,6 +372,17 @@ async def test_commits_the_standby_never_received_are_applied_again_never_shown_
         stop(serve)
     received = await consume(topics.bootstrap, topics.changes, realm, len(held))
     check_feed(received, held, first + lost)
+
+
+async def changes_page(port: int, realm: str) -> httpx.Response:
+    """The HTTP change feed of ``realm`` from its start, one page."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        url = f"http://127.0.0.1:{port}/v1/realms/{realm}/changes"
+        return await client.get(url, params={"after_seq": 0, "limit": 1000})
+
+
+async def _answers(port: int, realm: str) -> bool:
+    return (await changes_page(port, realm)).status_code == 200
 
 
 async def _more_than(keys: Any, n: int) -> bool:

@@ -324,6 +324,50 @@ async def test_what_a_read_writes_goes_to_the_primary(topology: Topology) -> Non
         assert await cur.fetchone() == (3,)
 
 
+async def test_the_change_feed_shows_no_change_its_standby_lacks(
+    topology: Topology, realm: Realm
+) -> None:
+    """Replay paused on the standby, a change committed since on the primary: read on the
+    standby, the page stops before it; read on the primary, the page waits the fence wait
+    and answers 503 `standbys_behind` — shown, it would vanish with a failover to that
+    standby. Once the standby replays it, either node shows it."""
+    before = await realm.write("f0", "Fran")
+    caught_up(topology)
+    standby_sql(topology, "SELECT pg_wal_replay_pause()")
+    try:
+        newest = await realm.write("f1", "Grace")
+        async with app_client(topology, primary_reads=True, feed_fence_wait=0.3) as c:
+            answers: dict[str, list[httpx.Response]] = {}
+            for _ in range(4):  # the primary and the standby take turns
+                started = time.perf_counter()
+                r = await c.get(f"/v1/realms/{realm.name}/changes", params={"after_seq": 0})
+                took = time.perf_counter() - started
+                if r.status_code == 200:
+                    seqs = {change["seq"] for change in r.json()["changes"]}
+                    assert before in seqs and max(seqs) < newest, r.text
+                    answers.setdefault(r.headers["x-tidegraph-served-by"], []).append(r)
+                else:
+                    assert r.status_code == 503, r.text
+                    assert r.json()["error"]["code"] == "standbys_behind", r.text
+                    assert STANDBY in r.json()["error"]["message"]
+                    assert r.headers["retry-after"] == "1"
+                    assert 0.3 <= took < 2.0
+                    answers.setdefault("held", []).append(r)
+            assert sorted(answers) == ["held", STANDBY]
+            assert len(answers["held"]) == 2
+            scraped = (await c.get("/metrics")).text
+            held = metric(scraped, "tidegraph_feed_held_back_total", server=MAIN, standby=STANDBY)
+            assert held == 2
+            standby_sql(topology, "SELECT pg_wal_replay_resume()")
+            caught_up(topology)
+            for _ in range(2):
+                r = await c.get(f"/v1/realms/{realm.name}/changes", params={"after_seq": before})
+                assert r.status_code == 200, r.text
+                assert {change["seq"] for change in r.json()["changes"]} >= {newest}
+    finally:
+        standby_sql(topology, "SELECT pg_wal_replay_resume()")
+
+
 Step = tuple[str, int]
 STEPS = st.lists(
     st.one_of(

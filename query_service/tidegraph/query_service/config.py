@@ -118,6 +118,14 @@ class QuerySettings(BaseSettings):
         " answers only what no standby can.",
     )
 
+    feed_fence_wait: float = Field(
+        2.0,
+        ge=0,
+        le=30,
+        description="Longest a change feed page waits for every standby of the realm's server"
+        " to replay what it read, before a 503 `standbys_behind`.",
+    )
+
     def gate_timings(self) -> GateTimings:
         """The outage gate's timings (:mod:`tidegraph.query_service.gate`)."""
         return GateTimings(
@@ -134,6 +142,7 @@ class QuerySettings(BaseSettings):
             max_lag=self.standby_max_lag,
             lag_every=self.standby_lag_every,
             primary_reads=self.primary_reads,
+            fence_wait=self.feed_fence_wait,
         )
 
 

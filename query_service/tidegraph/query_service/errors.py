@@ -18,6 +18,7 @@
         └── Unavailable                    503, retriable: database down, no chat model
             ├── ChatModelNotConfigured     no chat model for ``/query``
             ├── RerankerNotConfigured      ``rerank: true`` asked of a service without one
+            ├── StandbysBehind             a change feed page some standby has not replayed
             └── DatabaseDown               (query_service.gate) PostgreSQL does not answer
 
 The app turns every one of these into ``{"error": {"code", "message"}}`` with its status;
@@ -189,6 +190,19 @@ class Unavailable(QueryServiceError):
     retriable = True
     retry_after: int | None = 1
     """Seconds a client should wait before trying again (the ``Retry-After`` header)."""
+
+
+class StandbysBehind(Unavailable):
+    """A page of the change feed that a standby of the realm's server has not replayed
+    within the wait: shown now, it could vanish with a failover to that standby."""
+
+    code = "standbys_behind"
+
+    def __init__(self, realm: str, lagging: list[str]) -> None:
+        super().__init__(
+            f"the change feed of realm {realm!r} waits for standby {', '.join(lagging)} to"
+            " replay what was read (a failover to it would lose those changes); try again"
+        )
 
 
 class ChatModelNotConfigured(Unavailable):

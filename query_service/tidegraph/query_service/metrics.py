@@ -107,6 +107,13 @@ class ServiceMetrics:
             ["server", "node", "reason"],
             registry=registry,
         )
+        self.feed_held_back = Counter(
+            "tidegraph_feed_held_back",
+            "Change feed pages answered 503 standbys_behind: a standby of the realm's server"
+            " had not replayed them within the wait.",
+            ["server", "standby"],
+            registry=registry,
+        )
 
 
 class PublisherMetrics:

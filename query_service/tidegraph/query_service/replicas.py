@@ -16,6 +16,11 @@ highest sequence it has seen (``X-Tidegraph-Min-Sequence`` or ``min_seq``). A re
    to the next node, the primary last: a standby never fails a read, it only slows one by at
    most ``wait`` (a standby that stops answering: until its gate's check gives up on it).
 
+The change feed is read through :meth:`ReadRouter.fenced`: a page is shown only once
+every standby of the server has replayed what the node that read it had seen
+(:mod:`tidegraph.store.standby_fence`), so a failover to any of them never takes back a change
+already shown; a page no standby passes within ``fence_wait`` is a 503 ``standbys_behind``.
+
 Writes never come here: telemetry and the catalogue go to the primary through
 :meth:`~tidegraph.query_service.service.Service.run`.
 """
@@ -28,19 +33,34 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import PoolTimeout
 
-from tidegraph.query_service.errors import Unavailable
+from tidegraph.query_service.errors import StandbysBehind, Unavailable
 from tidegraph.query_service.gate import DatabaseGate, Gates
 from tidegraph.query_service.metrics import ServiceMetrics
-from tidegraph.store import RealmInfo, realm_head, replay_lag
+from tidegraph.schemas import Standby
+from tidegraph.store import (
+    Fence,
+    RealmInfo,
+    StandbyFence,
+    fence_after_read,
+    has_replayed,
+    realm_head,
+    replay_lag,
+)
 
 T = TypeVar("T")
 Work = Callable[[AsyncConnection[Any]], Awaitable[T]]
+
+
+class Reader(Protocol):
+    """:meth:`ReadRouter.read` or :meth:`ReadRouter.on_primary`: runs work on some node."""
+
+    async def __call__(self, meta: RealmInfo, work: Work[T], /) -> T: ...
 
 
 @dataclass
@@ -73,6 +93,8 @@ class ReplicaPolicy:
     """Pause between two looks at a standby's head sequence while waiting."""
     primary_reads: bool = True
     """The primary takes its turn with the standbys; off: it answers only their misses."""
+    fence_wait: float = 2.0
+    """Longest a change feed page waits for every standby to replay what it read."""
 
 
 class _Behind:
@@ -95,6 +117,7 @@ class ReadRouter:
         self.metrics = metrics
         self._turns: dict[str, itertools.count[int]] = {}
         self._lags: dict[str, tuple[float, float | None]] = {}
+        self._fence = _GatedFence(gates, policy.poll)
 
     async def read(self, meta: RealmInfo, work: Work[T]) -> T:
         """``work`` on a node of ``meta``'s server that satisfies the request's ticket."""
@@ -118,6 +141,26 @@ class ReadRouter:
             return result
         reason = "turn" if self.gates.cluster.standbys(server) else "no_standby"
         return await self._on_primary(ticket, meta, work, reason)
+
+    async def fenced(self, meta: RealmInfo, work: Work[T], read: Reader) -> T:
+        """``work`` as ``read`` (:meth:`read` or :meth:`on_primary`) runs it, answered only
+        once every standby of the server has what the node it ran on had seen (module
+        docstring)."""
+        standbys = self.gates.cluster.servers.standbys(meta.server)
+        if not standbys:
+            return await read(meta, work)
+
+        async def with_fence(conn: AsyncConnection[Any]) -> tuple[T, Fence]:
+            result = await work(conn)
+            return result, await fence_after_read(conn)
+
+        result, fence = await read(meta, with_fence)
+        lagging = await self._fence.wait(standbys, fence, self.policy.fence_wait)
+        for label in lagging:
+            self.metrics.feed_held_back.labels(meta.server, label).inc()
+        if lagging:
+            raise StandbysBehind(meta.realm, lagging)
+        return result
 
     async def on_primary(self, meta: RealmInfo, work: Work[T]) -> T:
         """``work`` on the primary, with the head noted: reads of a realm's copies, which
@@ -200,6 +243,24 @@ class ReadRouter:
         ticket.served_by = node
         ticket.head_seq = head
         self.metrics.realm_reads.labels(node, reason).inc()
+
+
+class _GatedFence(StandbyFence):
+    """The standby fence asked through each standby's outage gate and pool, which the
+    service already holds: a standby whose gate is down has nothing, as far as it knows."""
+
+    def __init__(self, gates: Gates, poll: float) -> None:
+        super().__init__(poll)
+        self.gates = gates
+
+    async def has(self, standby: Standby, fence: Fence) -> bool:
+        gate = await self.gates.standby(standby.server, standby.name)
+        if not gate.up:
+            return False
+        try:
+            return await gate.run(lambda conn: has_replayed(conn, fence))
+        except _UNUSABLE:
+            return False
 
 
 async def _with_head(conn: AsyncConnection[Any], meta: RealmInfo, work: Work[T]) -> tuple[T, int]:

@@ -32,7 +32,7 @@ from tidegraph.query_service.errors import EmbedderMismatch, InvalidRequest
 from tidegraph.query_service.gate import Gates
 from tidegraph.query_service.keywords import KeywordModel
 from tidegraph.query_service.metrics import ServiceMetrics
-from tidegraph.query_service.replicas import ReadRouter
+from tidegraph.query_service.replicas import Reader, ReadRouter
 from tidegraph.query_service.rerank_endpoint import Reranker, rerank_answer, wanted
 from tidegraph.query_service.retrieval import (
     RetrievalLimits,
@@ -103,15 +103,33 @@ class Service:
             self.catalog.invalidate(realm)
             return await start(await self.lookup(realm, auth, copy))
 
+    async def on_feed(
+        self,
+        realm: str,
+        auth: str | None,
+        work: Callable[[AsyncConnection[Any], RealmInfo], Awaitable[T]],
+        copy: str | None = None,
+    ) -> T:
+        """:meth:`on_realm` for the change feed: answered only once every standby of the
+        realm's server has what was read (:meth:`~tidegraph.query_service.replicas.
+        ReadRouter.fenced`), so no failover takes back a change already shown."""
+
+        async def start(meta: RealmInfo) -> T:
+            return await self.router.fenced(meta, lambda c: work(c, meta), self._reader(copy))
+
+        return await self.placed(realm, auth, start, copy)
+
     async def _read(
         self,
         meta: RealmInfo,
         work: Callable[[AsyncConnection[Any], RealmInfo], Awaitable[T]],
         copy: str | None,
     ) -> T:
-        if copy is not None:
-            return await self.router.on_primary(meta, lambda conn: work(conn, meta))
-        return await self.router.read(meta, lambda conn: work(conn, meta))
+        return await self._reader(copy)(meta, lambda conn: work(conn, meta))
+
+    def _reader(self, copy: str | None) -> Reader:
+        """A realm's copies are read on the primary: no required sequence describes them."""
+        return self.router.on_primary if copy is not None else self.router.read
 
     async def run(self, meta: RealmInfo, work: Work[T], within: float | None = None) -> T:
         """``work`` on a connection to the primary of the server holding ``meta``: the

@@ -59,7 +59,13 @@ from tidegraph.store.realms import (
     set_coverage_telemetry,
     unregister,
 )
-from tidegraph.store.standby_fence import StandbyFence, read_fence
+from tidegraph.store.standby_fence import (
+    Fence,
+    StandbyFence,
+    fence_after_read,
+    has_replayed,
+    read_fence,
+)
 from tidegraph.store.standbys import realm_head, replay_lag
 from tidegraph.store.upgrades import (
     add_telemetry,
@@ -118,6 +124,9 @@ __all__ = [
     "place_realm",
     "placements",
     "read_fence",
+    "fence_after_read",
+    "has_replayed",
+    "Fence",
     "realm_copies",
     "realm_exists",
     "realm_figures",

@@ -73,6 +73,34 @@ async def read_fence(conn: AsyncConnection[Any]) -> Fence:
     return Fence(str(row[0]), str(row[1]))
 
 
+async def fence_after_read(conn: AsyncConnection[Any]) -> Fence:
+    """The fence of what ``conn`` has seen so far, on a primary or on a standby: on a
+    standby its replay position (every row it showed was replayed below it, and the
+    position only grows), named by that standby, so it holds for the others and for the
+    standby itself once promoted; on a primary :func:`read_fence`."""
+    cur = await conn.execute(
+        f"SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END, {_SERVER}"
+    )
+    row = await cur.fetchone()
+    assert row is not None  # noqa: S101 - one row always
+    if row[0] is None:
+        return await read_fence(conn)
+    return Fence(str(row[0]), str(row[1]))
+
+
+async def has_replayed(conn: AsyncConnection[Any], fence: Fence) -> bool:
+    """Whether the server behind ``conn`` (a named standby) has what ``fence`` covers: in
+    recovery, replayed up to it; promoted, only when it is the server the fence names."""
+    cur = await conn.execute(
+        "SELECT CASE WHEN pg_is_in_recovery()"
+        " THEN coalesce(pg_last_wal_replay_lsn() >= %s::pg_lsn, false)"
+        f" ELSE {_SERVER} = %s END",
+        (fence.lsn, fence.server),
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 class StandbyFence:
     """Asks named standbys how far they have replayed, on one connection each (made on
     first use, dropped on any error and made again next time)."""
@@ -85,7 +113,7 @@ class StandbyFence:
         """Labels of the standbys that have not replayed up to ``fence`` (or do not answer)."""
         lagging = []
         for standby in standbys:
-            if not await self._has(standby, fence):
+            if not await self.has(standby, fence):
                 lagging.append(standby.label)
         return lagging
 
@@ -100,20 +128,13 @@ class StandbyFence:
             standbys = [s for s in standbys if s.label in lagging]
             await asyncio.sleep(self.poll)
 
-    async def _has(self, standby: Standby, fence: Fence) -> bool:
+    async def has(self, standby: Standby, fence: Fence) -> bool:
+        """Whether ``standby`` has what ``fence`` covers; one that fails to answer has not."""
         try:
-            conn = await self._connection(standby)
-            cur = await conn.execute(
-                "SELECT CASE WHEN pg_is_in_recovery()"
-                " THEN coalesce(pg_last_wal_replay_lsn() >= %s::pg_lsn, false)"
-                f" ELSE {_SERVER} = %s END",
-                (fence.lsn, fence.server),
-            )
-            row = await cur.fetchone()
+            return await has_replayed(await self._connection(standby), fence)
         except psycopg.Error:
             await self._drop(standby.label)
             return False
-        return bool(row and row[0])
 
     async def _connection(self, standby: Standby) -> AsyncConnection[Any]:
         conn = self._conns.get(standby.label)

@@ -1,4 +1,5 @@
-"""The change feed, read over HTTP: a page by commit sequence or by belief time."""
+"""The change feed, read over HTTP: a page by commit sequence or by belief time, shown once
+every standby of the realm's server has it (as the changes topic is)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def router(svc: Service) -> APIRouter:
         if after_seq is not None and since is not None:
             raise InvalidRequest("give either after_seq or since, not both")
         page(limit, svc.settings.max_page)
-        found = await svc.on_realm(
+        found = await svc.on_feed(
             realm,
             auth,
             lambda conn, meta: reads.changes_page(
