@@ -16,6 +16,9 @@ postmaster with its backends). Then, against the spread service at one client wi
 ``GET /entities`` without and with ``X-Tidegraph-Min-Sequence`` set to the realm's head —
 idle, and while a writer commits to the realm ``--write-rate`` times a second (each read
 requiring the head the primary had just before it, so the standby has to catch up to it).
+Before that, the latency of ``GET /changes`` with the standby not named and named: a
+named standby fences every page (the node that read it gives its fence, the page waits for
+the standby to pass it).
 
 Run: ``.venv/bin/python bench/replicas.py [--entities 4000] [--clients 1,4,8]
 [--requests 400]``.
@@ -215,6 +218,39 @@ async def required_latency(servers: Servers, realm: str, requests: int, write_ra
         stop(proc)
 
 
+async def feed_latency(servers: Servers, realm: str, requests: int) -> None:
+    """``GET /changes`` (the last 100 changes) with no standby named, and with the standby
+    named: then each page waits for the standby to pass the fence of what was read."""
+    async with await psycopg.AsyncConnection.connect(servers.dsn(MAIN), autocommit=True) as conn:
+        after = max(0, await head(conn, realm) - 3)
+    print(f"  {'standby':<16}{'p50 ms':>8}{'p99 ms':>8}   answered by")
+    for label, with_standby in (("not named", False), ("named (fenced)", True)):
+        proc, url = serve(servers, with_standby)
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                samples: list[float] = []
+                nodes: dict[str, int] = {}
+                for n in range(requests + 20):
+                    t = time.perf_counter()
+                    r = await client.get(
+                        f"/v1/realms/{realm}/changes", params={"after_seq": after, "limit": 100}
+                    )
+                    took = (time.perf_counter() - t) * 1000
+                    assert r.status_code == 200, r.text
+                    if n >= 20:  # the first ones open the connections
+                        samples.append(took)
+                        node = r.headers["x-tidegraph-served-by"]
+                        nodes[node] = nodes.get(node, 0) + 1
+            who = ", ".join(f"{k} {v}" for k, v in sorted(nodes.items()))
+            print(
+                f"  {label:<16}{statistics.median(samples):>8.1f}"
+                f"{percentile(samples, 0.99):>8.1f}   {who}",
+                flush=True,
+            )
+        finally:
+            stop(proc)
+
+
 async def writer(dsn: str, realm: str, rate: float) -> None:
     """Commits on the realm at ``rate`` a second, each advancing its head sequence (the
     smallest write there is: the bench realm goes with the topology)."""
@@ -246,6 +282,8 @@ async def run(args: argparse.Namespace) -> None:
         queries = make_queries(docs)
         print(f"query_data (local mode), {args.requests} requests per row:", flush=True)
         await spread_table(servers, realm, queries, args.clients, args.requests)
+        print("GET /changes, one client, the standby not named and named (fenced):")
+        await feed_latency(servers, realm, args.requests)
         print("GET /entities on the standby, one client, without and with a required sequence:")
         await required_latency(servers, realm, args.requests, args.write_rate)
     finally:
