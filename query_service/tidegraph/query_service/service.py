@@ -84,7 +84,11 @@ class Service:
         """Read-only ``work(conn, meta)`` on the realm's server or one of its standbys
         (:mod:`~tidegraph.query_service.replicas`), after the key check; looked up again
         once when the realm's schema left the server the cache named."""
-        return await self.placed(realm, auth, lambda meta: self._read(meta, work, copy), copy)
+
+        async def start(meta: RealmInfo) -> T:
+            return await self._reader(copy)(meta, lambda conn: work(conn, meta))
+
+        return await self.placed(realm, auth, start, copy)
 
     async def placed(
         self,
@@ -115,17 +119,9 @@ class Service:
         ReadRouter.fenced`), so no failover takes back a change already shown."""
 
         async def start(meta: RealmInfo) -> T:
-            return await self.router.fenced(meta, lambda c: work(c, meta), self._reader(copy))
+            return await self.router.fenced(meta, lambda conn: work(conn, meta), self._reader(copy))
 
         return await self.placed(realm, auth, start, copy)
-
-    async def _read(
-        self,
-        meta: RealmInfo,
-        work: Callable[[AsyncConnection[Any], RealmInfo], Awaitable[T]],
-        copy: str | None,
-    ) -> T:
-        return await self._reader(copy)(meta, lambda conn: work(conn, meta))
 
     def _reader(self, copy: str | None) -> Reader:
         """A realm's copies are read on the primary: no required sequence describes them."""
