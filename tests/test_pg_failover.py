@@ -112,7 +112,7 @@ def promote(topology: Topology, label: str) -> subprocess.CompletedProcess[str]:
     done = run_cli(["pg", "promote", label], topology.env())
     assert done.returncode == 0, done.stderr
     assert f"{label} is the primary of server main" in done.stdout
-    assert "pg_rewind" in done.stdout  # what to do with the old primary
+    assert "tidegraph pg rejoin main" in done.stdout  # what to do with the old primary
     return done
 
 
@@ -407,6 +407,61 @@ async def _held_or_shown(port: int, label: str, topics: Topics, realm: str, show
 async def _published_all(topics: Topics, realm: str, held: list[GraphChange]) -> bool:
     got = await consume(topics.bootstrap, topics.changes, realm, len(held), 2)
     return {c.id for c in got} >= {c.id for c in held}
+
+
+def test_the_old_primary_rejoins_as_a_standby_without_its_lost_commits(
+    topology: Topology,
+) -> None:
+    """The old primary of the test above, SIGKILLed holding commits the new primary never
+    received (the new primary has since applied those records again, under the same
+    sequence numbers): `pg rejoin main` rewinds it — a real rewind, the timelines had
+    forked — and starts it as a standby. It streams from the new primary and holds exactly
+    what the new primary holds, every realm's change feed included; `up` keeps it."""
+    old_folder = local_pg_topology.retired(topology.state, MAIN)[-1]
+    done = run_cli(["pg", "rejoin", MAIN], topology.env())
+    assert done.returncode == 0, done.stderr
+    assert "pg_rewind: Done!" in done.stdout, done.stdout
+    assert f"the old primary ({old_folder}) is standby" in done.stdout
+    assert old_folder not in local_pg_topology.retired(topology.state, MAIN)
+    (label, process), *_ = [
+        (label, p) for label, p in local_pg_standbys.processes(topology.state).items()
+        if local_pg_topology.standby_folder(*label.split("/")) == old_folder
+    ]  # fmt: skip
+    primary = topology.primary()
+    with psycopg.connect(topology.dsn(primary), autocommit=True) as conn:
+        conn.execute("CREATE TABLE after_rejoin (x int)")
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        streaming = conn.execute(
+            "SELECT state FROM pg_stat_replication WHERE application_name = %s", (label,)
+        ).fetchall()
+    assert streaming == [("streaming",)]
+    local_pg_standbys.wait_replayed(topology.dsn(process), str(row[0]), timeout=60)
+    assert _realm_feeds(topology.dsn(process)) == _realm_feeds(topology.dsn(primary))
+    assert _realm_feeds(topology.dsn(primary)), "the realms of the tests above"
+    written = services.read_env_file(topology.state)
+    assert label in written["TIDEGRAPH_PG_STANDBYS"]
+    again = services.up(topology.state, services=[services.POSTGRES])
+    assert again.postgres.pid == primary.pid
+    assert local_pg_standbys.processes(topology.state)[label].pid == process.pid
+
+
+def _realm_feeds(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every realm's change feed on the server at ``dsn``, row for row."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schemas = [
+            r[0] for r in conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'realm\\_%' ORDER BY 1"
+            )
+        ]  # fmt: skip
+        return {
+            schema: conn.execute(
+                sql.SQL("SELECT * FROM {} ORDER BY seq, idx").format(
+                    sql.Identifier(schema, "outbox")
+                )
+            ).fetchall()
+            for schema in schemas
+        }
 
 
 def test_a_switchover_stops_the_old_primary_and_the_other_standby_follows(

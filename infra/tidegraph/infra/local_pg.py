@@ -372,7 +372,7 @@ def launch(layout: PgLayout, *, port: int, credentials: PgCredentials | None = N
              "-E", "UTF8", "--locale=C", "--no-instructions"],
             cwd=layout.root, run_as=run_as,
         )  # fmt: skip
-    _drop_stale_lock(layout)
+    drop_stale_lock(layout)
     _set_passwords(layout, binaries, credentials, run_as)
     return start_postmaster(layout, port=port, credentials=credentials)
 
@@ -397,7 +397,7 @@ def start_postmaster(
     run_as = system_account()
     binaries = server_bin_dir(layout.root.parent, run_as)
     (layout.data / "pg_hba.conf").write_text(HBA)
-    _drop_stale_lock(layout)
+    drop_stale_lock(layout)
     command = [str(binaries / "postgres"), "-D", str(layout.data)]
     listen = (f"listen_addresses={_proc.LOOPBACK}", f"port={port}", "unix_socket_directories=")
     for setting in (*listen, *SERVER_SETTINGS, *machine_settings(), *settings):
@@ -412,7 +412,7 @@ def start_postmaster(
     return process
 
 
-def _drop_stale_lock(layout: PgLayout) -> None:
+def drop_stale_lock(layout: PgLayout) -> None:
     """Remove ``postmaster.pid`` when its postmaster is gone. PostgreSQL's own check takes a
     killed postmaster that no one reaped (a zombie, under an init that does not reap) for a
     running one and refuses to start."""

@@ -14,7 +14,7 @@ In this order:
 
 The old primary's data may hold commits the promoted standby never received
 (asynchronous replication): it is kept for the operator, with the two ways on
-(:func:`advice`).
+(:func:`advice`): discard it, or rejoin it as a standby (:mod:`local_pg_rejoin`).
 """
 
 from __future__ import annotations
@@ -81,15 +81,12 @@ def promote(
 
 def advice(promotion: Promotion) -> str:
     """What to do with the old primary's folder, for the operator."""
-    data = promotion.retired / "data"
     return (
         f"The old primary's data stays in {promotion.retired}; `up` never starts it again. "
         "It may hold the last commits the standby had not received (replication is "
         "asynchronous): tidegraph does not need them — the realms' positions rolled back "
         "with them, so the indexer applies those records again from Kafka, and the change "
-        "feed never published them. Either discard it (rm -r "
-        f"{promotion.retired}), or make it a standby of the new primary: rewind it with "
-        f"pg_rewind --target-pgdata {data} --source-server '<the new primary's DSN>', then "
-        f"start it with standby.signal and primary_conninfo pointing at port "
-        f"{promotion.primary.port}."
+        "feed never published them. Either make it a standby of the new primary "
+        f"(`tidegraph pg rejoin {promotion.server}`: pg_rewind, then a standby), or "
+        f"discard it (rm -r {promotion.retired})."
     )

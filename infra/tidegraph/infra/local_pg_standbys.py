@@ -84,7 +84,7 @@ def known(state: Path, server: str) -> list[LocalStandby]:
     return sorted(found, key=lambda s: int(s.name[1:]))
 
 
-def _next_name(state: Path, server: str) -> str:
+def next_name(state: Path, server: str) -> str:
     """The first ``s<i>`` no folder has ever used (a promoted standby keeps its folder)."""
     prefix = local_pg_topology.standby_folder(server, "")
     used = {p.name.removeprefix(prefix) for p in state.glob(f"{prefix}*")}
@@ -182,7 +182,7 @@ def start(
         primary = replace(primary, credentials=credentials)
         existing = known(state, server)
         for _ in range(len(existing), replicas):
-            existing.append(standby(state, server, _next_name(state, server)))
+            existing.append(standby(state, server, next_name(state, server)))
             existing[-1].layout.root.mkdir(parents=True, exist_ok=True)
         for target in existing:
             if local_pg.running(target.layout) is not None:

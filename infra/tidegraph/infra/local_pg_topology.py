@@ -7,7 +7,9 @@ standbys live in ``<state>/standby-<server>-<name>`` (:mod:`local_pg_standbys`).
 in ``<state>/pg-topology.json`` (``{server: {"primary": folder, "retired": [folders]}}``)
 so `up`, `down`, `status` and the env file follow the promoted server from then on. A
 retired folder is the old primary's data: never started again by `up` (it may hold
-commits the new primary lacks), kept for the operator to rewind or discard.
+commits the new primary lacks), kept for the operator to discard, or to make a standby of
+the new primary (`tidegraph pg rejoin`, :mod:`local_pg_rejoin`), which takes it off the
+list.
 """
 
 from __future__ import annotations
@@ -62,16 +64,31 @@ def retired(state: Path, server: str) -> list[str]:
     return [str(f) for f in found]
 
 
+def record_rejoin(state: Path, server: str, folder: str) -> None:
+    """Take ``folder`` off ``server``'s retired primaries: it is a standby now."""
+    topology = _read(state)
+    found = topology.get(server)
+    entry: dict[str, Any] = found if isinstance(found, dict) else {}
+    entry["retired"] = [f for f in retired(state, server) if f != folder]
+    topology[server] = {"primary": primary_folder(state, server), **entry}
+    _write(state, topology)
+
+
+def _write(state: Path, topology: dict[str, Any]) -> None:
+    """Written whole to a new file, then renamed."""
+    partial = state / f".{FILE}.partial-{os.getpid()}"
+    partial.write_text(json.dumps(topology, indent=2) + "\n")
+    partial.replace(state / FILE)
+
+
 def record_promotion(state: Path, server: str, new_primary: str) -> str:
     """Make ``new_primary`` (a folder under ``state``) ``server``'s primary; return the
-    folder it replaces, now retired. Written whole to a new file, then renamed."""
+    folder it replaces, now retired."""
     topology = _read(state)
     old = primary_folder(state, server)
     found = topology.get(server)
     entry: dict[str, Any] = found if isinstance(found, dict) else {}
     history = [f for f in retired(state, server) if f != new_primary] + [old]
     topology[server] = {**entry, "primary": new_primary, "retired": history}
-    partial = state / f".{FILE}.partial-{os.getpid()}"
-    partial.write_text(json.dumps(topology, indent=2) + "\n")
-    partial.replace(state / FILE)
+    _write(state, topology)
     return old
