@@ -368,6 +368,7 @@ PUBLIC = {
         "schema_figures",
         "search_index_ddl",
         "set_coverage_telemetry",
+        "switch_lock_key",
         "unregister",
         "vector_indexes_outdated",
     },

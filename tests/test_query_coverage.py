@@ -6,6 +6,7 @@ is logged and counted while the query still answers."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -20,8 +21,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from tidegraph.indexer.communities.store import build_communities
 from tidegraph.indexer.models.hashing import HashingEmbedder
+from tidegraph.query_service import telemetry
+from tidegraph.schemas import QueryDataResponse
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.realm_config import RealmConfig
+from tidegraph.store import open_realm, switch_lock_key
 
 from graph_helpers import GraphHarness, ent, rel
 from query_helpers import api_client, open_pool, query_data, write_doc
@@ -204,3 +208,31 @@ async def test_a_realm_created_before_telemetry_gets_its_table(
     async with api_client(pool) as client:
         await query_data(client, realm, query="Who worked with Ada Lovelace?")
     assert len(await _rows(pg_dsn, realm)) == 1
+
+
+async def test_a_record_made_during_a_switch_waits_and_then_sees_the_fence(pg_dsn: str) -> None:
+    """A move switching the realm holds its switch lock while it fences the copy: a record
+    made meanwhile waits for the switch, then writes nothing into the fenced copy (its
+    caller writes where the realm went); one made before the switch is in the copy."""
+    realm = await _realm(pg_dsn, ON)
+    empty = QueryDataResponse(entities=[], relations=[], chunks=[], communities=[], stats={})
+    async with (
+        await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as mover,
+        await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as service,
+    ):
+        meta = await open_realm(service, realm)
+        assert await telemetry.record(service, meta, "before", "local", empty)
+        async with mover.transaction():
+            await mover.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (switch_lock_key(realm),)
+            )
+            await mover.execute(
+                sql.SQL("UPDATE {} SET swapped_out = true").format(
+                    sql.Identifier(meta.schema, "meta")
+                )
+            )
+            during = asyncio.create_task(telemetry.record(service, meta, "during", "local", empty))
+            await asyncio.sleep(0.5)
+            assert not during.done(), "the record did not wait for the switch"
+        assert await during is False
+    assert [row[0] for row in await _rows(pg_dsn, realm)] == [content_hash("before")]

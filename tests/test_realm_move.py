@@ -8,6 +8,7 @@ import signal
 import sys
 from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 from pg_servers import ExtraServer, extra_server, opened_cluster
 from psycopg import sql
 
+from tidegraph.query_service.db import make_pool
 from tidegraph.schemas.hashing import content_hash
 from tidegraph.schemas.kafka_security import kafka_client_options
 from tidegraph.schemas.realm_config import RealmConfig
@@ -31,7 +33,7 @@ from tidegraph.store.realms import open_realm, placements, realm_copies, realm_e
 
 from indexer_helpers import make_topics, outbox, running_indexer, upsert, wait_for
 from local_services import env_without_settings
-from query_helpers import api_client
+from query_helpers import api_client, query_data
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -223,6 +225,77 @@ async def test_the_old_copy_is_fenced_and_kept_on_request(
         await realm_positions.ensure(conn, moved.schema, realm, "t", 0)
         async with conn.transaction():
             await realm_positions.settle(conn, "t", 0, [Mark(realm, moved.schema, 0, 1)])
+
+
+async def test_coverage_recorded_by_readers_of_the_old_copy_lands_on_the_new_one(
+    cluster: Cluster, server_b: ExtraServer, unique_name: Callable[[str], str]
+) -> None:
+    """Query services that still locate the realm on its old server after the switch (their
+    cache period has not run out) record coverage telemetry on its new server: one reads
+    the old copy within the grace — fenced, it takes no row — and one after the copy has
+    been renamed away. No row stays behind or is lost."""
+    realm = unique_name("mv")
+    await place_realm(
+        cluster, realm, RealmConfig(embedder="hashing:8", coverage_telemetry=True), MAIN
+    )
+    body = {"query": "Ada Lovelace", "mode": "local"}
+    async with (
+        _query_service(cluster) as within,
+        _query_service(cluster) as after,
+    ):
+        for api in (within, after):  # each locates the realm on main and keeps it
+            await query_data(api, realm, **body)
+        move = asyncio.create_task(
+            RealmMove(cluster, realm, "b", keep_copy=True, grace=600.0).run()
+        )
+        try:
+            await wait_for(lambda: _move_step(cluster, realm, "switched"), 60, "the switch")
+            await query_data(within, realm, **body)  # reads the fenced old copy
+        finally:
+            move.cancel()
+            await asyncio.gather(move, return_exceptions=True)
+        outcome = await RealmMove(cluster, realm, "b", grace=0.0).run()  # resumed: retired
+        assert outcome.kept_copy is not None
+        await query_data(after, realm, **body)  # the old copy is gone under its name
+        for api in (within, after):
+            scraped = (await api.get("/metrics")).text
+            assert f'tidegraph_telemetry_write_failures_total{{realm="{realm}"}}' not in scraped
+    assert await _retrievals(server_b.dsn, f"realm_{realm}") == 4
+    assert await _retrievals(cluster.servers.main_dsn, outcome.kept_copy) == 2
+
+
+@asynccontextmanager
+async def _query_service(cluster: Cluster) -> AsyncIterator[httpx.AsyncClient]:
+    """A query service over the cluster's servers (pools of its own, set up for vector
+    search) that keeps a realm's location for ten minutes."""
+    pools = Cluster(cluster.servers, lambda _, dsn: make_pool(dsn, min_size=1, max_size=4))
+    await pools.open()
+    try:
+        async with api_client(pools.main, cluster=pools, realm_cache_seconds=600) as api:
+            yield api
+    finally:
+        await pools.close()
+
+
+async def _move_step(cluster: Cluster, realm: str, step: str) -> bool:
+    async with cluster.connection(MAIN) as conn:
+        cur = await conn.execute("SELECT to_regclass('tidegraph.realm_moves') IS NOT NULL")
+        if await cur.fetchone() != (True,):
+            return False  # the move has not begun yet
+        cur = await conn.execute(
+            "SELECT step FROM tidegraph.realm_moves WHERE realm = %s", (realm,)
+        )
+        return await cur.fetchone() == (step,)
+
+
+async def _retrievals(dsn: str, schema: str) -> int:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, "retrievals"))
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 class _MeetsAWriter(RealmMove):

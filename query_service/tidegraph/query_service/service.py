@@ -215,18 +215,33 @@ class Service:
         if rerank and self.reranker is not None:
             result = await rerank_answer(self.reranker, params.query, result, self.metrics)
         result.stats["embedder"] = meta.embedder
-        if meta.config.coverage_telemetry:
+        if meta.config.coverage_telemetry and copy is None:  # a copy is read-only
             await self._record_coverage(meta, params, result)
         return result
 
     async def _record_coverage(
         self, meta: RealmInfo, params: RetrievalParams, result: QueryDataResponse
     ) -> None:
-        """Read-side bookkeeping: a failure is logged and counted, never answered."""
+        """Read-side bookkeeping: a failure is logged and counted, never answered. A copy
+        that moved away since the realm was looked up (fenced or gone) is looked up again,
+        so the row lands with the realm, not with the copy left behind."""
+
+        async def write(at: RealmInfo) -> bool:
+            try:
+                return await self.run(
+                    at, lambda conn: telemetry.record(conn, at, params.query, params.mode, result)
+                )
+            except _GONE:
+                return False
+
         try:
-            await self.run(
-                meta, lambda conn: telemetry.record(conn, meta, params.query, params.mode, result)
-            )
+            written = await write(meta)
+            if not written:
+                self.catalog.invalidate(meta.realm)
+                written = await write(await self.catalog.get(self.gates, meta.realm))
+            reason = "the realm moved again meanwhile"
         except Exception as exc:  # noqa: BLE001 — nothing here may fail the query
+            written, reason = False, str(exc)
+        if not written:
             self.metrics.telemetry_failures.labels(meta.realm).inc()
-            log.warning("realm %s: coverage telemetry not recorded: %s", meta.realm, exc)
+            log.warning("realm %s: coverage telemetry not recorded: %s", meta.realm, reason)

@@ -19,15 +19,29 @@ from psycopg import AsyncConnection, sql
 
 from tidegraph.query_service.db import table
 from tidegraph.schemas import ANY_SPACE, QueryDataResponse, content_hash
-from tidegraph.store import RealmInfo, alive
+from tidegraph.store import RealmInfo, alive, switch_lock_key
 
 
 async def record(
     conn: AsyncConnection[Any], meta: RealmInfo, query: str, mode: str, result: QueryDataResponse
-) -> None:
-    """Append one ``retrievals`` row for an answered query (raises on failure)."""
+) -> bool:
+    """Append one ``retrievals`` row for an answered query (raises on failure); false when
+    the copy ``meta`` names has been fenced by a move (``swapped_out``): the realm lives on
+    another server now, and a row written here would stay behind with the old copy. The
+    realm's switch lock, taken shared first, waits out a move switching it meanwhile, so
+    the fence is read as the switch left it (the insert's own snapshot is taken after)."""
     s = meta.schema
-    await conn.execute(
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock_shared(hashtext(%s))", (switch_lock_key(meta.realm),)
+        )
+        return await _insert(conn, s, query, mode, result)
+
+
+async def _insert(
+    conn: AsyncConnection[Any], s: str, query: str, mode: str, result: QueryDataResponse
+) -> bool:
+    cur = await conn.execute(
         sql.SQL(
             "INSERT INTO {ret} (query_hash, mode, entity_ids, community_ids)"
             " SELECT %(hash)s, %(mode)s, ARRAY(SELECT DISTINCT x FROM ("
@@ -35,7 +49,8 @@ async def record(
             "  SELECT unnest(ARRAY[r.subject_id, r.object_id]) FROM {rel} r"
             "   WHERE r.id = ANY(%(rels)s::bigint[])) t(x) ORDER BY x),"
             " %(comms)s::bigint[]"
-        ).format(ret=table(s, "retrievals"), rel=table(s, "relations")),
+            " FROM {meta} m WHERE NOT m.swapped_out"
+        ).format(ret=table(s, "retrievals"), rel=table(s, "relations"), meta=table(s, "meta")),
         {
             "hash": content_hash(query),
             "mode": mode,
@@ -44,6 +59,7 @@ async def record(
             "comms": [int(c.id) for c in result.communities],
         },
     )
+    return cur.rowcount == 1
 
 
 def _space(alias: str, space: str) -> sql.Composable:

@@ -34,7 +34,7 @@ from tidegraph.store.errors import (
 )
 from tidegraph.store.figures import RealmFigures, figures_everywhere, realm_figures, schema_figures
 from tidegraph.store.holds import Hold
-from tidegraph.store.locks import lock_realm_schema, replay_lock_key
+from tidegraph.store.locks import lock_realm_schema, replay_lock_key, switch_lock_key
 from tidegraph.store.move import RealmMove
 from tidegraph.store.placement import PlacedElsewhere, find_placed, place_realm
 from tidegraph.store.positions import Claim, replay_group
@@ -139,6 +139,7 @@ __all__ = [
     "replay_group",
     "replay_lag",
     "replay_lock_key",
+    "switch_lock_key",
     "schema_figures",
     "search_index_ddl",
     "set_coverage_telemetry",

@@ -20,3 +20,11 @@ def replay_lock_key(realm: str) -> str:
     """The advisory lock a swapping replay of ``realm`` holds for its whole run (session
     level); deleting the realm meanwhile is refused."""
     return "tidegraph:replay:" + realm
+
+
+def switch_lock_key(realm: str) -> str:
+    """The advisory lock a move holds, exclusively, on the source server while it switches
+    ``realm`` over; what the query service writes into the realm (coverage telemetry)
+    takes it shared first, so a row either commits before the switch (and is carried) or
+    sees the fence after it (and is written where the realm went)."""
+    return "tidegraph:switch:" + realm

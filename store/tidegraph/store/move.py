@@ -8,7 +8,8 @@ streams what is written meanwhile. The switch is short and fenced:
    indexes) created on the target, a subscription there; wait until every table is
    copied and streaming.
 2. ``synced`` — pause: take the realm's ``meta`` row lock on the source (every write of
-   the realm takes it first, so writes wait from here), write a marker row and wait until
+   the realm takes it first, so writes wait from here) and its switch lock (what the query
+   service writes, coverage telemetry, takes it shared), write a marker row and wait until
    the target has applied it (everything committed before it is there), drop the
    subscription, carry the sequences over, and fence the source copy
    (``swapped_out``: any write that reaches it later is refused and retried where the
@@ -48,7 +49,7 @@ from tidegraph.schemas import MAIN, ConfigError, TidegraphError, copy_schema
 from tidegraph.store.cluster import Cluster
 from tidegraph.store.ddl import realm_ddl, search_index_ddl, telemetry_ddl
 from tidegraph.store.errors import RealmBusy
-from tidegraph.store.locks import replay_lock_key
+from tidegraph.store.locks import replay_lock_key, switch_lock_key
 from tidegraph.store.realms import RealmInfo, find_realm, realm_exists, realm_server
 from tidegraph.store.upgrades import add_attribute_indexes, add_name_search
 
@@ -371,6 +372,10 @@ class RealmMove:
                         sql.SQL("SELECT swapped_out FROM {} FOR UPDATE").format(
                             sql.Identifier(names.schema, "meta")
                         )
+                    )
+                    await guard.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        (switch_lock_key(self.realm),),
                     )
                     lap("lock")
                     if not fenced:
