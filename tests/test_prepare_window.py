@@ -129,6 +129,9 @@ async def test_realms_on_several_partitions_never_wait_on_each_others_connection
         async def applied() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
 
-        await wait_for(applied, 25, "every note applied")  # the pool gives up after 30 s
+        # Stalled, the documents would wait for a connection until the pool gives up
+        # (30 s) and fail: that failure, not the time taken, is what tells (a loaded
+        # machine is slow, not stalled).
+        await wait_for(applied, 120, "every note applied")
     assert run.failures() == []
-    assert time.monotonic() - started < 25
+    print(f"{len(records)} notes applied in {time.monotonic() - started:.1f}s")
