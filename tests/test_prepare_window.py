@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 from aiokafka.partitioner import murmur2
 
+from tidegraph.indexer.consumer.indexer import metrics
 from tidegraph.indexer.extraction.ahead import DOCUMENTS_AT_ONCE, documents_at_once
 from tidegraph.indexer.models.client import LLMClient
 from tidegraph.schemas.realm_config import RealmConfig
@@ -115,6 +116,7 @@ async def test_realms_on_several_partitions_never_wait_on_each_others_connection
         for realm in realms.values()
     ]
     group = unique_name("g")
+    paused_before = _partitions_paused()
     started = time.monotonic()
     async with running_model_indexer(
         topics,
@@ -129,9 +131,20 @@ async def test_realms_on_several_partitions_never_wait_on_each_others_connection
         async def applied() -> bool:
             return await stored_position(pg_dsn, group, topics.documents) >= len(records)
 
-        # Stalled, the documents would wait for a connection until the pool gives up
-        # (30 s) and fail: that failure, not the time taken, is what tells (a loaded
-        # machine is slow, not stalled).
+        # Stalled, whatever waits for a connection fails when the pool gives up (30 s)
+        # and pauses its partition: that failure, not the time taken, is what tells (a
+        # loaded machine is slow, not stalled).
         await wait_for(applied, 120, "every note applied")
     assert run.failures() == []
+    assert _partitions_paused() == paused_before, "a partition waited for a connection"
     print(f"{len(records)} notes applied in {time.monotonic() - started:.1f}s")
+
+
+def _partitions_paused() -> float:
+    """Transient failures that paused a partition so far, in this process."""
+    return sum(
+        sample.value
+        for family in metrics.TRANSIENT_FAILURES.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )

@@ -11,7 +11,12 @@ server instead of creating a second copy elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
 import psycopg
+from psycopg import AsyncConnection
 from psycopg_pool import PoolTimeout
 
 from tidegraph.schemas import MAIN, ConfigError, RealmConfig, realm_schema, validate_realm
@@ -64,11 +69,11 @@ async def place_realm(
         await main.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock,))
         try:
             placed = await realm_server(main, realm)
-            target = placed or server or await _orphaned(cluster, realm)
+            target = placed or server or await _orphaned(cluster, main, realm)
             target = target or await fewest_realms(main, cluster.servers.names)
             if server is not None and target != server:
                 raise PlacedElsewhere(realm, target, server)
-            async with cluster.connection(target) as conn:
+            async with _on(cluster, target, main) as conn:
                 info = await find_realm(conn, realm, target)
                 if info is not None and placed is not None:
                     return info, False
@@ -79,13 +84,27 @@ async def place_realm(
             await main.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
 
 
-async def _orphaned(cluster: Cluster, realm: str) -> str | None:
+@asynccontextmanager
+async def _on(
+    cluster: Cluster, server: str, main: AsyncConnection[Any], wait: float | None = None
+) -> AsyncIterator[AsyncConnection[Any]]:
+    """A connection to ``server`` while ``main``'s is held: that one itself for ``main``.
+    A second connection from the same pool would deadlock it: as many realms created at
+    once as the pool has connections would each hold one and wait for another."""
+    if server == MAIN:
+        yield main
+        return
+    async with cluster.connection(server, wait=wait) as conn:
+        yield conn
+
+
+async def _orphaned(cluster: Cluster, main: AsyncConnection[Any], realm: str) -> str | None:
     """A server holding the realm's schema without a catalogue row (an interrupted
     creation), among those that answer."""
     schema = realm_schema(realm)
     for name in cluster.servers.names:
         try:
-            async with cluster.connection(name, wait=2) as conn:
+            async with _on(cluster, name, main, wait=2) as conn:
                 if await realm_exists(conn, schema):
                     return name
         except (psycopg.OperationalError, PoolTimeout):
