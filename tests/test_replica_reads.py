@@ -336,7 +336,8 @@ async def test_the_change_feed_shows_no_change_its_standby_lacks(
     standby_sql(topology, "SELECT pg_wal_replay_pause()")
     try:
         newest = await realm.write("f1", "Grace")
-        async with app_client(topology, primary_reads=True, feed_fence_wait=0.3) as c:
+        settings = {"primary_reads": True, "feed_fence_wait": 0.3, "standby_max_lag": 60.0}
+        async with app_client(topology, **settings) as c:
             answers: dict[str, list[httpx.Response]] = {}
             for _ in range(4):  # the primary and the standby take turns
                 started = time.perf_counter()
@@ -351,7 +352,7 @@ async def test_the_change_feed_shows_no_change_its_standby_lacks(
                     assert r.json()["error"]["code"] == "standbys_behind", r.text
                     assert STANDBY in r.json()["error"]["message"]
                     assert r.headers["retry-after"] == "1"
-                    assert 0.3 <= took < 2.0
+                    assert took >= 0.3  # the fence wait, then the 503
                     answers.setdefault("held", []).append(r)
             assert sorted(answers) == ["held", STANDBY]
             assert len(answers["held"]) == 2
