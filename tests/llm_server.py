@@ -64,9 +64,11 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
+
+from scripted_http import ScriptedHTTP
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures" / "llm"
 
@@ -235,7 +237,7 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-class ScriptedLLMServer:
+class ScriptedLLMServer(ScriptedHTTP):
     """The server and its controls; :meth:`start` binds a free loopback port."""
 
     def __init__(
@@ -249,6 +251,7 @@ class ScriptedLLMServer:
         models: Iterable[str] | None = None,
         rules: bool = False,
     ) -> None:
+        super().__init__(port)
         self.rules = rules
         """Answer chunks no fixture matches with the rules extractor (see the module)."""
         self.fixtures: list[ExtractionFixture] = []
@@ -259,8 +262,6 @@ class ScriptedLLMServer:
             self._add(fixture)
         self.contradiction_rules: list[tuple[str, str]] = []
         """(substring of one statement, substring of the other) that contradict."""
-        self.requested_port = port
-        """Port to bind; 0 takes a free one."""
         self.embed_dim = embed_dim
         self.latency = latency
         self.reject_json_schema = False
@@ -269,49 +270,15 @@ class ScriptedLLMServer:
         self.models: frozenset[str] | None = None if models is None else frozenset(models)
         """The models served (chat and embeddings); ``None``: any name."""
         """How chat content is wrapped, e.g. in prose and code fences (``{content}``)."""
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._faults: list[Fault] = []
         self._outage_until = 0.0
         self._outage_status = 503
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.reset()
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> ScriptedLLMServer:
-        server = self
-
-        class Handler(_Handler):
-            scripted = server
-
-        httpd = _Server(("127.0.0.1", self.requested_port), Handler)
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> ScriptedLLMServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._httpd is not None, "server not started"
-        return int(self._httpd.server_address[1])
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _Handler
 
     @property
     def base_url(self) -> str:
@@ -499,15 +466,6 @@ class ScriptedLLMServer:
         else:
             payload = {"error": {"message": message, "type": kind, "param": None, "code": None}}
         return json.dumps(payload).encode(), "application/json"
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out and closed its connection is expected here.
-        pass
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -26,10 +26,11 @@ benchmark uses that so the endpoint does not compete with the service for the GI
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from scripted_http import ScriptedHTTP
 
 Api = Literal["cohere", "tei"]
 
@@ -68,7 +69,7 @@ class Fault:
         return cls("delay", seconds=seconds)
 
 
-class ScriptedRerankServer:
+class ScriptedRerankServer(ScriptedHTTP):
     """The server and its controls; :meth:`start` binds a free loopback port."""
 
     def __init__(self, *, api: Api = "cohere", latency: float = 0.0, port: int = 0) -> None:
@@ -77,47 +78,18 @@ class ScriptedRerankServer:
         self.rules: dict[str, float] = {}
         self.default_score = 0.5
         self.reverse = False
-        self.requested_port = port
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
+        super().__init__(port)
         self._faults: list[Fault] = []
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.requests: list[tuple[str, dict[str, str], Any]] = []
 
-    def start(self) -> ScriptedRerankServer:
-        server = self
-
-        class Handler(_Handler):
-            scripted = server
-
-        httpd = _Server(("127.0.0.1", self.requested_port), Handler)
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> ScriptedRerankServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _Handler
 
     @property
     def url(self) -> str:
         assert self._httpd is not None, "server not started"
         path = "/rerank" if self.api == "tei" else "/v1/rerank"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}{path}"
+        return f"http://127.0.0.1:{self.port}{path}"
 
     def enqueue(self, *faults: Fault) -> None:
         with self._lock:
@@ -154,14 +126,6 @@ class ScriptedRerankServer:
             for s, i, t in ranked[:top_n]
         ]
         return 200, {"model": body.get("model", ""), "results": results}
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that timed out and closed its connection is expected here
 
 
 class _Handler(BaseHTTPRequestHandler):
