@@ -65,8 +65,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -984,29 +985,15 @@ async def bench_answers(args: argparse.Namespace) -> None:
         f"({answers} answering triples) ==",
         flush=True,
     )
-    await load_writer(args.dsn, realm, docs)
-    pool = make_pool(args.dsn, min_size=1, max_size=2)
-    await pool.open(wait=True)
-    try:
-        app = create_app(
-            QuerySettings(), Deps(pool=pool, embedders=lambda r, p: HashingEmbedder(DIM))
-        )
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+    async with _loaded(args, realm, docs) as client:
+        print(f"  {'mode':<8}{'recall@25':>11}{'  subject':>10}{'  object':>9}{'first right':>13}")
+        for mode in ANSWER_MODES:
+            f = await answer_recall(client, realm, questions, mode)
             print(
-                f"  {'mode':<8}{'recall@25':>11}{'  subject':>10}{'  object':>9}{'first right':>13}"
+                f"  {mode:<8}{f.recall['all']:>11.1%}{f.recall['subject']:>10.1%}"
+                f"{f.recall['object']:>9.1%}{f.first_right:>13.1%}",
+                flush=True,
             )
-            for mode in ANSWER_MODES:
-                f = await answer_recall(client, realm, questions, mode)
-                print(
-                    f"  {mode:<8}{f.recall['all']:>11.1%}{f.recall['subject']:>10.1%}"
-                    f"{f.recall['object']:>9.1%}{f.first_right:>13.1%}",
-                    flush=True,
-                )
-    finally:
-        await pool.close()
-        if not args.keep:
-            await _drop(args.dsn, realm)
     await bench_chains(args)
 
 
@@ -1032,6 +1019,20 @@ async def chain_table(
         f"({', '.join(f'{sum(q.kind == k for q in questions)} {k}' for k in kinds)}) ==",
         flush=True,
     )
+    async with _loaded(args, realm, docs) as client:
+        print(f"  {'mode':<8}" + "".join(f"{k:>20}" for k in kinds))
+        for mode in CHAIN_MODES:
+            f = await chain_recall(client, realm, questions, mode)
+            cells = "".join(f"{f'{f.recall[k][0]:.2f} / {f.recall[k][1]:.2f}':>20}" for k in kinds)
+            print(f"  {mode:<8}{cells}", flush=True)
+
+
+@asynccontextmanager
+async def _loaded(
+    args: argparse.Namespace, realm: str, docs: list[Doc]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """``docs`` written into ``realm``, and a client of the query app over it in-process
+    (ASGI); the realm is dropped afterwards unless ``--keep``."""
     await load_writer(args.dsn, realm, docs)
     pool = make_pool(args.dsn, min_size=1, max_size=2)
     await pool.open(wait=True)
@@ -1041,13 +1042,7 @@ async def chain_table(
         )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            print(f"  {'mode':<8}" + "".join(f"{k:>20}" for k in kinds))
-            for mode in CHAIN_MODES:
-                f = await chain_recall(client, realm, questions, mode)
-                cells = "".join(
-                    f"{f'{f.recall[k][0]:.2f} / {f.recall[k][1]:.2f}':>20}" for k in kinds
-                )
-                print(f"  {mode:<8}{cells}", flush=True)
+            yield client
     finally:
         await pool.close()
         if not args.keep:
